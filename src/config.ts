@@ -1,0 +1,182 @@
+/**
+ * Every daemon option, with its unit and default, in one place (after ws's
+ * WebSocketServer): defaults live in one object literal and are spread under
+ * the caller's; impossible combinations are refused with an exact message.
+ */
+import { isIP } from 'node:net';
+import type { ImageFormat } from './desktop/driver.ts';
+import type { ScreenshotLimits } from './geometry.ts';
+import type { LogLevel } from './log.ts';
+
+export type BrowserMode = 'headless' | 'headful' | 'off';
+
+export interface DaemonConfig {
+  /** Address to bind. Anything but loopback requires a configured token. */
+  host: string;
+  /** TCP port; 0 picks a free one. */
+  port: number;
+  /** Bearer token clients must present. Required. */
+  token: string;
+  /** Whether the token came from the operator (DESKBATCH_TOKEN) rather than being generated. */
+  tokenConfigured: boolean;
+  /** Exact origins (scheme://host[:port]) allowed to connect; empty refuses every browser page. */
+  allowOrigins: string[];
+  /** X display to drive, e.g. `:99`. Undefined: no display (computer calls fail until one is set). */
+  display: string | undefined;
+  browser: BrowserMode;
+  screenshotsDir: string;
+  screenshot: {
+    format: ImageFormat;
+    /** 1–100, for jpeg and webp. */
+    quality: number;
+    limits: ScreenshotLimits;
+    /** Largest base64 payload per image, in bytes. */
+    maxBase64Bytes: number;
+  };
+  retention: { maxFiles: number; maxBytes: number };
+  limits: {
+    /** Largest WebSocket frame, in bytes; a larger one closes the socket with 1009. */
+    maxPayloadBytes: number;
+    maxToolUsesPerBatch: number;
+    /** Batches waiting behind the running one, per session. */
+    maxQueuedBatches: number;
+    maxSessions: number;
+    /** Longest `type` text, in UTF-16 code units. */
+    maxTypeTextLength: number;
+  };
+  /** Base time limit of one call, in ms; `wait` and `hold_key` add their duration. */
+  callTimeoutMs: number;
+  /** Operator opt-in: the model also reads the messages of thrown errors. */
+  exposeErrorMessages: boolean;
+  /** Computer members switched off. */
+  disabledMembers: string[];
+  /** Server ping interval, in ms; a peer that misses a pong by the next ping is dropped. */
+  heartbeatMs: number;
+  /** How long a session outlives its connection, for resume, in ms. */
+  sessionGraceMs: number;
+  /** Stored batch results per session, for replay, and how long each is kept (ms). */
+  resultCache: { maxEntries: number; ttlMs: number };
+  /** Hard deadline for a graceful shutdown, in ms. */
+  shutdownDeadlineMs: number;
+  logLevel: LogLevel;
+}
+
+export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'display'> = {
+  host: '127.0.0.1',
+  port: 8765,
+  allowOrigins: [],
+  browser: 'headful',
+  screenshotsDir: 'screenshots',
+  screenshot: {
+    format: 'png',
+    quality: 80,
+    // 2000 px per side keeps a request with more than 20 images valid; 4784 is the visual-token limit.
+    limits: { maxSidePx: 2000, maxVisualTokens: 4784 },
+    maxBase64Bytes: 10 * 1024 * 1024,
+  },
+  retention: { maxFiles: 2_000, maxBytes: 1024 * 1024 * 1024 },
+  limits: {
+    maxPayloadBytes: 1024 * 1024,
+    maxToolUsesPerBatch: 100,
+    maxQueuedBatches: 8,
+    maxSessions: 64,
+    maxTypeTextLength: 20_000,
+  },
+  callTimeoutMs: 30_000,
+  exposeErrorMessages: false,
+  disabledMembers: [],
+  heartbeatMs: 30_000,
+  sessionGraceMs: 120_000,
+  resultCache: { maxEntries: 256, ttlMs: 30 * 60_000 },
+  shutdownDeadlineMs: 10_000,
+  logLevel: 'info',
+};
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+export function isLoopback(host: string): boolean {
+  if (host === 'localhost') return true;
+  if (isIP(host) === 4) return host.startsWith('127.');
+  return host === '::1' || host === '[::1]';
+}
+
+/** Normalises an origin the way browsers send it: `scheme://host[:port]`, lower-case, no path. */
+export function normalizeOrigin(origin: string): string {
+  let url: URL;
+  try {
+    url = new URL(origin);
+  } catch {
+    throw new ConfigError(`--allow-origin ${JSON.stringify(origin)} is not a URL origin such as https://viewer.example`);
+  }
+  if (url.origin === 'null') throw new ConfigError(`--allow-origin ${JSON.stringify(origin)} has no origin`);
+  return url.origin;
+}
+
+type DeepPartial<T> = {
+  [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K];
+};
+
+/** Merges `over` onto `base`: plain objects recursively, arrays and scalars replaced, `undefined` ignored. */
+function merge<T>(base: T, over: unknown): T {
+  if (over === undefined) return base;
+  if (!isPlainObject(base) || !isPlainObject(over)) return over as T;
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(over)) out[k] = merge(out[k], v);
+  return out as T;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Merges options over the defaults and refuses impossible combinations. */
+export function resolveConfig(
+  options: DeepPartial<DaemonConfig> & { token: string; tokenConfigured: boolean },
+): DaemonConfig {
+  const merged = merge({ ...DEFAULT_CONFIG, display: undefined } as DaemonConfig, options);
+  const config: DaemonConfig = { ...merged, allowOrigins: merged.allowOrigins.map(normalizeOrigin) };
+
+  if (!isLoopback(config.host) && !config.tokenConfigured) {
+    throw new ConfigError(
+      `refusing to bind ${config.host} without a configured token: set DESKBATCH_TOKEN, or bind 127.0.0.1`,
+    );
+  }
+  if (config.token.length < 16) throw new ConfigError('the token must be at least 16 characters');
+  if (!/^[A-Za-z0-9._~-]+$/.test(config.token)) {
+    // It travels in a Sec-WebSocket-Protocol value, which allows only token characters.
+    throw new ConfigError('the token may hold only letters, digits and . _ ~ -');
+  }
+  if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) {
+    throw new ConfigError(`--port must be 0–65535, got ${config.port}`);
+  }
+  if (!['headless', 'headful', 'off'].includes(config.browser)) {
+    throw new ConfigError(`--browser must be headless, headful or off, got ${String(config.browser)}`);
+  }
+  const positive: [string, number][] = [
+    ['callTimeoutMs', config.callTimeoutMs],
+    ['heartbeatMs', config.heartbeatMs],
+    ['sessionGraceMs', config.sessionGraceMs],
+    ['shutdownDeadlineMs', config.shutdownDeadlineMs],
+    ['screenshot.limits.maxSidePx', config.screenshot.limits.maxSidePx],
+    ['screenshot.limits.maxVisualTokens', config.screenshot.limits.maxVisualTokens],
+    ['screenshot.maxBase64Bytes', config.screenshot.maxBase64Bytes],
+    ...Object.entries(config.limits).map(([k, v]): [string, number] => [`limits.${k}`, v]),
+    ...Object.entries(config.retention).map(([k, v]): [string, number] => [`retention.${k}`, v]),
+    ...Object.entries(config.resultCache).map(([k, v]): [string, number] => [`resultCache.${k}`, v]),
+  ];
+  for (const [name, value] of positive) {
+    if (!Number.isInteger(value) || value <= 0) throw new ConfigError(`${name} must be a positive integer, got ${value}`);
+  }
+  const q = config.screenshot.quality;
+  if (!Number.isInteger(q) || q < 1 || q > 100) throw new ConfigError(`screenshot quality must be 1–100, got ${q}`);
+  if (!['png', 'jpeg', 'webp'].includes(config.screenshot.format)) {
+    throw new ConfigError(`screenshot format must be png, jpeg or webp, got ${String(config.screenshot.format)}`);
+  }
+  const l = config.screenshot.limits;
+  if (l.maxSidePx > 2576 || l.maxVisualTokens > 4784) {
+    throw new ConfigError('screenshot limits may only be made smaller than 2576 px per side and 4784 visual tokens');
+  }
+  return config;
+}

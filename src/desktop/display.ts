@@ -1,0 +1,34 @@
+import { connect } from 'node:net';
+
+/** How long a reachability probe of the X socket may take. */
+const PROBE_TIMEOUT_MS = 500;
+
+/**
+ * Parses an X display name (`:0`, `:99.0`, `unix:5`) into its local socket
+ * path. Returns undefined for TCP displays (`host:0`), which deskbatch does not
+ * probe: Xvfb runs with `-nolisten tcp` (shared/notes/MEASURED.md).
+ */
+export function displaySocketPath(display: string): string | undefined {
+  const m = /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(display);
+  return m ? `/tmp/.X11-unix/X${m[1]}` : undefined;
+}
+
+/**
+ * Whether an X server answers on `display`. Connecting to its socket is cheap
+ * and cannot crash us, unlike a first nut-js call on a dead display (segfault).
+ */
+export function isDisplayReachable(display: string | undefined): Promise<boolean> {
+  const path = display ? displaySocketPath(display) : undefined;
+  if (!path) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const socket = connect(path);
+    const done = (ok: boolean): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), PROBE_TIMEOUT_MS);
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}

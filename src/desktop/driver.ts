@@ -1,0 +1,89 @@
+/**
+ * The desktop driver: everything deskbatch does to the X display goes through
+ * this interface. Coordinates here are DISPLAY pixels; mapping from screenshot
+ * pixels happens in the computer toolset (toolsets/computer/coords.ts).
+ *
+ * The implementation (src/desktop/worker-driver.ts) runs nut-js in a supervised
+ * child process, because nut-js segfaults when the display goes away
+ * (shared/notes/MEASURED.md). Every method may reject with
+ * DisplayUnavailableError (display unreachable) or DriverCrashedError (the child
+ * died during the call); the next call restarts the child once the display is
+ * back. Every method honours `signal`: when it aborts, the promise rejects
+ * with CancelledError as soon as possible (a hold or a wait ends early).
+ */
+
+/** A key as the driver understands it: the name of a nut-js `Key` enum member. */
+export type DriverKey = string;
+
+export type MouseButton = 'left' | 'right' | 'middle';
+export type ScrollDirection = 'up' | 'down' | 'left' | 'right';
+
+export interface Point {
+  x: number;
+  y: number;
+}
+
+export interface Size {
+  width: number;
+  height: number;
+}
+
+/** A rectangle in display pixels; `width` and `height` are at least 1. */
+export interface Rect extends Point, Size {}
+
+export type ImageFormat = 'png' | 'jpeg' | 'webp';
+
+export interface CaptureOptions {
+  /** Region of the display to capture; the whole display when absent. */
+  region?: Rect;
+  /** Output size in pixels. The captured pixels are resized to exactly this. */
+  output: Size;
+  format: ImageFormat;
+  /** 1–100, for jpeg and webp. */
+  quality: number;
+}
+
+export interface CapturedImage {
+  /** Encoded image bytes (not base64). */
+  data: Buffer;
+  mediaType: 'image/png' | 'image/jpeg' | 'image/webp';
+  width: number;
+  height: number;
+}
+
+export interface DesktopDriver {
+  /** Size of the X display's root window, in display pixels. */
+  displaySize(signal?: AbortSignal): Promise<Size>;
+  cursorPosition(signal?: AbortSignal): Promise<Point>;
+  /** Moves the pointer instantly (no animation). */
+  moveMouse(to: Point, signal?: AbortSignal): Promise<void>;
+  /**
+   * Clicks `count` times (1–3) at the current position with `button`, holding
+   * `modifiers` (DriverKeys) for the duration of the clicks only.
+   */
+  click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void>;
+  mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void>;
+  mouseUp(button: MouseButton, signal?: AbortSignal): Promise<void>;
+  /** Press at `from`, move to `to` in steps so apps see motion, release; modifiers held throughout. */
+  drag(from: Point, to: Point, modifiers: DriverKey[], signal?: AbortSignal): Promise<void>;
+  /**
+   * Scrolls `amount` wheel clicks at the current position, holding `modifiers`.
+   * `left` scrolls the content view left (X11 buttons 6), `right` right (button 7).
+   */
+  scroll(direction: ScrollDirection, amount: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void>;
+  /** Presses the chord (all keys down in order, then up in reverse), `repeat` times. */
+  pressKeys(chord: DriverKey[], repeat: number, signal?: AbortSignal): Promise<void>;
+  /** Holds the chord down for `durationMs`, then releases it (also on abort). */
+  holdKeys(chord: DriverKey[], durationMs: number, signal?: AbortSignal): Promise<void>;
+  /**
+   * Types `text` exactly: printable ASCII with an explicit US shift map,
+   * newline as Return, tab as Tab, and any other character through keysym
+   * remapping. Rejects with ToolInputError for characters it cannot deliver
+   * (control characters other than \n and \t), before typing anything.
+   */
+  typeText(text: string, signal?: AbortSignal): Promise<void>;
+  /** Captures, converts BGRX→RGB, resizes and encodes, off the main event loop. */
+  capture(options: CaptureOptions, signal?: AbortSignal): Promise<CapturedImage>;
+  /** Releases held buttons and keys, ends the child. Idempotent. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,264 @@
+/**
+ * The batch executor: the batch rules live here and nowhere else
+ * (docs/PROTOCOL.md "Execution rules", TOOLSET-CONTRACT A5).
+ *
+ * - One lane: calls run one at a time, in the listed order.
+ * - Halting is per toolset: after a failure of toolset T, every later call of
+ *   T is answered with T's exact not-executed text; other toolsets go on.
+ * - Every tool_use gets exactly one result, on every path: success, failure,
+ *   bad input, timeout, cancel, disconnect, and an error in the daemon itself.
+ * - Cancellation is not a failure: cancelled calls get the toolset's cancelled
+ *   text and a `cancelled` event, never a `failed` one.
+ */
+import type { BatchResult, Failure, ScreenshotFile, ToolEvent, ToolResult, ToolUse } from '../protocol.ts';
+import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import type { ScreenshotStore } from '../screenshot-store.ts';
+import type { MemberOutput, RunnableMember, Toolset } from '../../toolsets/types.ts';
+import { errorInfo, modelErrorText } from './failure.ts';
+import type { Lane } from './lane.ts';
+import { ContractViolationError, errorResult, successResult, type ImageRules } from './results.ts';
+import { describeZodError } from './zod-text.ts';
+import { foldName as oneLine } from '../../toolsets/text.ts';
+
+/** The SDK's fallback halt text for a family it does not know (TOOLSET-CONTRACT A5). */
+export const UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
+export const UNKNOWN_TOOLSET_CANCELLED_TEXT = 'Not completed: this turn was cancelled before this action finished.';
+/** How long a cancelled or timed-out handler may take to wind down before the lane moves on. */
+const WIND_DOWN_MS = 2_000;
+
+export interface ExecutorOptions {
+  toolsets: readonly Toolset[];
+  /** Base time limit of one call; members add input-dependent time (`wait`). */
+  callTimeoutMs: number;
+  /** Operator opt-in: the model also reads messages of errors not written for it. */
+  exposeErrorMessages: boolean;
+  images: ImageRules;
+  /** The desktop lane shared by every session. */
+  lane: Lane;
+  store?: ScreenshotStore;
+  log: Logger;
+}
+
+export interface BatchRequest {
+  sessionId: string;
+  batchId: string;
+  toolUses: readonly ToolUse[];
+  /** Aborts on cancel, disconnect or shutdown. */
+  signal: AbortSignal;
+  emit: (event: ToolEvent) => void;
+}
+
+type Outcome =
+  | { kind: 'succeeded'; result: ToolResult; outputs: MemberOutput[] }
+  | { kind: 'failed'; error: unknown }
+  | { kind: 'cancelled' };
+
+export class Executor {
+  private readonly toolsets: ReadonlyMap<string, Toolset>;
+
+  constructor(private readonly options: ExecutorOptions) {
+    this.toolsets = new Map(options.toolsets.map((t) => [t.name, t]));
+  }
+
+  /** The toolsets this daemon serves, by `toolset_name`. */
+  get served(): ReadonlyMap<string, Toolset> {
+    return this.toolsets;
+  }
+
+  async run(req: BatchRequest): Promise<BatchResult> {
+    const started = performance.now();
+    const log = this.options.log.child({ session: req.sessionId, batch: req.batchId });
+    const results: ToolResult[] = [];
+    const failures: Failure[] = [];
+    const halted: Record<string, number> = {};
+    const screenshots: ScreenshotFile[] = [];
+    let cancelled = false;
+
+    const event = (index: number, tu: ToolUse, phase: ToolEvent['phase'], extra: Partial<ToolEvent> = {}): void =>
+      req.emit({
+        type: 'tool_event',
+        batch_id: req.batchId,
+        index,
+        tool_use_id: tu.id,
+        toolset_name: tu.toolset_name ?? null,
+        name: tu.name,
+        phase,
+        ...extra,
+      });
+
+    const cancelledText = (tu: ToolUse): string =>
+      (tu.toolset_name && this.toolsets.get(tu.toolset_name)?.cancelledText) || UNKNOWN_TOOLSET_CANCELLED_TEXT;
+
+    let release: (() => void) | undefined;
+    try {
+      if (req.toolUses.some((tu) => this.usesDesktop(tu))) {
+        release = await this.options.lane.acquire(req.signal).catch(() => undefined);
+      }
+      for (const [index, tu] of req.toolUses.entries()) {
+        if (req.signal.aborted) {
+          cancelled = true;
+          results.push(errorResult(tu, cancelledText(tu)));
+          event(index, tu, 'cancelled');
+          continue;
+        }
+        const family = tu.toolset_name ?? undefined;
+        if (family !== undefined && family in halted) {
+          const text = this.toolsets.get(family)?.notExecutedText ?? UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT;
+          results.push(errorResult(tu, text));
+          event(index, tu, 'not_executed');
+          continue;
+        }
+        event(index, tu, 'started');
+        const t0 = performance.now();
+        const outcome = await this.call(tu, req);
+        const duration_ms = Math.round((performance.now() - t0) * 100) / 100;
+        switch (outcome.kind) {
+          case 'succeeded': {
+            results.push(outcome.result);
+            await this.store(req, tu, outcome.outputs, screenshots, log);
+            event(index, tu, 'succeeded', { duration_ms });
+            break;
+          }
+          case 'cancelled': {
+            cancelled = true;
+            results.push(errorResult(tu, cancelledText(tu)));
+            event(index, tu, 'cancelled');
+            break;
+          }
+          case 'failed': {
+            const error = errorInfo(outcome.error);
+            results.push(errorResult(tu, modelErrorText(tu.name, outcome.error, this.options.exposeErrorMessages)));
+            failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
+            if (family !== undefined) halted[family] = index;
+            event(index, tu, 'failed', { duration_ms, error });
+            log.warn('tool call failed', { tool_use: tu.id, name: tu.name, toolset: family, error });
+            break;
+          }
+        }
+      }
+    } catch (err) {
+      // A bug in the daemon itself: still answer every tool_use exactly once.
+      log.error('executor error', { error: errorInfo(err) });
+      for (const tu of req.toolUses.slice(results.length)) {
+        results.push(errorResult(tu, modelErrorText(tu.name, err, false)));
+        failures.push({ tool_use_id: tu.id, index: results.length - 1, name: tu.name, error: errorInfo(err) });
+      }
+    } finally {
+      release?.();
+    }
+    return {
+      type: 'batch_result',
+      batch_id: req.batchId,
+      tool_results: results,
+      failures,
+      halted,
+      cancelled,
+      replayed: false,
+      duration_ms: Math.round(performance.now() - started),
+      screenshots,
+    };
+  }
+
+  private usesDesktop(tu: ToolUse): boolean {
+    return tu.toolset_name != null && this.toolsets.get(tu.toolset_name)?.usesDesktop === true;
+  }
+
+  /** Resolves the member, validates the input, runs the handler under its time limit. Never throws. */
+  private async call(tu: ToolUse, req: BatchRequest): Promise<Outcome> {
+    let member: RunnableMember;
+    let toolset: Toolset;
+    let input: unknown;
+    try {
+      ({ toolset, member } = this.resolve(tu));
+      const parsed = member.input.safeParse(tu.input ?? {});
+      if (!parsed.success) {
+        throw new ToolInputError(
+          `invalid input for ${toolset.name} member '${tu.name}': ${describeZodError(parsed.error)}`,
+        );
+      }
+      input = parsed.data;
+    } catch (error) {
+      return { kind: 'failed', error };
+    }
+
+    const timeoutMs = this.options.callTimeoutMs + member.extraTimeMs(input);
+    const controller = new AbortController();
+    const onBatchAbort = (): void => controller.abort(new CancelledError('batch cancelled'));
+    req.signal.addEventListener('abort', onBatchAbort, { once: true });
+    const timer = setTimeout(() => controller.abort(new ToolTimeoutError(timeoutMs)), timeoutMs);
+    const work = member.run(input, {
+      signal: controller.signal,
+      sessionId: req.sessionId,
+      batchId: req.batchId,
+      toolUseId: tu.id,
+    });
+    const aborted = new Promise<never>((_, reject) => {
+      const fail = (): void => reject(controller.signal.reason);
+      if (controller.signal.aborted) fail();
+      else controller.signal.addEventListener('abort', fail, { once: true });
+    });
+    try {
+      const outputs = await Promise.race([work, aborted]);
+      const result = successResult(tu, outputs, toolset.allowedBlocks, this.options.images);
+      return { kind: 'succeeded', result, outputs };
+    } catch (error) {
+      if (controller.signal.aborted) {
+        // Let the handler wind down (release keys, end the drag) before the next call runs.
+        await Promise.race([work.catch(() => undefined), new Promise((r) => setTimeout(r, WIND_DOWN_MS).unref())]);
+        const reason: unknown = controller.signal.reason;
+        return reason instanceof ToolTimeoutError ? { kind: 'failed', error: reason } : { kind: 'cancelled' };
+      }
+      return { kind: 'failed', error };
+    } finally {
+      clearTimeout(timer);
+      req.signal.removeEventListener('abort', onBatchAbort);
+    }
+  }
+
+  private resolve(tu: ToolUse): { toolset: Toolset; member: RunnableMember } {
+    if (!tu.toolset_name) {
+      throw new ToolRefusedError(
+        `Error: '${oneLine(tu.name)}' is not a toolset member call (it has no toolset_name); ` +
+          `this executor runs only the members of: ${[...this.toolsets.keys()].join(', ')}.`,
+      );
+    }
+    const toolset = this.toolsets.get(tu.toolset_name);
+    if (!toolset) {
+      throw new ToolRefusedError(
+        `Error: the '${oneLine(tu.toolset_name)}' toolset is not available here; ` +
+          `available: ${[...this.toolsets.keys()].join(', ')}.`,
+      );
+    }
+    const member = toolset.members.get(tu.name);
+    if (member) return { toolset, member };
+    if (toolset.allMemberNames.includes(tu.name)) {
+      throw new ToolRefusedError(
+        `The '${tu.name}' action is not permitted by this application's permissions and cannot be used in this session.`,
+      );
+    }
+    throw new ToolRefusedError(`Error: unknown ${toolset.name} toolset member '${oneLine(tu.name)}'`);
+  }
+
+  private async store(
+    req: BatchRequest,
+    tu: ToolUse,
+    outputs: readonly MemberOutput[],
+    into: ScreenshotFile[],
+    log: Logger,
+  ): Promise<void> {
+    const store = this.options.store;
+    if (!store) return;
+    for (const out of outputs) {
+      if (out.kind !== 'image') continue;
+      try {
+        into.push(await store.write(req.sessionId, req.batchId, tu.id, out.image));
+      } catch (err) {
+        // The model already has its image; a full disk must not fail the call.
+        log.warn('could not write screenshot file', { tool_use: tu.id, error: errorInfo(err) });
+      }
+    }
+  }
+}
+
+export { ContractViolationError };

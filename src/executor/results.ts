@@ -1,0 +1,88 @@
+/**
+ * The result boundary: the one place where handler output becomes API content.
+ * Everything the Messages API would reject is stopped here (TOOLSET-CONTRACT
+ * A3, D1, F): `toolset_name` echoed exactly and only on member results, only
+ * the toolset's allowed block types, no empty text, error results text-only,
+ * well-formed Unicode, bounded error text, images within the image limits.
+ */
+import type { ImageBlock, ResultBlock, ToolResult, ToolUse } from '../protocol.ts';
+import type { CapturedImage } from '../desktop/driver.ts';
+import { fitsLimits, type ScreenshotLimits } from '../geometry.ts';
+import type { BlockType, MemberOutput } from '../../toolsets/types.ts';
+import { ERROR_TEXT_MAX_CODE_POINTS } from './failure.ts';
+
+/** What the SDK sends for an empty reading result. */
+export const EMPTY_TEXT = '(empty)';
+/** What the SDK sends for an error with no text (an empty error is a 400). */
+export const EMPTY_ERROR_TEXT = 'The tool call failed with an empty error message.';
+
+/** A handler produced something the API would reject. Never sent to the API. */
+export class ContractViolationError extends Error {
+  override readonly name = 'ContractViolationError';
+}
+
+export interface ImageRules {
+  limits: ScreenshotLimits;
+  /** Largest base64 payload per image (10 MB on the Claude API, 5 MB on Bedrock and Vertex). */
+  maxBase64Bytes: number;
+}
+
+/** Replaces lone surrogates with U+FFFD (the SDK's `wellFormed`); JSON of them is not valid UTF-8. */
+export function wellFormed(text: string): string {
+  return text.toWellFormed();
+}
+
+function base(toolUse: ToolUse): Pick<ToolResult, 'type' | 'tool_use_id' | 'toolset_name'> {
+  return {
+    type: 'tool_result',
+    tool_use_id: toolUse.id,
+    ...(toolUse.toolset_name ? { toolset_name: toolUse.toolset_name } : {}),
+  };
+}
+
+/** An `is_error` result: one non-empty, well-formed text block of bounded length. */
+export function errorResult(toolUse: ToolUse, text: string): ToolResult {
+  let clean = wellFormed(text);
+  const codePoints = Array.from(clean);
+  if (codePoints.length > ERROR_TEXT_MAX_CODE_POINTS) clean = codePoints.slice(0, ERROR_TEXT_MAX_CODE_POINTS).join('');
+  return { ...base(toolUse), is_error: true, content: [{ type: 'text', text: clean || EMPTY_ERROR_TEXT }] };
+}
+
+function imageBlock(image: CapturedImage, rules: ImageRules): ImageBlock {
+  if (!fitsLimits(image, rules.limits)) {
+    throw new ContractViolationError(`image ${image.width}x${image.height} exceeds the image limits`);
+  }
+  const data = image.data.toString('base64');
+  if (data.length > rules.maxBase64Bytes) {
+    throw new ContractViolationError(`image of ${data.length} base64 bytes exceeds ${rules.maxBase64Bytes}`);
+  }
+  return { type: 'image', source: { type: 'base64', media_type: image.mediaType, data } };
+}
+
+/**
+ * A success result from handler output. Throws ContractViolationError when
+ * the output holds a block type the toolset may not send or an image over the
+ * limits; the executor turns that into a failure of the call.
+ */
+export function successResult(
+  toolUse: ToolUse,
+  outputs: readonly MemberOutput[],
+  allowed: readonly BlockType[],
+  rules: ImageRules,
+): ToolResult {
+  const content: ResultBlock[] = [];
+  for (const out of outputs) {
+    const blockType: BlockType = out.kind;
+    if (!allowed.includes(blockType)) {
+      throw new ContractViolationError(`a '${blockType}' block is not allowed in this toolset's results`);
+    }
+    if (out.kind === 'text') {
+      const text = wellFormed(out.text);
+      if (text) content.push({ type: 'text', text });
+    } else {
+      content.push(imageBlock(out.image, rules));
+    }
+  }
+  if (content.length === 0) content.push({ type: 'text', text: EMPTY_TEXT });
+  return { ...base(toolUse), content };
+}

@@ -1,0 +1,226 @@
+/**
+ * Wire protocol v1 (docs/PROTOCOL.md): every message that crosses the
+ * WebSocket, as zod schemas. This module imports nothing from the project, so
+ * a client can depend on it alone.
+ *
+ * Envelopes are strict: an unknown field is refused (`invalid_message`), so a
+ * typo never passes silently. A `tool_use` inside a batch is loose, because it
+ * is an API block forwarded unchanged and the API may add fields (`caller`).
+ */
+import { z } from 'zod';
+
+export const PROTOCOL_VERSION = 'deskbatch.v1';
+/** WebSocket path of protocol v1. */
+export const PROTOCOL_PATH = '/v1';
+/** Subprotocol prefix that carries the token for browser clients. */
+export const TOKEN_SUBPROTOCOL_PREFIX = 'deskbatch.token.';
+
+/** API pattern for `tool_use.id` and `tool_result.tool_use_id`. */
+const TOOL_USE_ID = /^[a-zA-Z0-9_-]+$/;
+/** API pattern for `toolset_name`. */
+const TOOLSET_NAME = /^[a-zA-Z0-9_-]+$/;
+
+export const BatchIdSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9._:-]+$/, 'batch_id: 1–128 characters of [A-Za-z0-9._:-]');
+
+/** One `tool_use` block exactly as the Messages API returned it. */
+export const ToolUseSchema = z
+  .looseObject({
+    type: z.literal('tool_use'),
+    /** Block id; its `tool_result` carries the same id. */
+    id: z.string().min(1).max(256).regex(TOOL_USE_ID, 'id must match ^[a-zA-Z0-9_-]+$'),
+    /** Member name (or a plain tool's name). */
+    name: z.string().min(1).max(200),
+    /** The toolset family for a member call; absent for plain tools. */
+    toolset_name: z.string().min(1).max(64).regex(TOOLSET_NAME).nullish(),
+    /** The member's input; validated by the member's own schema, not here. */
+    input: z.unknown(),
+  })
+  .transform(({ type, id, name, toolset_name, input }) => ({ type, id, name, toolset_name, input }));
+export type ToolUse = z.output<typeof ToolUseSchema>;
+
+export const HelloSchema = z.strictObject({
+  type: z.literal('hello'),
+  /** Free-form client identification, for logs. */
+  client: z.string().max(200).optional(),
+  /** Reattach to a session whose connection dropped within the grace period. */
+  resume_session_id: z.string().min(1).max(128).optional(),
+});
+
+export const BatchSchema = z.strictObject({
+  type: z.literal('batch'),
+  batch_id: BatchIdSchema,
+  /** The assistant turn's tool_use blocks, in order. The count limit is checked by the server. */
+  tool_uses: z.array(ToolUseSchema).min(1),
+});
+
+export const CancelSchema = z.strictObject({
+  type: z.literal('cancel'),
+  batch_id: BatchIdSchema,
+});
+
+export const PingSchema = z.strictObject({ type: z.literal('ping') });
+
+export const ClientMessageSchema = z.discriminatedUnion('type', [HelloSchema, BatchSchema, CancelSchema, PingSchema]);
+export type ClientMessage = z.output<typeof ClientMessageSchema>;
+export type HelloMessage = z.output<typeof HelloSchema>;
+export type BatchMessage = z.output<typeof BatchSchema>;
+export type CancelMessage = z.output<typeof CancelSchema>;
+
+// ---------------------------------------------------------------- daemon → client
+
+export const TextBlockSchema = z.strictObject({ type: z.literal('text'), text: z.string().min(1) });
+export const ImageBlockSchema = z.strictObject({
+  type: z.literal('image'),
+  source: z.strictObject({
+    type: z.literal('base64'),
+    media_type: z.enum(['image/png', 'image/jpeg', 'image/webp', 'image/gif']),
+    data: z.string().min(1),
+  }),
+});
+export type TextBlock = z.output<typeof TextBlockSchema>;
+export type ImageBlock = z.output<typeof ImageBlockSchema>;
+
+/** A content block of a member result. `browser_state` joins with the browser toolset. */
+export const ResultBlockSchema = z.discriminatedUnion('type', [TextBlockSchema, ImageBlockSchema]);
+export type ResultBlock = z.output<typeof ResultBlockSchema>;
+
+export const ToolResultSchema = z.strictObject({
+  type: z.literal('tool_result'),
+  tool_use_id: z.string().regex(TOOL_USE_ID),
+  /** Echoed from the tool_use on member results, and only there. */
+  toolset_name: z.string().min(1).max(64).regex(TOOLSET_NAME).optional(),
+  is_error: z.literal(true).optional(),
+  content: z.array(ResultBlockSchema).min(1),
+});
+export type ToolResult = z.output<typeof ToolResultSchema>;
+
+export const ErrorInfoSchema = z.strictObject({
+  /** The error's type name (what the model is told by default). */
+  type: z.string(),
+  /** The full message, for the operator. */
+  message: z.string(),
+  timed_out: z.boolean(),
+  /** Whether an unchanged retry of the call may succeed. */
+  retryable: z.boolean(),
+});
+export type ErrorInfo = z.output<typeof ErrorInfoSchema>;
+
+export const ToolEventPhaseSchema = z.enum(['started', 'succeeded', 'failed', 'not_executed', 'cancelled']);
+export type ToolEventPhase = z.output<typeof ToolEventPhaseSchema>;
+
+export const ToolEventSchema = z.strictObject({
+  type: z.literal('tool_event'),
+  batch_id: z.string(),
+  index: z.number().int().nonnegative(),
+  tool_use_id: z.string(),
+  toolset_name: z.string().nullable(),
+  name: z.string(),
+  phase: ToolEventPhaseSchema,
+  duration_ms: z.number().nonnegative().optional(),
+  error: ErrorInfoSchema.optional(),
+});
+export type ToolEvent = z.output<typeof ToolEventSchema>;
+
+export const FailureSchema = z.strictObject({
+  tool_use_id: z.string(),
+  index: z.number().int().nonnegative(),
+  name: z.string(),
+  error: ErrorInfoSchema,
+});
+export type Failure = z.output<typeof FailureSchema>;
+
+export const ScreenshotFileSchema = z.strictObject({
+  tool_use_id: z.string(),
+  /** Relative to the screenshots directory, `/`-separated. */
+  path: z.string(),
+  width: z.number().int().positive(),
+  height: z.number().int().positive(),
+  bytes: z.number().int().nonnegative(),
+});
+export type ScreenshotFile = z.output<typeof ScreenshotFileSchema>;
+
+export const BatchResultSchema = z.strictObject({
+  type: z.literal('batch_result'),
+  batch_id: z.string(),
+  tool_results: z.array(ToolResultSchema),
+  failures: z.array(FailureSchema),
+  /** Toolset name → index of the call whose failure halted it. */
+  halted: z.record(z.string(), z.number().int().nonnegative()),
+  cancelled: z.boolean(),
+  replayed: z.boolean(),
+  duration_ms: z.number().nonnegative(),
+  screenshots: z.array(ScreenshotFileSchema),
+});
+export type BatchResult = z.output<typeof BatchResultSchema>;
+
+export const ToolsetInfoSchema = z.strictObject({
+  type: z.string(),
+  toolset_name: z.string(),
+  members: z.array(z.string()),
+  not_executed_text: z.string(),
+  cancelled_text: z.string(),
+  /** The `tools[]` entry to pass to the Messages API for this daemon. */
+  tool: z.strictObject({
+    type: z.string(),
+    configs: z.record(z.string(), z.strictObject({ enabled: z.boolean() })).optional(),
+  }),
+});
+export type ToolsetInfo = z.output<typeof ToolsetInfoSchema>;
+
+const SizeSchema = z.strictObject({ width: z.number().int().positive(), height: z.number().int().positive() });
+
+export const WelcomeSchema = z.strictObject({
+  type: z.literal('welcome'),
+  protocol: z.literal(PROTOCOL_VERSION),
+  session_id: z.string(),
+  /** True when `hello.resume_session_id` reattached an existing session. */
+  resumed: z.boolean(),
+  toolsets: z.array(ToolsetInfoSchema),
+  /** Absent while the display is unreachable. */
+  display: SizeSchema.optional(),
+  screenshot: SizeSchema.optional(),
+  limits: z.strictObject({
+    max_tool_uses: z.number().int().positive(),
+    max_payload_bytes: z.number().int().positive(),
+    max_queued_batches: z.number().int().positive(),
+  }),
+});
+export type Welcome = z.output<typeof WelcomeSchema>;
+
+export const ERROR_CODES = [
+  'invalid_json',
+  'invalid_message',
+  'binary_frame',
+  'batch_too_large',
+  'batch_id_conflict',
+  'duplicate_tool_use_id',
+  'queue_full',
+  'unknown_batch',
+  'session_not_found',
+  'too_many_sessions',
+  'internal',
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export const ErrorMessageSchema = z.strictObject({
+  type: z.literal('error'),
+  code: z.enum(ERROR_CODES),
+  message: z.string(),
+  batch_id: z.string().optional(),
+});
+export type ErrorMessage = z.output<typeof ErrorMessageSchema>;
+
+export const PongSchema = z.strictObject({ type: z.literal('pong') });
+
+export const ServerMessageSchema = z.discriminatedUnion('type', [
+  WelcomeSchema,
+  ToolEventSchema,
+  BatchResultSchema,
+  ErrorMessageSchema,
+  PongSchema,
+]);
+export type ServerMessage = z.output<typeof ServerMessageSchema>;

@@ -1,0 +1,207 @@
+/**
+ * One WebSocket connection: parses client messages, answers protocol errors
+ * with `error` frames (the connection stays usable), hands batches to its
+ * session, and forwards events and results. A frame over `maxPayload` is
+ * closed by ws with 1009, as the protocol says.
+ */
+import type { RawData, WebSocket } from 'ws';
+import type { DaemonConfig } from '../config.ts';
+import type { Logger } from '../log.ts';
+import {
+  ClientMessageSchema,
+  type BatchMessage,
+  type BatchResult,
+  type ErrorCode,
+  type HelloMessage,
+  type ServerMessage,
+  type Welcome,
+} from '../protocol.ts';
+import { describeZodError } from '../executor/zod-text.ts';
+import type { Session } from './session.ts';
+
+export interface SessionRegistry {
+  createSession(): Session | undefined;
+  findSession(id: string): Session | undefined;
+  releaseSession(session: Session, owner: object): void;
+  welcome(session: Session, resumed: boolean): Promise<Welcome>;
+}
+
+export interface ConnectionDeps {
+  config: DaemonConfig;
+  log: Logger;
+  remote: string;
+  sessions: SessionRegistry;
+}
+
+/** How long close() waits for the peer's close frame before terminating. */
+const CLOSE_WAIT_MS = 1_000;
+
+export class Connection {
+  private session: Session | undefined;
+  private alive = true;
+  private log: Logger;
+  /** Messages are handled one at a time, so a hello is answered before a batch sent right after it. */
+  private inbox: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly ws: WebSocket,
+    private readonly deps: ConnectionDeps,
+  ) {
+    this.log = deps.log.child({ remote: deps.remote });
+    ws.on('pong', () => (this.alive = true));
+    ws.on('message', (data, isBinary) => {
+      this.inbox = this.inbox.then(() => this.onMessage(data, isBinary)).catch((err: unknown) => {
+        this.log.error('message handler failed', { error: String(err) });
+        this.send({ type: 'error', code: 'internal', message: 'internal error while handling the message' });
+      });
+    });
+    ws.on('close', () => {
+      if (this.session) this.deps.sessions.releaseSession(this.session, this);
+      this.session = undefined;
+    });
+    ws.on('error', (err) => this.log.warn('socket error', { error: err.message }));
+  }
+
+  /** Called by the server's heartbeat: a peer that missed the previous ping is dropped. */
+  heartbeat(): void {
+    if (!this.alive) {
+      this.log.info('peer missed its pong; terminating');
+      this.ws.terminate();
+      return;
+    }
+    this.alive = false;
+    this.ws.ping();
+  }
+
+  close(code: number, reason: string): Promise<void> {
+    if (this.ws.readyState === this.ws.CLOSED) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.ws.terminate();
+        resolve();
+      }, CLOSE_WAIT_MS);
+      this.ws.once('close', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.ws.close(code, reason);
+    });
+  }
+
+  private send(message: ServerMessage): void {
+    if (this.ws.readyState === this.ws.OPEN) this.ws.send(JSON.stringify(message));
+  }
+
+  private error(code: ErrorCode, message: string, batchId?: string): void {
+    this.send({ type: 'error', code, message, ...(batchId ? { batch_id: batchId } : {}) });
+  }
+
+  private async onMessage(data: RawData, isBinary: boolean): Promise<void> {
+    if (isBinary) return this.error('binary_frame', 'binary frames are not accepted; send JSON text frames');
+    let json: unknown;
+    try {
+      json = JSON.parse(data.toString());
+    } catch {
+      return this.error('invalid_json', 'the frame is not valid JSON');
+    }
+    const parsed = ClientMessageSchema.safeParse(json);
+    if (!parsed.success) {
+      const batchId = (json as { batch_id?: unknown } | null)?.batch_id;
+      return this.error(
+        'invalid_message',
+        describeZodError(parsed.error),
+        typeof batchId === 'string' && batchId.length <= 128 ? batchId : undefined,
+      );
+    }
+    const msg = parsed.data;
+    switch (msg.type) {
+      case 'ping':
+        return this.send({ type: 'pong' });
+      case 'hello':
+        return this.onHello(msg);
+      case 'batch':
+        return this.onBatch(msg);
+      case 'cancel':
+        if (!this.session?.cancel(msg.batch_id)) {
+          this.error('unknown_batch', `no batch ${msg.batch_id} in this session`, msg.batch_id);
+        }
+        return;
+    }
+  }
+
+  private async onHello(msg: HelloMessage): Promise<void> {
+    if (this.session) {
+      if (msg.resume_session_id && msg.resume_session_id !== this.session.id) {
+        return this.error('invalid_message', 'hello with resume_session_id must be the first message');
+      }
+      return this.send(await this.deps.sessions.welcome(this.session, false));
+    }
+    if (msg.resume_session_id) {
+      const session = this.deps.sessions.findSession(msg.resume_session_id);
+      if (!session) {
+        return this.error('session_not_found', 'no such session, or its grace period ended; start a new one');
+      }
+      this.attach(session);
+      this.log.info('session resumed', { client: msg.client });
+      return this.send(await this.deps.sessions.welcome(session, true));
+    }
+    const session = this.deps.sessions.createSession();
+    if (!session) return this.error('too_many_sessions', 'the daemon holds its maximum number of sessions');
+    this.attach(session);
+    this.send(await this.deps.sessions.welcome(session, false));
+  }
+
+  private attach(session: Session): void {
+    this.session = session;
+    this.log = this.deps.log.child({ remote: this.deps.remote, session: session.id });
+    session.attach(
+      this,
+      (event) => this.send(event),
+      () => {
+        // Another connection resumed this session; this one no longer owns it.
+        this.session = undefined;
+        void this.close(4001, 'session resumed by another connection');
+      },
+    );
+  }
+
+  private async onBatch(msg: BatchMessage): Promise<void> {
+    const { limits } = this.deps.config;
+    const id = msg.batch_id;
+    if (msg.tool_uses.length > limits.maxToolUsesPerBatch) {
+      return this.error('batch_too_large', `a batch holds at most ${limits.maxToolUsesPerBatch} tool_uses`, id);
+    }
+    const ids = new Set(msg.tool_uses.map((tu) => tu.id));
+    if (ids.size !== msg.tool_uses.length) {
+      return this.error('duplicate_tool_use_id', 'every tool_use in a batch needs its own id', id);
+    }
+    if (!this.session) await this.onHello({ type: 'hello' });
+    const session = this.session;
+    if (!session) return; // too_many_sessions was sent
+
+    const outcome = session.submit(id, msg.tool_uses);
+    switch (outcome.kind) {
+      case 'conflict':
+        return this.error('batch_id_conflict', `batch_id ${id} was already used with different tool_uses`, id);
+      case 'queue_full':
+        return this.error('queue_full', `at most ${limits.maxQueuedBatches} batches may wait in a session`, id);
+      case 'replayed':
+        void outcome.result.then((r) => this.send({ ...r, replayed: true }));
+        return;
+      case 'accepted':
+        void outcome.result.then((r) => {
+          this.logBatch(r);
+          this.send(r);
+        });
+        return;
+    }
+  }
+
+  private logBatch(r: BatchResult): void {
+    const failed = r.failures.length;
+    this.log.info(
+      `batch ${r.batch_id}: ${r.tool_results.length} calls, ${failed} failed${r.cancelled ? ', cancelled' : ''}, ${r.duration_ms} ms`,
+      { batch: r.batch_id, calls: r.tool_results.length, failed, cancelled: r.cancelled, duration_ms: r.duration_ms },
+    );
+  }
+}

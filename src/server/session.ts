@@ -1,0 +1,162 @@
+/**
+ * A session: what outlives one connection. It runs its batches one after
+ * another in arrival order, keeps their results for replay (a resent batch_id
+ * never runs twice), and survives a dropped connection for the grace period so
+ * the client can resume it (docs/PROTOCOL.md "Idempotency and reconnects").
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import type { BatchResult, ToolEvent, ToolUse } from '../protocol.ts';
+
+export interface SessionLimits {
+  maxQueuedBatches: number;
+  resultCache: { maxEntries: number; ttlMs: number };
+}
+
+/** Runs one batch; the session decides when. */
+export type RunBatch = (batchId: string, toolUses: readonly ToolUse[], signal: AbortSignal) => Promise<BatchResult>;
+
+interface StoredBatch {
+  hash: string;
+  result: Promise<BatchResult>;
+  controller: AbortController;
+  done: boolean;
+  finishedAt: number;
+}
+
+export type SubmitOutcome =
+  | { kind: 'accepted'; result: Promise<BatchResult> }
+  | { kind: 'replayed'; result: Promise<BatchResult> }
+  | { kind: 'conflict' }
+  | { kind: 'queue_full' };
+
+export function newSessionId(): string {
+  return `s_${randomBytes(16).toString('base64url')}`;
+}
+
+/** Stable JSON: object keys sorted, so the same batch hashes the same however it was serialised. */
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+export function batchHash(toolUses: readonly ToolUse[]): string {
+  return createHash('sha256').update(canonical(toolUses)).digest('hex');
+}
+
+export class Session {
+  readonly id: string;
+  /** Set while a connection is attached; events go there. */
+  emit: ((event: ToolEvent) => void) | undefined;
+  /** The attached connection, and how to drop it when another resumes the session. */
+  private owner: { id: object; evict: () => void } | undefined;
+  private readonly batches = new Map<string, StoredBatch>();
+  private tail: Promise<unknown> = Promise.resolve();
+  private pending = 0;
+  private graceTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly limits: SessionLimits,
+    private readonly runBatch: RunBatch,
+    id = newSessionId(),
+  ) {
+    this.id = id;
+  }
+
+  /** Batches queued or running. */
+  get active(): number {
+    return this.pending;
+  }
+
+  submit(batchId: string, toolUses: readonly ToolUse[]): SubmitOutcome {
+    this.evictExpired();
+    const hash = batchHash(toolUses);
+    const known = this.batches.get(batchId);
+    if (known) return known.hash === hash ? { kind: 'replayed', result: known.result } : { kind: 'conflict' };
+    // The running batch plus maxQueuedBatches waiting behind it.
+    if (this.pending > this.limits.maxQueuedBatches) return { kind: 'queue_full' };
+
+    const controller = new AbortController();
+    this.pending++;
+    const result = this.tail.then(() => this.runBatch(batchId, toolUses, controller.signal));
+    const stored: StoredBatch = { hash, result, controller, done: false, finishedAt: 0 };
+    this.tail = result.catch(() => undefined);
+    void result.finally(() => {
+      this.pending--;
+      stored.done = true;
+      stored.finishedAt = Date.now();
+      this.evictOverflow();
+    });
+    this.batches.set(batchId, stored);
+    return { kind: 'accepted', result };
+  }
+
+  /** Cancels a queued or running batch. False when the session never saw it. */
+  cancel(batchId: string): boolean {
+    const stored = this.batches.get(batchId);
+    if (!stored) return false;
+    if (!stored.done) stored.controller.abort();
+    return true;
+  }
+
+  /** Cancels everything queued or running (disconnect, shutdown). */
+  cancelAll(): void {
+    for (const stored of this.batches.values()) if (!stored.done) stored.controller.abort();
+  }
+
+  /** Resolves when every accepted batch has its result. */
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.batches.values()].map((b) => b.result));
+  }
+
+  /**
+   * The owner's connection dropped: cancel its work and start the grace period;
+   * `expire` runs at its end. A no-op for a connection that no longer owns the session.
+   */
+  detach(owner: object, graceMs: number, expire: () => void): void {
+    if (this.owner?.id !== owner) return;
+    this.owner = undefined;
+    this.emit = undefined;
+    this.cancelAll();
+    clearTimeout(this.graceTimer);
+    this.graceTimer = setTimeout(expire, graceMs);
+    this.graceTimer.unref();
+  }
+
+  /** Attaches a connection; one that still held the session is evicted (a client reconnecting past a half-open socket). */
+  attach(owner: object, emit: (event: ToolEvent) => void, evict: () => void): void {
+    clearTimeout(this.graceTimer);
+    this.graceTimer = undefined;
+    const previous = this.owner;
+    this.owner = { id: owner, evict };
+    this.emit = emit;
+    if (previous && previous.id !== owner) previous.evict();
+  }
+
+  close(): void {
+    clearTimeout(this.graceTimer);
+    this.cancelAll();
+  }
+
+  private evictExpired(): void {
+    const cutoff = Date.now() - this.limits.resultCache.ttlMs;
+    for (const [id, b] of this.batches) if (b.done && b.finishedAt < cutoff) this.batches.delete(id);
+  }
+
+  /** Keeps at most maxEntries finished results, dropping the oldest (Map keeps insertion order). */
+  private evictOverflow(): void {
+    let excess = this.batches.size - this.limits.resultCache.maxEntries;
+    for (const [id, b] of this.batches) {
+      if (excess <= 0) break;
+      if (b.done) {
+        this.batches.delete(id);
+        excess--;
+      }
+    }
+  }
+}

@@ -1,0 +1,17 @@
+/** Helpers for texts the model reads. */
+
+/** Longest input value echoed into an acknowledgment (the SDK folds to one line and bounds it). */
+export const ECHO_MAX_CHARS = 200;
+
+/** Folds a value from the input into one bounded line for an acknowledgment text. */
+export function echo(value: string | number): string {
+  const line = String(value)
+    .replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]+/g, ' ')
+    .trim();
+  return line.length > ECHO_MAX_CHARS ? `${line.slice(0, ECHO_MAX_CHARS - 1)}…` : line;
+}
+
+/** Folds a name from the model into one bounded line; runs of quotes and spaces become one space (the SDK's unknown-member rule). */
+export function foldName(value: string): string {
+  return echo(value).replace(/['\s]+/g, ' ');
+}

@@ -1,0 +1,126 @@
+/**
+ * What a toolset and its members are. A member is plain data plus a handler
+ * (after Playwright MCP's `defineTool`): its name, its zod input schema (the
+ * schema is also the type, and is checked against the SDK's input type in
+ * test/types), what it does to the world, what kind of result it gives, and
+ * the handler. Handlers never build wire blocks: they return a value of their
+ * result kind, and the executor's result boundary (src/executor/results.ts)
+ * turns it into API content, enforcing the contract in one place.
+ */
+import type { z } from 'zod';
+import type { CapturedImage } from '../src/desktop/driver.ts';
+
+/** Whether a call can change anything (issue 4 retries only `read` members). */
+export type Effect = 'read' | 'write';
+
+/** Content block types a toolset's results may hold (TOOLSET-CONTRACT A3). */
+export type BlockType = 'text' | 'image' | 'browser_state';
+
+/** Everything a handler gets besides its input. */
+export interface CallContext {
+  /** Aborts on cancel, disconnect, timeout or shutdown. Check it in long work. */
+  signal: AbortSignal;
+  sessionId: string;
+  batchId: string;
+  toolUseId: string;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-unused-vars -- Ctx is used by the variants below
+interface MemberBase<S extends z.ZodType, Ctx> {
+  /** The member name the API uses. */
+  name: string;
+  /** One line for docs and logs; the model reads Anthropic's own description. */
+  summary: string;
+  input: S;
+  effect: Effect;
+  /** Time allowed on top of the daemon's call timeout, from the input (`wait`, `hold_key`). */
+  extraTimeMs?: (input: z.output<S>) => number;
+}
+
+/** A pure action: the model reads the acknowledgment text. */
+export interface AckMember<S extends z.ZodType, Ctx> extends MemberBase<S, Ctx> {
+  kind: 'ack';
+  ack: (input: z.output<S>) => string;
+  handle: (input: z.output<S>, ctx: Ctx) => Promise<void>;
+}
+
+/** A reading member: the model reads the returned text. */
+export interface TextMember<S extends z.ZodType, Ctx> extends MemberBase<S, Ctx> {
+  kind: 'text';
+  handle: (input: z.output<S>, ctx: Ctx) => Promise<string>;
+}
+
+/** A seeing member: the model gets one image. */
+export interface ImageMember<S extends z.ZodType, Ctx> extends MemberBase<S, Ctx> {
+  kind: 'image';
+  handle: (input: z.output<S>, ctx: Ctx) => Promise<CapturedImage>;
+}
+
+export type Member<S extends z.ZodType = z.ZodType, Ctx = unknown> =
+  | AckMember<S, Ctx>
+  | TextMember<S, Ctx>
+  | ImageMember<S, Ctx>;
+
+/** What a handler produced, before the result boundary serialises it. */
+export type MemberOutput =
+  | { kind: 'text'; text: string }
+  | { kind: 'image'; image: CapturedImage };
+
+/**
+ * A member bound to its toolset's context: what the executor runs. It sees
+ * neither the context type nor the result kinds' handlers.
+ */
+export interface RunnableMember {
+  name: string;
+  input: z.ZodType;
+  effect: Effect;
+  kind: Member['kind'];
+  extraTimeMs(input: unknown): number;
+  run(input: unknown, call: CallContext): Promise<MemberOutput[]>;
+}
+
+/** Binds a member to the function that builds its context for a call. */
+export function bindMember<S extends z.ZodType, Ctx>(
+  member: Member<S, Ctx>,
+  context: (call: CallContext) => Ctx,
+): RunnableMember {
+  return {
+    name: member.name,
+    input: member.input,
+    effect: member.effect,
+    kind: member.kind,
+    extraTimeMs: (input) => Math.ceil(member.extraTimeMs?.(input as z.output<S>) ?? 0),
+    async run(raw, call) {
+      const input = raw as z.output<S>;
+      const ctx = context(call);
+      switch (member.kind) {
+        case 'ack':
+          await member.handle(input, ctx);
+          return [{ kind: 'text', text: member.ack(input) }];
+        case 'text':
+          return [{ kind: 'text', text: await member.handle(input, ctx) }];
+        case 'image':
+          return [{ kind: 'image', image: await member.handle(input, ctx) }];
+      }
+    },
+  };
+}
+
+export interface Toolset {
+  /** The API's dated tool type, e.g. `computer_toolset_20260801`. */
+  type: string;
+  /** The `toolset_name` its tool_use blocks carry. */
+  name: string;
+  /** Exact text for calls skipped after an earlier failure of this toolset (TOOLSET-CONTRACT A5). */
+  notExecutedText: string;
+  /** Text for calls stopped by cancel or disconnect (docs/PROTOCOL.md, execution rule 7). */
+  cancelledText: string;
+  /** Whether its calls act on the one shared desktop, so batches using it take the desktop lane. */
+  usesDesktop: boolean;
+  /** Content block types the API accepts in this toolset's results. */
+  allowedBlocks: readonly BlockType[];
+  /** Every member the API defines for this toolset, by name. */
+  allMemberNames: readonly string[];
+  /** The members this daemon serves and has enabled. */
+  members: ReadonlyMap<string, RunnableMember>;
+}
