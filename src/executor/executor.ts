@@ -171,10 +171,11 @@ export class Executor {
     let input: unknown;
     try {
       ({ toolset, member } = this.resolve(tu));
-      const parsed = member.input.safeParse(tu.input ?? {});
+      const raw = tu.input ?? {};
+      const parsed = member.input.safeParse(raw);
       if (!parsed.success) {
         throw new ToolInputError(
-          `invalid input for ${toolset.name} member '${tu.name}': ${describeZodError(parsed.error)}`,
+          `invalid input for ${toolset.name} member '${tu.name}': ${describeZodError(parsed.error, raw)}`,
         );
       }
       input = parsed.data;

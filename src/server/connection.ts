@@ -109,7 +109,7 @@ export class Connection {
       const batchId = (json as { batch_id?: unknown } | null)?.batch_id;
       return this.error(
         'invalid_message',
-        describeZodError(parsed.error),
+        describeZodError(parsed.error, json),
         typeof batchId === 'string' && batchId.length <= 128 ? batchId : undefined,
       );
     }
