@@ -6,7 +6,7 @@ export const ECHO_MAX_CHARS = 200;
 /** Folds a value from the input into one bounded line for an acknowledgment text. */
 export function echo(value: string | number): string {
   const line = String(value)
-    .replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]+/g, ' ')
+    .replace(/[\p{Cc}\u2028\u2029]+/gu, ' ')
     .trim();
   return line.length > ECHO_MAX_CHARS ? `${line.slice(0, ECHO_MAX_CHARS - 1)}…` : line;
 }

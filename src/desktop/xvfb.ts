@@ -1,0 +1,503 @@
+/**
+ * Starts a private virtual X display: Xvfb plus (by default) the openbox
+ * window manager, for tests, the benchmark and the container entrypoint.
+ *
+ * - Xvfb picks its own display number (`-displayfd`): it takes the lowest free
+ *   number using its own lock files (/tmp/.X<n>-lock), so parallel starts never
+ *   collide and there is no check-then-use race.
+ * - `-noreset`: without it the server resets its keyboard map whenever the last
+ *   client leaves; `-nolisten tcp`: local sockets only (shared/notes/MEASURED.md).
+ * - openbox runs with a generated minimal config (OPENBOX_RC below) that binds
+ *   no keys and no modifier+mouse chords, so Alt+click, Alt+Tab, Ctrl+Alt+arrows
+ *   reach the applications instead of the window manager.
+ * - Children never outlive this process: they are started under
+ *   `setpriv --pdeathsig KILL` when available (the kernel kills them if we die,
+ *   even by SIGKILL), and a `process.on('exit')` hook SIGKILLs them too. They are
+ *   unref'd, so a forgotten `stop()` does not keep the process alive.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, rmSync } from 'node:fs';
+import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { isDisplayReachable } from './display.ts';
+
+export type VirtualDisplayLogLevel = 'debug' | 'info' | 'warn' | 'error';
+export type VirtualDisplayLogger = (
+  level: VirtualDisplayLogLevel,
+  msg: string,
+  fields?: Record<string, unknown>,
+) => void;
+
+export interface VirtualDisplayOptions {
+  /** Screen width in pixels. */
+  width: number;
+  /** Screen height in pixels. */
+  height: number;
+  /** Bits per pixel; default 24. */
+  depth?: number;
+  /** Start openbox on the display (focus then follows the newest window); default true. */
+  windowManager?: boolean;
+  /** Limit for Xvfb and for openbox each to become ready; default 10 000 ms. */
+  startTimeoutMs?: number;
+  log?: VirtualDisplayLogger;
+}
+
+export interface VirtualDisplay {
+  /** The X display name, e.g. `:3`: pass it as `DISPLAY` to clients. */
+  display: string;
+  width: number;
+  height: number;
+  /** PID of the Xvfb process. */
+  pid: number;
+  /** PID of openbox, when it was started. */
+  windowManagerPid?: number;
+  /** Stops openbox and Xvfb (SIGTERM, SIGKILL after STOP_DEADLINE_MS) and waits for both to exit. Idempotent. */
+  stop(): Promise<void>;
+}
+
+export type VirtualDisplayErrorCode = 'not_installed' | 'bad_options' | 'start_failed' | 'start_timeout';
+
+/** Starting the virtual display failed; `code` says how. The message carries the tail of the process's log. */
+export class VirtualDisplayError extends Error {
+  override readonly name = 'VirtualDisplayError';
+  constructor(
+    readonly code: VirtualDisplayErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const DEFAULT_DEPTH = 24;
+const DEFAULT_START_TIMEOUT_MS = 10_000;
+/** After SIGTERM, how long a child gets before SIGKILL. */
+const STOP_DEADLINE_MS = 3_000;
+/** Interval between readiness probes (X socket, window manager property). */
+const POLL_INTERVAL_MS = 20;
+/** Limit for one xprop / xdpyinfo run. */
+const X_TOOL_TIMEOUT_MS = 5_000;
+/** How much of a child's log an error message quotes. */
+const LOG_TAIL_CHARS = 2_000;
+/** Fixed DPI, so browsers pick a device scale factor of 1. */
+const XVFB_DPI = 96;
+/** Xvfb refuses screens larger than this in either direction. */
+const MAX_SCREEN_PX = 16_384;
+
+const SETPRIV = '/usr/bin/setpriv';
+/** What setpriv exits with when it cannot find the command it was to run. */
+const EXIT_COMMAND_NOT_FOUND = 127;
+const XVFB_NOT_FOUND = 'Xvfb not found: run `bash scripts/setup.sh` (Debian package xvfb)';
+const OPENBOX_NOT_FOUND = 'openbox not found: run `bash scripts/setup.sh` (Debian package openbox)';
+
+/**
+ * openbox config: one desktop, new windows take focus, click focuses and
+ * raises, titlebar drag moves, edge drag resizes. Deliberately no <keyboard>
+ * bindings and no modifier+button chords and no root-window bindings (the stock
+ * config grabs Alt+drag, Alt+Tab, Ctrl+Alt+arrows, and switches desktops on
+ * root scroll), so every key and chord an agent sends reaches the application.
+ */
+const OPENBOX_RC = `<?xml version="1.0" encoding="UTF-8"?>
+<openbox_config xmlns="http://openbox.org/3.4/rc">
+  <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
+  <placement><policy>Smart</policy></placement>
+  <desktops><number>1</number><popupTime>0</popupTime></desktops>
+  <keyboard></keyboard>
+  <mouse>
+    <dragThreshold>4</dragThreshold>
+    <doubleClickTime>400</doubleClickTime>
+    <context name="Client">
+      <mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
+      <mousebind button="Middle" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
+      <mousebind button="Right" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
+    </context>
+    <context name="Titlebar">
+      <mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
+      <mousebind button="Left" action="Drag"><action name="Move"/></mousebind>
+      <mousebind button="Left" action="DoubleClick"><action name="ToggleMaximize"/></mousebind>
+    </context>
+    <context name="Top"><mousebind button="Left" action="Drag"><action name="Resize"><edge>top</edge></action></mousebind></context>
+    <context name="Bottom"><mousebind button="Left" action="Drag"><action name="Resize"><edge>bottom</edge></action></mousebind></context>
+    <context name="Left"><mousebind button="Left" action="Drag"><action name="Resize"><edge>left</edge></action></mousebind></context>
+    <context name="Right"><mousebind button="Left" action="Drag"><action name="Resize"><edge>right</edge></action></mousebind></context>
+    <context name="TLCorner"><mousebind button="Left" action="Drag"><action name="Resize"/></mousebind></context>
+    <context name="TRCorner"><mousebind button="Left" action="Drag"><action name="Resize"/></mousebind></context>
+    <context name="BLCorner"><mousebind button="Left" action="Drag"><action name="Resize"/></mousebind></context>
+    <context name="BRCorner"><mousebind button="Left" action="Drag"><action name="Resize"/></mousebind></context>
+    <context name="Close"><mousebind button="Left" action="Click"><action name="Close"/></mousebind></context>
+    <context name="Maximize"><mousebind button="Left" action="Click"><action name="ToggleMaximize"/></mousebind></context>
+    <context name="Iconify"><mousebind button="Left" action="Click"><action name="Iconify"/></mousebind></context>
+  </mouse>
+</openbox_config>
+`;
+
+/**
+ * Children still running, each with the synchronous clean-up to do after
+ * SIGKILLing it if this process exits without stopping it.
+ */
+const liveChildren = new Map<ChildProcess, () => void>();
+let exitHookInstalled = false;
+
+function trackChild(child: ChildProcess): void {
+  liveChildren.set(child, () => {});
+  child.once('exit', () => liveChildren.delete(child));
+  if (!exitHookInstalled) {
+    exitHookInstalled = true;
+    process.on('exit', () => {
+      for (const [c, afterKill] of liveChildren) {
+        try {
+          c.kill('SIGKILL');
+          afterKill();
+        } catch {
+          // already gone, or nothing left to clean
+        }
+      }
+    });
+  }
+}
+
+/** Sets what the exit hook does after SIGKILLing `child` (a killed Xvfb leaves its lock and socket behind). */
+function onExitHookKill(child: ChildProcess, afterKill: () => void): void {
+  if (liveChildren.has(child)) liveChildren.set(child, afterKill);
+}
+
+/** `setpriv --pdeathsig KILL -- cmd args…` when setpriv exists (util-linux, present on Debian). */
+function dieWithParent(command: string, args: string[]): [string, string[]] {
+  return existsSync(SETPRIV) ? [SETPRIV, ['--pdeathsig', 'KILL', '--', command, ...args]] : [command, args];
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function logTail(path: string): Promise<string> {
+  try {
+    const text = (await readFile(path, 'utf8')).trim();
+    return text.length > LOG_TAIL_CHARS ? `…${text.slice(-LOG_TAIL_CHARS)}` : text;
+  } catch {
+    return '';
+  }
+}
+
+function exitDescription(code: number | null, signal: NodeJS.Signals | null): string {
+  return signal ? `was killed by ${signal}` : `exited with code ${code}`;
+}
+
+/** Resolves when `child` has exited (immediately if it already has). */
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+/** SIGTERM, then SIGKILL after STOP_DEADLINE_MS; resolves once the child has exited. */
+async function terminate(child: ChildProcess): Promise<void> {
+  // No pid: it never started (spawn error), so there is nothing to wait for.
+  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
+  child.ref(); // keep the loop alive until we have seen it go
+  const gone = exited(child);
+  child.kill('SIGTERM');
+  if ((await raceDeadline(gone, STOP_DEADLINE_MS)) === 'deadline') {
+    child.kill('SIGKILL');
+    // SIGKILL cannot be ignored; the bound only guards against a process stuck in the kernel.
+    await raceDeadline(gone, STOP_DEADLINE_MS);
+  }
+}
+
+/** Resolves with 'done' when `promise` settles first, with 'deadline' after `ms`. */
+async function raceDeadline(promise: Promise<void>, ms: number): Promise<'done' | 'deadline'> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<'deadline'>((resolve) => {
+    timer = setTimeout(() => resolve('deadline'), ms);
+  });
+  try {
+    return await Promise.race([promise.then(() => 'done' as const), deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Spawns Xvfb with `-displayfd 3` and resolves with the display number it
+ * writes to fd 3 once it accepts connections.
+ */
+async function spawnXvfb(
+  screen: string,
+  logFd: number,
+  logPath: string,
+  timeoutMs: number,
+): Promise<{ child: ChildProcess; displayNumber: number }> {
+  const xvfbArgs = [
+    '-displayfd',
+    '3',
+    '-screen',
+    '0',
+    screen,
+    '-dpi',
+    String(XVFB_DPI),
+    '-nolisten',
+    'tcp',
+    '-noreset',
+  ];
+  const [command, args] = dieWithParent('Xvfb', xvfbArgs);
+  const child = spawn(command, args, { stdio: ['ignore', logFd, logFd, 'pipe'] });
+  trackChild(child);
+  const fd3 = child.stdio[3] as Readable;
+
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const displayNumber = await new Promise<number>((resolve, reject) => {
+      let text = '';
+      fd3.setEncoding('utf8');
+      fd3.on('data', (chunk: string) => {
+        text += chunk;
+        const m = /^(\d+)\n/.exec(text);
+        if (m) resolve(Number(m[1]));
+      });
+      child.once('error', (err: NodeJS.ErrnoException) => {
+        reject(
+          err.code === 'ENOENT'
+            ? new VirtualDisplayError('not_installed', XVFB_NOT_FOUND)
+            : new VirtualDisplayError('start_failed', `cannot start Xvfb: ${err.message}`),
+        );
+      });
+      child.once('exit', (code, signal) => {
+        void logTail(logPath).then((tail) =>
+          reject(
+            code === EXIT_COMMAND_NOT_FOUND
+              ? new VirtualDisplayError('not_installed', `${XVFB_NOT_FOUND}${tail ? `:\n${tail}` : ''}`)
+              : new VirtualDisplayError(
+                  'start_failed',
+                  `Xvfb ${exitDescription(code, signal)} before reporting its display${tail ? `:\n${tail}` : ''}`,
+                ),
+          ),
+        );
+      });
+      timer = setTimeout(() => {
+        void logTail(logPath).then((tail) =>
+          reject(
+            new VirtualDisplayError(
+              'start_timeout',
+              `Xvfb did not report its display within ${timeoutMs} ms${tail ? `:\n${tail}` : ''}`,
+            ),
+          ),
+        );
+      }, timeoutMs);
+    });
+    return { child, displayNumber };
+  } catch (err) {
+    await terminate(child);
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    fd3.destroy();
+  }
+}
+
+/** Runs an X client tool with an argument array; resolves with stdout, rejects on failure. */
+function runXTool(command: string, args: string[], display: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      command,
+      args,
+      { env: { ...process.env, DISPLAY: display }, timeout: X_TOOL_TIMEOUT_MS, encoding: 'utf8' },
+      (err, stdout, stderr) => {
+        if (err) {
+          const e = err as NodeJS.ErrnoException;
+          if (e.code === 'ENOENT') {
+            reject(
+              new VirtualDisplayError(
+                'not_installed',
+                `${command} not found: run \`bash scripts/setup.sh\` (Debian package x11-utils)`,
+              ),
+            );
+          } else {
+            reject(new Error(`${command} ${args.join(' ')} failed: ${stderr.trim() || err.message}`));
+          }
+        } else {
+          resolve(stdout);
+        }
+      },
+    );
+  });
+}
+
+/** Whether a window manager has announced itself on the display (EWMH `_NET_SUPPORTING_WM_CHECK`). */
+async function windowManagerRunning(display: string): Promise<boolean> {
+  try {
+    const out = await runXTool('xprop', ['-root', '_NET_SUPPORTING_WM_CHECK'], display);
+    return /window id # 0x[0-9a-f]+/i.test(out);
+  } catch (err) {
+    if (err instanceof VirtualDisplayError) throw err;
+    return false;
+  }
+}
+
+async function startOpenbox(
+  display: string,
+  rcPath: string,
+  logFd: number,
+  logPath: string,
+  timeoutMs: number,
+): Promise<ChildProcess> {
+  const [command, args] = dieWithParent('openbox', ['--sm-disable', '--config-file', rcPath]);
+  const child = spawn(command, args, {
+    stdio: ['ignore', logFd, logFd],
+    env: { ...process.env, DISPLAY: display },
+  });
+  trackChild(child);
+  let failure: VirtualDisplayError | undefined;
+  child.once('error', (err: NodeJS.ErrnoException) => {
+    failure =
+      err.code === 'ENOENT'
+        ? new VirtualDisplayError('not_installed', OPENBOX_NOT_FOUND)
+        : new VirtualDisplayError('start_failed', `cannot start openbox: ${err.message}`);
+  });
+  try {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (failure) throw failure;
+      if (child.exitCode !== null || child.signalCode !== null) {
+        const tail = await logTail(logPath);
+        if (child.exitCode === EXIT_COMMAND_NOT_FOUND) {
+          throw new VirtualDisplayError('not_installed', `${OPENBOX_NOT_FOUND}${tail ? `:\n${tail}` : ''}`);
+        }
+        throw new VirtualDisplayError(
+          'start_failed',
+          `openbox ${exitDescription(child.exitCode, child.signalCode)} during start-up${tail ? `:\n${tail}` : ''}`,
+        );
+      }
+      if (await windowManagerRunning(display)) return child;
+      if (Date.now() > deadline) {
+        const tail = await logTail(logPath);
+        throw new VirtualDisplayError(
+          'start_timeout',
+          `openbox did not come up on ${display} within ${timeoutMs} ms${tail ? `:\n${tail}` : ''}`,
+        );
+      }
+      await sleep(POLL_INTERVAL_MS);
+    }
+  } catch (err) {
+    await terminate(child);
+    throw err;
+  }
+}
+
+function checkDimension(name: string, value: number): void {
+  if (!Number.isInteger(value) || value < 1 || value > MAX_SCREEN_PX) {
+    throw new VirtualDisplayError('bad_options', `${name} must be an integer from 1 to ${MAX_SCREEN_PX}, got ${value}`);
+  }
+}
+
+/** Starts Xvfb (and openbox unless `windowManager: false`) and resolves once clients can use the display. */
+export async function startVirtualDisplay(options: VirtualDisplayOptions): Promise<VirtualDisplay> {
+  const {
+    width,
+    height,
+    depth = DEFAULT_DEPTH,
+    windowManager = true,
+    startTimeoutMs = DEFAULT_START_TIMEOUT_MS,
+  } = options;
+  const log = options.log ?? ((): void => {});
+  checkDimension('width', width);
+  checkDimension('height', height);
+  if (![8, 16, 24].includes(depth)) {
+    throw new VirtualDisplayError('bad_options', `depth must be 8, 16 or 24, got ${depth}`);
+  }
+
+  const startedAt = performance.now();
+  const workDir = await mkdtemp(join(tmpdir(), 'deskbatch-xvfb-'));
+  const xvfbLogPath = join(workDir, 'xvfb.log');
+  const openboxLogPath = join(workDir, 'openbox.log');
+  const rcPath = join(workDir, 'openbox-rc.xml');
+  // Logs go to files, not pipes: nothing has to drain them, and the error messages quote their tails.
+  const xvfbLog = await open(xvfbLogPath, 'a');
+  const openboxLog = windowManager ? await open(openboxLogPath, 'a') : undefined;
+  let xvfb: ChildProcess | undefined;
+  let openbox: ChildProcess | undefined;
+
+  const cleanUp = async (): Promise<void> => {
+    if (openbox) await terminate(openbox);
+    if (xvfb) await terminate(xvfb);
+    await xvfbLog.close().catch(() => {});
+    await openboxLog?.close().catch(() => {});
+    await rm(workDir, { recursive: true, force: true });
+  };
+
+  let display: string;
+  try {
+    const started = await spawnXvfb(`${width}x${height}x${depth}`, xvfbLog.fd, xvfbLogPath, startTimeoutMs);
+    xvfb = started.child;
+    display = `:${started.displayNumber}`;
+    // -displayfd is written once the server listens; the probe double-checks the socket path we hand out.
+    const deadline = Date.now() + startTimeoutMs;
+    while (!(await isDisplayReachable(display))) {
+      if (Date.now() > deadline) {
+        throw new VirtualDisplayError('start_timeout', `Xvfb reported ${display} but its socket did not answer`);
+      }
+      await sleep(POLL_INTERVAL_MS);
+    }
+    log('debug', 'Xvfb ready', { display, pid: xvfb.pid, ms: Math.round(performance.now() - startedAt) });
+
+    if (windowManager && openboxLog) {
+      await writeFile(rcPath, OPENBOX_RC);
+      openbox = await startOpenbox(display, rcPath, openboxLog.fd, openboxLogPath, startTimeoutMs);
+      log('debug', 'openbox ready', { display, pid: openbox.pid, ms: Math.round(performance.now() - startedAt) });
+    }
+  } catch (err) {
+    await cleanUp();
+    throw err;
+  }
+  const displayNumber = display.slice(1);
+  onExitHookKill(xvfb, () => {
+    for (const path of [`/tmp/.X${displayNumber}-lock`, `/tmp/.X11-unix/X${displayNumber}`, workDir]) {
+      rmSync(path, { recursive: true, force: true });
+    }
+  });
+  xvfb.unref();
+  openbox?.unref();
+  // The children hold their own copies of the log descriptors.
+  await xvfbLog.close().catch(() => {});
+  await openboxLog?.close().catch(() => {});
+
+  const xvfbChild = xvfb;
+  const openboxChild = openbox;
+  let stopping: Promise<void> | undefined;
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      await cleanUp();
+      log('debug', 'virtual display stopped', { display });
+    })();
+    return stopping;
+  };
+
+  // A display that dies on its own is worth a warning (tests then fail in confusing ways).
+  xvfbChild.once('exit', (code, signal) => {
+    if (!stopping) log('warn', 'Xvfb exited unexpectedly', { display, code, signal });
+  });
+  openboxChild?.once('exit', (code, signal) => {
+    if (!stopping) log('warn', 'openbox exited unexpectedly', { display, code, signal });
+  });
+
+  log('info', 'virtual display started', {
+    display,
+    width,
+    height,
+    windowManager,
+    ms: Math.round(performance.now() - startedAt),
+  });
+  return {
+    display,
+    width,
+    height,
+    pid: xvfbChild.pid as number,
+    ...(openboxChild?.pid !== undefined ? { windowManagerPid: openboxChild.pid } : {}),
+    stop,
+  };
+}
+
+/** Size of the display's root window, read with `xdpyinfo` (Debian package x11-utils). */
+export async function displaySize(display: string): Promise<{ width: number; height: number }> {
+  const out = await runXTool('xdpyinfo', ['-display', display], display);
+  const m = /dimensions:\s+(\d+)x(\d+) pixels/.exec(out);
+  if (!m) throw new Error(`cannot find the screen dimensions in the output of xdpyinfo -display ${display}`);
+  return { width: Number(m[1]), height: Number(m[2]) };
+}
