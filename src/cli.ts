@@ -1,0 +1,160 @@
+/**
+ * `deskbatch serve`: reads flags and the environment, starts an Xvfb of its
+ * own when there is no DISPLAY, runs the daemon, and shuts down gracefully on
+ * SIGINT/SIGTERM within a hard deadline.
+ */
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { ConfigError, DEFAULT_CONFIG, resolveConfig, type BrowserMode } from './config.ts';
+import { startDaemon } from './daemon.ts';
+import type { ImageFormat } from './desktop/driver.ts';
+import { startVirtualDisplay, type VirtualDisplay } from './desktop/xvfb.ts';
+import { createLogger, type LogLevel } from './log.ts';
+
+const USAGE = `Usage: deskbatch serve [options]
+
+Options:
+  --host HOST              address to bind (default ${DEFAULT_CONFIG.host}; others need DESKBATCH_TOKEN)
+  --port PORT              TCP port (default ${DEFAULT_CONFIG.port}; 0 picks a free one)
+  --browser MODE           headless | headful | off (default ${DEFAULT_CONFIG.browser})
+  --screenshots-dir DIR    where returned images are also written (default ${DEFAULT_CONFIG.screenshotsDir})
+  --allow-origin ORIGIN    browser origin allowed to connect; repeatable (default: none)
+  --screenshot-format FMT  png | jpeg | webp (default ${DEFAULT_CONFIG.screenshot.format})
+  --screenshot-quality Q   1-100 for jpeg and webp (default ${DEFAULT_CONFIG.screenshot.quality})
+  --screenshot-max-side PX longest screenshot side, at most 2000 recommended (default ${DEFAULT_CONFIG.screenshot.limits.maxSidePx})
+  --display-size WxH       size of the Xvfb started when DISPLAY is unset (default 1280x800)
+  --call-timeout-ms MS     time limit of one call (default ${DEFAULT_CONFIG.callTimeoutMs})
+  --expose-error-messages  let the model read thrown errors' messages, not only their type
+  --disable MEMBER         switch a computer member off; repeatable
+  --log-level LEVEL        debug | info | warn | error (default ${DEFAULT_CONFIG.logLevel})
+
+Environment:
+  DESKBATCH_TOKEN   bearer token clients present; when unset, one is generated and
+                    written to ~/.deskbatch/token (mode 0600)
+  DISPLAY           X display to drive; when unset, deskbatch starts its own Xvfb
+`;
+
+/** Generated tokens: 32 random bytes, base64url (token characters only, fit for a subprotocol). */
+async function loadOrCreateToken(path: string): Promise<string> {
+  const existing = await stat(path).catch(() => undefined);
+  if (existing && (existing.mode & 0o077) === 0) {
+    const token = (await readFile(path, 'utf8')).trim();
+    if (/^[A-Za-z0-9_-]{32,}$/.test(token)) return token;
+  }
+  const token = randomBytes(32).toString('base64url');
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  await writeFile(path, `${token}\n`, { mode: 0o600 });
+  await chmod(path, 0o600);
+  return token;
+}
+
+function parseSize(value: string): { width: number; height: number } {
+  const m = /^(\d{2,5})x(\d{2,5})$/.exec(value);
+  if (!m) throw new ConfigError(`--display-size must look like 1280x800, got ${value}`);
+  return { width: Number(m[1]), height: Number(m[2]) };
+}
+
+async function serve(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      host: { type: 'string' },
+      port: { type: 'string' },
+      browser: { type: 'string' },
+      'screenshots-dir': { type: 'string' },
+      'allow-origin': { type: 'string', multiple: true },
+      'screenshot-format': { type: 'string' },
+      'screenshot-quality': { type: 'string' },
+      'screenshot-max-side': { type: 'string' },
+      'display-size': { type: 'string' },
+      'call-timeout-ms': { type: 'string' },
+      'expose-error-messages': { type: 'boolean' },
+      disable: { type: 'string', multiple: true },
+      'log-level': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const log = createLogger((values['log-level'] as LogLevel | undefined) ?? DEFAULT_CONFIG.logLevel);
+  const num = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
+
+  const envToken = process.env.DESKBATCH_TOKEN?.trim();
+  const tokenPath = join(homedir(), '.deskbatch', 'token');
+  const token = envToken || (await loadOrCreateToken(tokenPath));
+
+  let display = process.env.DISPLAY || undefined;
+  let xvfb: VirtualDisplay | undefined;
+  const config = resolveConfig({
+    host: values.host,
+    port: num(values.port),
+    browser: values.browser as BrowserMode | undefined,
+    screenshotsDir: values['screenshots-dir'],
+    allowOrigins: values['allow-origin'],
+    screenshot: {
+      format: values['screenshot-format'] as ImageFormat | undefined,
+      quality: num(values['screenshot-quality']),
+      limits: { maxSidePx: num(values['screenshot-max-side']) },
+    },
+    callTimeoutMs: num(values['call-timeout-ms']),
+    exposeErrorMessages: values['expose-error-messages'],
+    disabledMembers: values.disable,
+    logLevel: values['log-level'] as LogLevel | undefined,
+    token,
+    tokenConfigured: Boolean(envToken),
+    display,
+  });
+  if (!display) {
+    const size = parseSize(values['display-size'] ?? '1280x800');
+    xvfb = await startVirtualDisplay({ ...size, windowManager: true, log: (l, m, f) => log[l](m, f) });
+    display = xvfb.display;
+    config.display = display;
+    process.env.DISPLAY = display;
+    log.info(`started a virtual display ${display} (${size.width}x${size.height}) with a window manager`);
+  }
+
+  const daemon = await startDaemon(config, log);
+  log.info(`deskbatch listening on ${daemon.url}`, { display });
+  log.info(envToken ? 'token: from DESKBATCH_TOKEN' : `token: in ${tokenPath} (mode 0600)`);
+
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    log.info(`${signal}: shutting down`);
+    // The hard deadline: whatever still runs after it is abandoned.
+    setTimeout(() => {
+      log.error('shutdown deadline passed; exiting');
+      process.exit(1);
+    }, config.shutdownDeadlineMs + 2_000).unref();
+    void (async () => {
+      await daemon.close();
+      await xvfb?.stop();
+      process.exit(0);
+    })();
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  try {
+    if (command === 'serve') return await serve(rest);
+    process.stdout.write(USAGE);
+    if (command !== undefined && command !== 'help' && command !== '--help') process.exitCode = 2;
+  } catch (err) {
+    if (err instanceof ConfigError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+      process.stderr.write(`deskbatch: ${(err as Error).message}\n`);
+      process.exitCode = 2;
+      return;
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,80 @@
+/**
+ * Assembles a daemon from its configuration: the desktop driver, the
+ * toolsets, the executor and the server. Dependencies point one way:
+ * server → executor → toolsets → drivers.
+ */
+import type { AddressInfo } from 'node:net';
+import type { DaemonConfig } from './config.ts';
+import type { DesktopDriver } from './desktop/driver.ts';
+import { WorkerDesktopDriver } from './desktop/worker-driver.ts';
+import { Executor } from './executor/executor.ts';
+import { Lane } from './executor/lane.ts';
+import { fitSize } from './geometry.ts';
+import type { Logger } from './log.ts';
+import { PROTOCOL_PATH } from './protocol.ts';
+import { ScreenshotStore } from './screenshot-store.ts';
+import { DeskbatchServer } from './server/server.ts';
+import { createComputerToolset } from '../toolsets/computer/index.ts';
+
+export interface Daemon {
+  /** ws:// URL clients connect to. */
+  url: string;
+  address: AddressInfo;
+  server: DeskbatchServer;
+  driver: DesktopDriver;
+  store: ScreenshotStore;
+  /** Graceful shutdown within `config.shutdownDeadlineMs`. Idempotent. */
+  close(): Promise<void>;
+}
+
+export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
+  const driver = new WorkerDesktopDriver({
+    display: config.display ?? '',
+    log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>
+      log[level](msg, { component: 'desktop', ...fields }),
+    callTimeoutMs: config.callTimeoutMs,
+  });
+  const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
+  await store.init();
+  const computer = createComputerToolset({
+    driver,
+    screenshots: config.screenshot,
+    maxTypeTextLength: config.limits.maxTypeTextLength,
+    disabled: config.disabledMembers,
+  });
+  const executor = new Executor({
+    toolsets: [computer],
+    callTimeoutMs: config.callTimeoutMs,
+    exposeErrorMessages: config.exposeErrorMessages,
+    images: { limits: config.screenshot.limits, maxBase64Bytes: config.screenshot.maxBase64Bytes },
+    lane: new Lane(),
+    store,
+    log,
+  });
+  const server = new DeskbatchServer({
+    config,
+    executor,
+    log,
+    geometry: async () => {
+      const display = await driver.displaySize();
+      return { display, screenshot: fitSize(display, config.screenshot.limits) };
+    },
+  });
+  const address = await server.listen();
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  let closing: Promise<void> | undefined;
+  return {
+    url: `ws://${host}:${address.port}${PROTOCOL_PATH}`,
+    address,
+    server,
+    driver,
+    store,
+    close() {
+      closing ??= (async () => {
+        await server.close();
+        await driver.close();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,157 @@
+/**
+ * Starts a real daemon on 127.0.0.1 port 0 and speaks to it through a real
+ * ws client. Everything started here is stopped by `close()`.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import WebSocket from 'ws';
+import { resolveConfig, type DaemonConfig } from '../../src/config.ts';
+import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import { createLogger, silentLogger } from '../../src/log.ts';
+import {
+  ServerMessageSchema,
+  type BatchResult,
+  type ServerMessage,
+  type ToolEvent,
+  type ToolUse,
+  type Welcome,
+} from '../../src/protocol.ts';
+
+export const TEST_TOKEN = 'test-token-0123456789abcdef';
+
+type Overrides = Partial<Omit<DaemonConfig, 'screenshot' | 'limits'>> & {
+  screenshot?: Partial<DaemonConfig['screenshot']>;
+  limits?: Partial<DaemonConfig['limits']>;
+};
+
+export interface TestDaemon {
+  daemon: Daemon;
+  url: string;
+  screenshotsDir: string;
+  connect(options?: ConnectOptions): Promise<TestClient>;
+  close(): Promise<void>;
+}
+
+export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDaemon> {
+  const screenshotsDir = await mkdtemp(join(tmpdir(), 'deskbatch-shots-'));
+  const config = resolveConfig({
+    port: 0,
+    token: TEST_TOKEN,
+    tokenConfigured: true,
+    screenshotsDir,
+    ...overrides,
+  } as Parameters<typeof resolveConfig>[0]);
+  const log = process.env.DESKBATCH_TEST_LOG ? createLogger('debug') : silentLogger;
+  const daemon = await startDaemon(config, log);
+  const clients: TestClient[] = [];
+  return {
+    daemon,
+    url: daemon.url,
+    screenshotsDir,
+    async connect(options = {}) {
+      const client = await TestClient.open(daemon.url, options);
+      clients.push(client);
+      return client;
+    },
+    async close() {
+      for (const c of clients) c.close();
+      await daemon.close();
+      await rm(screenshotsDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface ConnectOptions {
+  token?: string | null;
+  headers?: Record<string, string>;
+  protocols?: string[];
+}
+
+/** A ws client that records every message and validates it against the protocol schemas. */
+export class TestClient {
+  readonly messages: ServerMessage[] = [];
+  private waiters: { match: (m: ServerMessage) => boolean; resolve: (m: ServerMessage) => void }[] = [];
+
+  private constructor(readonly ws: WebSocket) {
+    ws.on('message', (data) => {
+      const msg = ServerMessageSchema.parse(JSON.parse(data.toString()));
+      this.messages.push(msg);
+      this.waiters = this.waiters.filter((w) => {
+        if (!w.match(msg)) return true;
+        w.resolve(msg);
+        return false;
+      });
+    });
+  }
+
+  static open(url: string, options: ConnectOptions = {}): Promise<TestClient> {
+    const headers: Record<string, string> = { ...options.headers };
+    if (options.token !== null && !options.protocols) headers.authorization = `Bearer ${options.token ?? TEST_TOKEN}`;
+    const ws = new WebSocket(url, options.protocols ?? [], { headers });
+    return new Promise((resolve, reject) => {
+      ws.once('open', () => resolve(new TestClient(ws)));
+      ws.once('unexpected-response', (_req, res) => reject(new HandshakeError(res.statusCode ?? 0)));
+      ws.once('error', reject);
+    });
+  }
+
+  send(message: unknown): void {
+    this.ws.send(typeof message === 'string' ? message : JSON.stringify(message));
+  }
+
+  /** The next message (already received or future) that matches. */
+  next<T extends ServerMessage>(match: (m: ServerMessage) => m is T, timeoutMs = 60_000): Promise<T> {
+    const seen = this.messages.find(match);
+    if (seen) {
+      this.messages.splice(this.messages.indexOf(seen), 1);
+      return Promise.resolve(seen);
+    }
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('timed out waiting for a message')), timeoutMs);
+      this.waiters.push({
+        match,
+        resolve: (m) => {
+          clearTimeout(timer);
+          this.messages.splice(this.messages.indexOf(m), 1);
+          resolve(m as T);
+        },
+      });
+    });
+  }
+
+  async hello(resume?: string): Promise<Welcome> {
+    this.send({ type: 'hello', client: 'deskbatch-tests/1', ...(resume ? { resume_session_id: resume } : {}) });
+    return this.next((m): m is Welcome => m.type === 'welcome');
+  }
+
+  /** Sends a batch and waits for its result; returns the events seen for it too. */
+  async batch(batchId: string, toolUses: ToolUse[]): Promise<{ result: BatchResult; events: ToolEvent[] }> {
+    this.send({ type: 'batch', batch_id: batchId, tool_uses: toolUses });
+    const result = await this.next((m): m is BatchResult => m.type === 'batch_result' && m.batch_id === batchId);
+    const events = this.messages.filter((m): m is ToolEvent => m.type === 'tool_event' && m.batch_id === batchId);
+    for (const e of events) this.messages.splice(this.messages.indexOf(e), 1);
+    return { result, events };
+  }
+
+  closed(): Promise<{ code: number; reason: string }> {
+    if (this.ws.readyState === WebSocket.CLOSED) return Promise.resolve({ code: -1, reason: '' });
+    return new Promise((resolve) => this.ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  }
+
+  close(): void {
+    this.ws.terminate();
+  }
+}
+
+export class HandshakeError extends Error {
+  constructor(readonly status: number) {
+    super(`handshake refused with HTTP ${status}`);
+  }
+}
+
+let counter = 0;
+/** A computer tool_use block as the API would send it. */
+export function computerUse(name: string, input: Record<string, unknown> = {}, id?: string): ToolUse {
+  return { type: 'tool_use', id: id ?? `toolu_${(counter++).toString().padStart(4, '0')}`, name, toolset_name: 'computer', input };
+}

@@ -1,0 +1,231 @@
+/**
+ * Protocol and security on a real daemon (port 0) through a real ws client.
+ * No X display here: computer calls fail with DisplayUnavailableError, which
+ * is itself a promise to keep (losing the display never ends the daemon).
+ */
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import WebSocket from 'ws';
+import { ConfigError, resolveConfig } from '../src/config.ts';
+import type { ErrorMessage, Welcome } from '../src/protocol.ts';
+import { assertApiValid } from './helpers/api-rules.ts';
+import { HandshakeError, TEST_TOKEN, TestClient, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
+
+const isError = (m: { type: string }): m is ErrorMessage => m.type === 'error';
+const COMPUTER_MEMBERS = [
+  'key', 'hold_key', 'type', 'cursor_position', 'mouse_move', 'left_mouse_down', 'left_mouse_up', 'left_click',
+  'left_click_drag', 'right_click', 'middle_click', 'double_click', 'triple_click', 'scroll', 'wait', 'screenshot', 'zoom',
+];
+
+describe('handshake', () => {
+  let d: TestDaemon;
+  before(async () => (d = await startTestDaemon({ display: undefined, allowOrigins: ['https://viewer.example'] })));
+  after(() => d.close());
+
+  const refused = async (options: Parameters<TestDaemon['connect']>[0], url = d.url): Promise<number> => {
+    try {
+      (await TestClient.open(url, options)).close();
+      return 101;
+    } catch (err) {
+      assert.ok(err instanceof HandshakeError, String(err));
+      return err.status;
+    }
+  };
+
+  test('401 without a token, with a wrong one, or with one only in the query string', async () => {
+    assert.equal(await refused({ token: null }), 401);
+    assert.equal(await refused({ token: 'wrong-token-0123456789' }), 401);
+    assert.equal(await refused({ token: null }, `${d.url}?token=${TEST_TOKEN}`), 401);
+    assert.equal(await refused({ token: null }, `${d.url}?access_token=${TEST_TOKEN}`), 401);
+  });
+
+  test('a bearer header or the token subprotocol is accepted; the server selects deskbatch.v1', async () => {
+    assert.equal(await refused({}), 101);
+    const c = await d.connect({ protocols: ['deskbatch.v1', `deskbatch.token.${TEST_TOKEN}`] });
+    assert.equal(c.ws.protocol, 'deskbatch.v1');
+    assert.equal(await refused({ protocols: [`deskbatch.token.${TEST_TOKEN}`] }), 401, 'the version must be offered');
+  });
+
+  test('403 for a foreign Origin, including localhost and null; an allowlisted one passes', async () => {
+    for (const origin of ['http://localhost', 'null', 'http://127.0.0.1:8765', 'https://evil.example']) {
+      assert.equal(await refused({ headers: { origin } }), 403, origin);
+    }
+    assert.equal(await refused({ headers: { origin: 'https://viewer.example' } }), 101);
+  });
+
+  test('404 off the /v1 path; /healthz answers without a token', async () => {
+    assert.equal(await refused({}, d.url.replace('/v1', '/v2')), 404);
+    const res = await fetch(d.url.replace('ws:', 'http:').replace('/v1', '/healthz'));
+    assert.equal(res.status, 200);
+    assert.deepEqual(await res.json(), { status: 'ok' });
+  });
+
+  test('binding a non-loopback address without a configured token is refused at start', () => {
+    assert.throws(
+      () => resolveConfig({ host: '0.0.0.0', token: 'generated-token-0123456789', tokenConfigured: false }),
+      (err: unknown) => err instanceof ConfigError && /without a configured token/.test(err.message),
+    );
+    assert.equal(resolveConfig({ host: '0.0.0.0', token: TEST_TOKEN, tokenConfigured: true }).host, '0.0.0.0');
+  });
+});
+
+describe('messages', () => {
+  let d: TestDaemon;
+  before(async () => (d = await startTestDaemon({ display: undefined, limits: { maxToolUsesPerBatch: 5, maxPayloadBytes: 64 * 1024 } })));
+  after(() => d.close());
+
+  test('welcome describes the toolset, its texts and the limits', async () => {
+    const c = await d.connect();
+    const w = await c.hello();
+    assert.equal(w.protocol, 'deskbatch.v1');
+    assert.match(w.session_id, /^s_[A-Za-z0-9_-]{20,}$/);
+    assert.equal(w.resumed, false);
+    assert.deepEqual(w.toolsets.map((t) => t.toolset_name), ['computer']);
+    const computer = w.toolsets[0]!;
+    assert.equal(computer.type, 'computer_toolset_20260801');
+    assert.deepEqual([...computer.members].sort(), [...COMPUTER_MEMBERS].sort());
+    assert.equal(computer.not_executed_text, 'Not executed: an earlier computer action in this turn failed.');
+    assert.deepEqual(computer.tool, { type: 'computer_toolset_20260801' });
+    assert.equal(w.display, undefined, 'no display, no sizes');
+    assert.deepEqual(w.limits, { max_tool_uses: 5, max_payload_bytes: 64 * 1024, max_queued_batches: 8 });
+  });
+
+  test('protocol errors have stable codes and leave the connection usable', async () => {
+    const c = await d.connect();
+    const expectError = async (payload: unknown, code: string): Promise<ErrorMessage> => {
+      c.send(payload);
+      const e = await c.next(isError);
+      assert.equal(e.code, code, JSON.stringify(e));
+      return e;
+    };
+    await expectError('{not json', 'invalid_json');
+    await expectError({ type: 'ping', extra: 1 }, 'invalid_message');
+    await expectError({ type: 'teleport' }, 'invalid_message');
+    await expectError({ type: 'batch', batch_id: 'bad id!', tool_uses: [computerUse('screenshot')] }, 'invalid_message');
+    await expectError({ type: 'batch', batch_id: 'b1', tool_uses: [{ ...computerUse('screenshot'), id: 'has space' }] }, 'invalid_message');
+    const tooMany = Array.from({ length: 6 }, () => computerUse('cursor_position'));
+    assert.equal((await expectError({ type: 'batch', batch_id: 'big', tool_uses: tooMany }, 'batch_too_large')).batch_id, 'big');
+    const dup = computerUse('cursor_position', {}, 'toolu_dup');
+    await expectError({ type: 'batch', batch_id: 'dup', tool_uses: [dup, dup] }, 'duplicate_tool_use_id');
+    await expectError({ type: 'cancel', batch_id: 'never-sent' }, 'unknown_batch');
+    c.ws.send(Buffer.from([1, 2, 3]), { binary: true });
+    assert.equal((await c.next(isError)).code, 'binary_frame');
+    c.send({ type: 'ping' });
+    await c.next((m): m is { type: 'pong' } => m.type === 'pong');
+  });
+
+  test('a frame over maxPayload closes the socket with 1009', async () => {
+    const c = await d.connect();
+    const closed = c.closed();
+    c.send({ type: 'hello', client: 'x'.repeat(70 * 1024) });
+    assert.equal((await closed).code, 1009);
+  });
+
+  test('without a display, calls fail with a retryable error type and the daemon keeps serving', async () => {
+    const c = await d.connect();
+    const uses = [computerUse('left_click', { coordinate: [10, 10] }), computerUse('type', { text: 'hi' })];
+    const { result, events } = await c.batch('nodisplay', uses);
+    assertApiValid(uses, result);
+    assert.deepEqual(result.tool_results[0]!.content, [
+      { type: 'text', text: "Tool 'left_click' failed with DisplayUnavailableError." },
+    ]);
+    assert.deepEqual(result.tool_results[1]!.content, [
+      { type: 'text', text: 'Not executed: an earlier computer action in this turn failed.' },
+    ]);
+    assert.equal(result.failures[0]!.error.type, 'DisplayUnavailableError');
+    assert.equal(result.failures[0]!.error.retryable, true);
+    assert.deepEqual(result.halted, { computer: 0 });
+    assert.deepEqual(events.map((e) => e.phase), ['started', 'failed', 'not_executed']);
+  });
+
+  test('bad input is an error result that says what is allowed', async () => {
+    const c = await d.connect();
+    const uses = [
+      computerUse('key', { text: 'Return', repeat: 0 }),
+      computerUse('scroll', { scroll_direction: 'sideways', scroll_amount: 1 }),
+    ];
+    const { result } = await c.batch('badinput', uses);
+    assertApiValid(uses, result);
+    assert.deepEqual(result.tool_results[0]!.content, [
+      { type: 'text', text: "invalid input for computer member 'key': repeat: Too small: expected number to be >=1" },
+    ]);
+    assert.equal(result.failures[0]!.error.type, 'ToolInputError');
+  });
+
+  test('a resent batch_id is replayed without running again; different content is a conflict', async () => {
+    const c = await d.connect();
+    const uses = [computerUse('wait', { duration: 0 }), computerUse('wait', { duration: 0 })];
+    const first = await c.batch('again', uses);
+    assert.equal(first.result.replayed, false);
+    assert.equal(first.events.length, 4);
+    const second = await c.batch('again', uses);
+    assert.equal(second.result.replayed, true);
+    assert.equal(second.events.length, 0, 'a replay emits no events');
+    assert.deepEqual(second.result.tool_results, first.result.tool_results);
+    c.send({ type: 'batch', batch_id: 'again', tool_uses: [computerUse('wait', { duration: 1 })] });
+    assert.equal((await c.next(isError)).code, 'batch_id_conflict');
+  });
+
+  test('a session can be resumed from a new connection, with its stored results', async () => {
+    const a = await d.connect();
+    const w = await a.hello();
+    const uses = [computerUse('wait', { duration: 0 })];
+    const { result } = await a.batch('keep', uses);
+    a.close();
+    const b = await d.connect();
+    const again = await b.hello(w.session_id);
+    assert.equal(again.session_id, w.session_id);
+    assert.equal(again.resumed, true);
+    const replay = await b.batch('keep', uses);
+    assert.equal(replay.result.replayed, true);
+    assert.deepEqual(replay.result.tool_results, result.tool_results);
+    b.send({ type: 'hello', resume_session_id: 's_doesnotexist0000000000' });
+    assert.equal((await b.next(isError)).code, 'invalid_message');
+    const c = await d.connect();
+    c.send({ type: 'hello', resume_session_id: 's_doesnotexist0000000000' });
+    assert.equal((await c.next(isError)).code, 'session_not_found');
+  });
+
+  test('a batch before hello gets a session and its welcome first', async () => {
+    const c = await d.connect();
+    const { result } = await c.batch('first', [computerUse('wait', { duration: 0 })]);
+    assert.equal(result.tool_results.length, 1);
+    const welcome = c.messages.find((m): m is Welcome => m.type === 'welcome');
+    assert.ok(welcome, 'welcome was sent');
+  });
+});
+
+describe('heartbeat', () => {
+  test('a peer that never answers pings is dropped', async () => {
+    const d = await startTestDaemon({ display: undefined, heartbeatMs: 100 });
+    try {
+      const { port } = d.daemon.address;
+      const socket = connect(port, '127.0.0.1');
+      socket.write(
+        'GET /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
+          `Sec-WebSocket-Key: ${Buffer.alloc(16, 1).toString('base64')}\r\nSec-WebSocket-Version: 13\r\n` +
+          `Authorization: Bearer ${TEST_TOKEN}\r\n\r\n`,
+      );
+      let received = '';
+      socket.on('data', (chunk) => (received += chunk.toString('latin1')));
+      const started = Date.now();
+      await new Promise((resolve) => socket.once('close', resolve));
+      assert.match(received, /^HTTP\/1.1 101/);
+      assert.ok(Date.now() - started < 5_000);
+    } finally {
+      await d.close();
+    }
+  });
+
+  test('a live ws client stays connected across heartbeats', async () => {
+    const d = await startTestDaemon({ display: undefined, heartbeatMs: 50 });
+    try {
+      const c = await d.connect();
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(c.ws.readyState, WebSocket.OPEN);
+    } finally {
+      await d.close();
+    }
+  });
+});
