@@ -1,0 +1,344 @@
+/**
+ * Every computer member, end to end: a real daemon drives a real Xvfb, and a
+ * real application (the event recorder page in kiosk Chromium) reports what
+ * arrived. Every batch_result is checked against the API's rules.
+ */
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, beforeEach, describe, test } from 'node:test';
+import sharp from 'sharp';
+import type { ToolUse } from '../src/protocol.ts';
+import { assertApiValid, imageSize } from './helpers/api-rules.ts';
+import { computerUse as use, startTestDaemon } from './helpers/daemon.ts';
+import { startTestDesktop, type TestDesktop } from './helpers/desktop.ts';
+import type { RecordedEvent, RecordedMouseEvent, RecordedWheel } from './helpers/event-page.ts';
+
+const PRINTABLE_ASCII = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join('');
+
+async function run(d: TestDesktop, toolUses: ToolUse[], batchId = `b${Math.random().toString(36).slice(2)}`) {
+  const { result, events } = await d.client.batch(batchId, toolUses);
+  return { result: assertApiValid(toolUses, result), events };
+}
+
+function texts(result: { tool_results: { content: { type: string; text?: string }[] }[] }): (string | undefined)[] {
+  return result.tool_results.map((r) => r.content[0]?.text);
+}
+
+const mouse = (events: RecordedEvent[], type: RecordedMouseEvent['type']) =>
+  events.filter((e): e is RecordedMouseEvent => e.type === type);
+
+/** Waits until Chromium has put the page's last change on the screen. */
+async function painted(d: TestDesktop): Promise<void> {
+  await d.page.evaluate('new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))');
+  await new Promise((r) => setTimeout(r, 150));
+}
+
+/** The page records asynchronously; give it a moment to see the last X event. */
+async function settled(d: TestDesktop): Promise<RecordedEvent[]> {
+  await new Promise((r) => setTimeout(r, 150));
+  return d.events();
+}
+
+describe('computer toolset on 1280x800 (screenshot = display)', () => {
+  let d: TestDesktop;
+  before(async () => (d = await startTestDesktop({ width: 1280, height: 800 })));
+  after(() => d?.close());
+  beforeEach(() => d.reset());
+
+  test('welcome reports the display and screenshot sizes', async () => {
+    const w = await d.client.hello();
+    assert.deepEqual(w.display, { width: 1280, height: 800 });
+    assert.deepEqual(w.screenshot, { width: 1280, height: 800 });
+  });
+
+  test('left, right and middle clicks land exactly, with the right buttons', async () => {
+    const { result } = await run(d, [
+      use('left_click', { coordinate: [300, 600] }),
+      use('right_click', { coordinate: [310, 610] }),
+      use('middle_click', { coordinate: [320, 620] }),
+    ]);
+    assert.deepEqual(texts(result), ['Clicked.', 'Right-clicked.', 'Middle-clicked.']);
+    const ev = await settled(d);
+    const downs = mouse(ev, 'mousedown');
+    assert.deepEqual(
+      downs.map((e) => [e.button, e.clientX, e.clientY]),
+      [
+        [0, 300, 600],
+        [2, 310, 610],
+        [1, 320, 620],
+      ],
+    );
+    assert.equal(mouse(ev, 'contextmenu').length, 1);
+    assert.equal(mouse(ev, 'auxclick').filter((e) => e.button === 1).length, 1);
+  });
+
+  test('double and triple clicks have the right click counts', async () => {
+    await run(d, [use('double_click', { coordinate: [500, 700] })]);
+    let ev = await settled(d);
+    assert.equal(mouse(ev, 'dblclick').length, 1);
+    assert.deepEqual(mouse(ev, 'click').map((e) => e.detail), [1, 2]);
+    await d.reset();
+    await new Promise((r) => setTimeout(r, 600)); // a new click sequence
+    await run(d, [use('triple_click', { coordinate: [520, 700] })]);
+    ev = await settled(d);
+    assert.deepEqual(mouse(ev, 'click').map((e) => e.detail), [1, 2, 3]);
+  });
+
+  test('a click without a coordinate clicks at the pointer; modifiers are held for that click only', async () => {
+    await run(d, [
+      use('mouse_move', { coordinate: [700, 650] }),
+      use('left_click', {}),
+      use('left_click', { text: 'shift' }),
+      use('left_click', { text: 'ctrl+alt' }),
+      use('left_click', {}),
+    ]);
+    const downs = mouse(await settled(d), 'mousedown');
+    assert.deepEqual(
+      downs.map((e) => [e.clientX, e.clientY, e.shiftKey, e.ctrlKey, e.altKey]),
+      [
+        [700, 650, false, false, false],
+        [700, 650, true, false, false],
+        [700, 650, false, true, true],
+        [700, 650, false, false, false],
+      ],
+    );
+  });
+
+  test('typing delivers all 95 printable ASCII characters exactly, and non-ASCII text too', async () => {
+    const unicode = ' héllo wörld — 你好 ✓ Ωμέγα ñ';
+    const { result } = await run(d, [
+      use('left_click', { coordinate: [200, 200] }),
+      use('type', { text: PRINTABLE_ASCII }),
+      use('type', { text: `\n${unicode}` }),
+    ]);
+    assert.deepEqual(texts(result), ['Clicked.', 'Typed.', 'Typed.']);
+    await settled(d);
+    assert.equal(await d.page.inputValue('#t'), `${PRINTABLE_ASCII}\n${unicode}`);
+  });
+
+  test('keys and chords, case-insensitive, with repeat', async () => {
+    await run(d, [
+      use('left_click', { coordinate: [200, 200] }),
+      use('type', { text: 'abc def' }),
+      use('key', { text: 'BackSpace', repeat: 2 }),
+      use('key', { text: 'return' }),
+      use('type', { text: 'x' }),
+    ]);
+    await settled(d);
+    assert.equal(await d.page.inputValue('#t'), 'abc d\nx');
+    const { result } = await run(d, [use('key', { text: 'ctrl+a' }), use('key', { text: 'Delete' })]);
+    assert.deepEqual(texts(result), ['Pressed ctrl+a.', 'Pressed Delete.']);
+    await settled(d);
+    assert.equal(await d.page.inputValue('#t'), '');
+    const keys = (await d.events()).filter((e) => e.type === 'keydown').map((e) => (e as { key: string }).key);
+    assert.ok(keys.includes('Enter') && !keys.includes('NumpadEnter'));
+  });
+
+  test('hold_key holds the key for the duration', async () => {
+    const { result } = await run(d, [
+      use('left_click', { coordinate: [200, 200] }),
+      use('hold_key', { text: 'shift', duration: 0.5 }),
+    ]);
+    assert.equal(texts(result)[1], 'Held shift for 0.5s.');
+    const ev = (await settled(d)).filter((e) => e.type === 'keydown' || e.type === 'keyup') as unknown as {
+      type: string;
+      key: string;
+      time: number;
+    }[];
+    const down = ev.find((e) => e.type === 'keydown' && e.key === 'Shift')!;
+    const up = ev.find((e) => e.type === 'keyup' && e.key === 'Shift')!;
+    assert.ok(up.time - down.time >= 450, `held ${up.time - down.time} ms`);
+  });
+
+  test('scroll goes the right way in all four directions', async () => {
+    // Chromium coalesces quick wheel events, so each direction gets its own batch.
+    const expected = { down: [0, 1], up: [0, -1], right: [1, 0], left: [-1, 0] } as const;
+    for (const [direction, signs] of Object.entries(expected)) {
+      await d.reset();
+      const { result } = await run(d, [
+        use('scroll', { coordinate: [960, 200], scroll_direction: direction, scroll_amount: 2 }),
+      ]);
+      assert.equal(texts(result)[0], `Scrolled ${direction}.`);
+      const wheels = (await settled(d)).filter((e): e is RecordedWheel => e.type === 'wheel');
+      assert.ok(wheels.length > 0, `${direction}: a wheel event arrived`);
+      for (const w of wheels) {
+        assert.deepEqual([Math.sign(w.deltaX) || 0, Math.sign(w.deltaY) || 0], signs, direction);
+        assert.deepEqual([w.clientX, w.clientY], [960, 200]);
+      }
+    }
+  });
+
+  test('drag, and mouse down / move / up', async () => {
+    await run(d, [use('left_click_drag', { start_coordinate: [100, 500], coordinate: [600, 700] })]);
+    let ev = await settled(d);
+    assert.deepEqual(mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]), [[100, 500]]);
+    assert.deepEqual(mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]), [[600, 700]]);
+    assert.ok(ev.some((e) => e.type === 'mousemove' && e.clientX === 600 && e.clientY === 700 && e.count > 1));
+    await d.reset();
+    const { result } = await run(d, [
+      use('mouse_move', { coordinate: [150, 450] }),
+      use('left_mouse_down'),
+      use('mouse_move', { coordinate: [400, 550] }),
+      use('left_mouse_up'),
+    ]);
+    assert.deepEqual(texts(result), [
+      'Moved the mouse.',
+      'Left mouse button pressed.',
+      'Moved the mouse.',
+      'Left mouse button released.',
+    ]);
+    ev = await settled(d);
+    assert.deepEqual(mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]), [[150, 450]]);
+    assert.deepEqual(mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]), [[400, 550]]);
+  });
+
+  test('cursor_position round-trips', async () => {
+    const { result } = await run(d, [use('mouse_move', { coordinate: [1279, 799] }), use('cursor_position')]);
+    assert.equal(texts(result)[1], 'X=1279, Y=799');
+  });
+
+  test('a coordinate outside the screenshot fails, nothing is clicked, and the rest is not executed', async () => {
+    const { result, events } = await run(d, [
+      use('left_click', { coordinate: [1280, 10] }),
+      use('left_click', { coordinate: [10, 10] }),
+    ]);
+    assert.deepEqual(texts(result), [
+      'coordinate [1280, 10] is outside the screenshot: x must be 0–1279 and y 0–799.',
+      'Not executed: an earlier computer action in this turn failed.',
+    ]);
+    assert.equal(result.failures[0]!.error.type, 'ToolInputError');
+    assert.deepEqual(events.map((e) => e.phase), ['started', 'failed', 'not_executed']);
+    assert.equal(mouse(await settled(d), 'mousedown').length, 0);
+  });
+
+  test('screenshot: a real PNG of the display, also written to the screenshots directory', async () => {
+    const { result } = await run(d, [use('screenshot')], 'shot-1');
+    const block = result.tool_results[0]!.content[0]!;
+    assert.equal(block.type, 'image');
+    if (block.type !== 'image') return;
+    assert.equal(block.source.media_type, 'image/png');
+    const png = Buffer.from(block.source.data, 'base64');
+    assert.deepEqual(imageSize(png), { width: 1280, height: 800 });
+    // The page is white with a grey-ish textarea border; a black frame would mean the BGRX trap.
+    const { channels } = await sharp(png).stats();
+    assert.ok(channels[0]!.mean > 100, `mean red ${channels[0]!.mean}`);
+    const file = result.screenshots[0]!;
+    assert.match(file.path, /^s_[A-Za-z0-9_-]+\/shot-1_toolu_\d+_\w+\.png$/);
+    assert.deepEqual(await readFile(join(d.daemon.screenshotsDir, file.path)), png);
+    assert.equal(file.bytes, png.length);
+  });
+
+  test('zoom captures the region at display resolution, fitted to the screenshot size', async () => {
+    // Paint a known colour into the pad so the zoomed region is predictable.
+    await d.page.evaluate(`document.getElementById('pad').style.background = 'rgb(0, 160, 255)'`);
+    await painted(d);
+    const { result } = await run(d, [use('zoom', { region: [100, 500, 420, 700] })]);
+    const block = result.tool_results[0]!.content[0]!;
+    assert.equal(block.type, 'image');
+    if (block.type !== 'image') return;
+    const png = Buffer.from(block.source.data, 'base64');
+    assert.deepEqual(imageSize(png), { width: 1280, height: 800 }, '320x200 region upscaled 4x, aspect kept');
+    const { data } = await sharp(png).removeAlpha().raw().toBuffer({ resolveWithObject: true });
+    assert.deepEqual([data[0], data[1], data[2]], [0, 160, 255]);
+    await d.page.evaluate(`document.getElementById('pad').style.background = ''`);
+    const bad = await run(d, [use('zoom', { region: [100, 100, 50, 200] })]);
+    assert.match(texts(bad.result)[0]!, /^region \[100, 100, 50, 200\] is not a region of the screenshot/);
+  });
+
+  test('a resent batch is answered from the store: the click happens once', async () => {
+    const uses = [use('left_click', { coordinate: [640, 600] })];
+    const first = await run(d, uses, 'once');
+    const second = await run(d, uses, 'once');
+    assert.equal(second.result.replayed, true);
+    assert.deepEqual(second.result.tool_results, first.result.tool_results);
+    assert.equal(mouse(await settled(d), 'mousedown').length, 1);
+  });
+
+  test('cancel stops the running call and everything after it; nothing after runs', async () => {
+    const uses = [use('wait', { duration: 20 }), use('left_click', { coordinate: [640, 600] })];
+    d.client.send({ type: 'batch', batch_id: 'to-cancel', tool_uses: uses });
+    await new Promise((r) => setTimeout(r, 200));
+    d.client.send({ type: 'cancel', batch_id: 'to-cancel' });
+    const { result, events } = await d.client.batch('to-cancel', uses);
+    assertApiValid(uses, result);
+    assert.equal(result.cancelled, true);
+    assert.deepEqual(result.failures, []);
+    assert.ok(result.duration_ms < 5_000);
+    const cancelled = 'Not completed: the computer actions of this turn were cancelled before this one finished.';
+    assert.deepEqual(texts(result), [cancelled, cancelled]);
+    assert.ok(!events.some((e) => e.phase === 'failed'));
+    assert.equal(mouse(await settled(d), 'mousedown').length, 0);
+  });
+
+  test('a disconnect mid-batch stops it; the resumed session returns the stored result', async () => {
+    const w = await d.client.hello();
+    const other = await d.daemon.connect();
+    const mine = await other.hello();
+    const uses = [use('wait', { duration: 20 }), use('left_click', { coordinate: [640, 600] })];
+    other.send({ type: 'batch', batch_id: 'dropped', tool_uses: uses });
+    await new Promise((r) => setTimeout(r, 200));
+    other.close();
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(mouse(await d.events(), 'mousedown').length, 0);
+    const back = await d.daemon.connect();
+    assert.equal((await back.hello(mine.session_id)).resumed, true);
+    const { result } = await back.batch('dropped', uses);
+    assert.equal(result.replayed, true);
+    assert.equal(result.cancelled, true);
+    assert.equal(mouse(await settled(d), 'mousedown').length, 0, 'the click never ran');
+    assert.notEqual(w.session_id, mine.session_id);
+  });
+});
+
+describe('computer toolset on 2560x1440 (screenshots scaled to 2000x1125)', () => {
+  let d: TestDesktop;
+  before(async () => (d = await startTestDesktop({ width: 2560, height: 1440 })));
+  after(() => d?.close());
+  beforeEach(() => d.reset());
+
+  test('welcome and screenshot sizes follow the limits', async () => {
+    const w = await d.client.hello();
+    assert.deepEqual(w.screenshot, { width: 2000, height: 1125 });
+    const { result } = await run(d, [use('screenshot')]);
+    const block = result.tool_results[0]!.content[0]!;
+    assert.ok(block.type === 'image');
+    assert.deepEqual(imageSize(Buffer.from(block.source.data, 'base64')), { width: 2000, height: 1125 });
+  });
+
+  test('clicks land within 1 display pixel of the target at this scaling', async () => {
+    const targets = [
+      [0, 0],
+      [1999, 1124],
+      [1000, 700],
+      [123, 987],
+      [1777, 1001],
+    ];
+    await run(d, targets.map((t) => use('left_click', { coordinate: t })));
+    const downs = mouse(await settled(d), 'mousedown');
+    assert.equal(downs.length, targets.length);
+    downs.forEach((e, i) => {
+      const [sx, sy] = targets[i]!;
+      const ex = ((sx! + 0.5) * 2560) / 2000 - 0.5;
+      const ey = ((sy! + 0.5) * 1440) / 1125 - 0.5;
+      assert.ok(Math.abs(e.clientX - ex) <= 1 && Math.abs(e.clientY - ey) <= 1, `${e.clientX},${e.clientY} vs ${ex},${ey}`);
+    });
+    const { result } = await run(d, [use('mouse_move', { coordinate: [1234, 567] }), use('cursor_position')]);
+    assert.equal(texts(result)[1], 'X=1234, Y=567');
+  });
+
+  test('a smaller screenshot setting scales further, and clicks still land', async () => {
+    const other = await startTestDaemon({ display: d.display.display, screenshot: { limits: { maxSidePx: 1024, maxVisualTokens: 4784 } } });
+    try {
+      const c = await other.connect();
+      assert.deepEqual((await c.hello()).screenshot, { width: 1024, height: 576 });
+      const uses = [use('left_click', { coordinate: [512, 400] }), use('screenshot')];
+      const { result } = await c.batch('small', uses);
+      assertApiValid(uses, result);
+      const [e] = mouse(await settled(d), 'mousedown');
+      assert.ok(Math.abs(e!.clientX - (512.5 * 2.5 - 0.5)) <= 1 && Math.abs(e!.clientY - (400.5 * 2.5 - 0.5)) <= 1);
+    } finally {
+      await other.close();
+    }
+  });
+});
