@@ -108,7 +108,9 @@ export function normalizeOrigin(origin: string): string {
   try {
     url = new URL(origin);
   } catch {
-    throw new ConfigError(`--allow-origin ${JSON.stringify(origin)} is not a URL origin such as https://viewer.example`);
+    throw new ConfigError(
+      `--allow-origin ${JSON.stringify(origin)} is not a URL origin such as https://viewer.example`,
+    );
   }
   if (url.origin === 'null') throw new ConfigError(`--allow-origin ${JSON.stringify(origin)} has no origin`);
   return url.origin;
@@ -167,7 +169,8 @@ export function resolveConfig(
     ...Object.entries(config.resultCache).map(([k, v]): [string, number] => [`resultCache.${k}`, v]),
   ];
   for (const [name, value] of positive) {
-    if (!Number.isInteger(value) || value <= 0) throw new ConfigError(`${name} must be a positive integer, got ${value}`);
+    if (!Number.isInteger(value) || value <= 0)
+      throw new ConfigError(`${name} must be a positive integer, got ${value}`);
   }
   const q = config.screenshot.quality;
   if (!Number.isInteger(q) || q < 1 || q > 100) throw new ConfigError(`screenshot quality must be 1–100, got ${q}`);

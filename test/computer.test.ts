@@ -77,12 +77,18 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
     await run(d, [use('double_click', { coordinate: [500, 700] })]);
     let ev = await settled(d);
     assert.equal(mouse(ev, 'dblclick').length, 1);
-    assert.deepEqual(mouse(ev, 'click').map((e) => e.detail), [1, 2]);
+    assert.deepEqual(
+      mouse(ev, 'click').map((e) => e.detail),
+      [1, 2],
+    );
     await d.reset();
     await new Promise((r) => setTimeout(r, 600)); // a new click sequence
     await run(d, [use('triple_click', { coordinate: [520, 700] })]);
     ev = await settled(d);
-    assert.deepEqual(mouse(ev, 'click').map((e) => e.detail), [1, 2, 3]);
+    assert.deepEqual(
+      mouse(ev, 'click').map((e) => e.detail),
+      [1, 2, 3],
+    );
   });
 
   test('a click without a coordinate clicks at the pointer; modifiers are held for that click only', async () => {
@@ -172,8 +178,14 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
   test('drag, and mouse down / move / up', async () => {
     await run(d, [use('left_click_drag', { start_coordinate: [100, 500], coordinate: [600, 700] })]);
     let ev = await settled(d);
-    assert.deepEqual(mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]), [[100, 500]]);
-    assert.deepEqual(mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]), [[600, 700]]);
+    assert.deepEqual(
+      mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
+      [[100, 500]],
+    );
+    assert.deepEqual(
+      mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]),
+      [[600, 700]],
+    );
     assert.ok(ev.some((e) => e.type === 'mousemove' && e.clientX === 600 && e.clientY === 700 && e.count > 1));
     await d.reset();
     const { result } = await run(d, [
@@ -189,8 +201,14 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
       'Left mouse button released.',
     ]);
     ev = await settled(d);
-    assert.deepEqual(mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]), [[150, 450]]);
-    assert.deepEqual(mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]), [[400, 550]]);
+    assert.deepEqual(
+      mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
+      [[150, 450]],
+    );
+    assert.deepEqual(
+      mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]),
+      [[400, 550]],
+    );
   });
 
   test('cursor_position round-trips', async () => {
@@ -208,7 +226,10 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
       'Not executed: an earlier computer action in this turn failed.',
     ]);
     assert.equal(result.failures[0]!.error.type, 'ToolInputError');
-    assert.deepEqual(events.map((e) => e.phase), ['started', 'failed', 'not_executed']);
+    assert.deepEqual(
+      events.map((e) => e.phase),
+      ['started', 'failed', 'not_executed'],
+    );
     assert.equal(mouse(await settled(d), 'mousedown').length, 0);
   });
 
@@ -314,21 +335,30 @@ describe('computer toolset on 2560x1440 (screenshots scaled to 2000x1125)', () =
       [123, 987],
       [1777, 1001],
     ];
-    await run(d, targets.map((t) => use('left_click', { coordinate: t })));
+    await run(
+      d,
+      targets.map((t) => use('left_click', { coordinate: t })),
+    );
     const downs = mouse(await settled(d), 'mousedown');
     assert.equal(downs.length, targets.length);
     downs.forEach((e, i) => {
       const [sx, sy] = targets[i]!;
       const ex = ((sx! + 0.5) * 2560) / 2000 - 0.5;
       const ey = ((sy! + 0.5) * 1440) / 1125 - 0.5;
-      assert.ok(Math.abs(e.clientX - ex) <= 1 && Math.abs(e.clientY - ey) <= 1, `${e.clientX},${e.clientY} vs ${ex},${ey}`);
+      assert.ok(
+        Math.abs(e.clientX - ex) <= 1 && Math.abs(e.clientY - ey) <= 1,
+        `${e.clientX},${e.clientY} vs ${ex},${ey}`,
+      );
     });
     const { result } = await run(d, [use('mouse_move', { coordinate: [1234, 567] }), use('cursor_position')]);
     assert.equal(texts(result)[1], 'X=1234, Y=567');
   });
 
   test('a smaller screenshot setting scales further, and clicks still land', async () => {
-    const other = await startTestDaemon({ display: d.display.display, screenshot: { limits: { maxSidePx: 1024, maxVisualTokens: 4784 } } });
+    const other = await startTestDaemon({
+      display: d.display.display,
+      screenshot: { limits: { maxSidePx: 1024, maxVisualTokens: 4784 } },
+    });
     try {
       const c = await other.connect();
       assert.deepEqual((await c.hello()).screenshot, { width: 1024, height: 576 });

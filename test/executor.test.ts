@@ -153,7 +153,13 @@ describe('executor', () => {
                   ? 'Not executed: an earlier action in this turn failed.'
                   : UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT;
             assert.equal(text, expected, `call ${i} gets its toolset's exact halt text`);
-            assert.equal(events.filter((e) => e.index === i).map((e) => e.phase).join(), 'not_executed');
+            assert.equal(
+              events
+                .filter((e) => e.index === i)
+                .map((e) => e.phase)
+                .join(),
+              'not_executed',
+            );
             return;
           }
           assert.deepEqual(
@@ -176,8 +182,15 @@ describe('executor', () => {
           if (c.kind === 'off') assert.match(text, /^The 'off' action is not permitted/);
           if (family) halted.add(family);
         });
-        assert.deepEqual(effects, expectedEffects, 'nothing ran after its toolset failed, everything else ran in order');
-        assert.equal(result.failures.length, result.tool_results.filter((r) => r.is_error).length - notExecuted(events));
+        assert.deepEqual(
+          effects,
+          expectedEffects,
+          'nothing ran after its toolset failed, everything else ran in order',
+        );
+        assert.equal(
+          result.failures.length,
+          result.tool_results.filter((r) => r.is_error).length - notExecuted(events),
+        );
         for (const f of result.failures) assert.equal(f.error.message.length > 0, true);
       }),
       { numRuns: 200 },

@@ -10,12 +10,34 @@ import WebSocket from 'ws';
 import { ConfigError, resolveConfig } from '../src/config.ts';
 import type { ErrorMessage, Welcome } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
-import { HandshakeError, TEST_TOKEN, TestClient, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
+import {
+  HandshakeError,
+  TEST_TOKEN,
+  TestClient,
+  computerUse,
+  startTestDaemon,
+  type TestDaemon,
+} from './helpers/daemon.ts';
 
 const isError = (m: { type: string }): m is ErrorMessage => m.type === 'error';
 const COMPUTER_MEMBERS = [
-  'key', 'hold_key', 'type', 'cursor_position', 'mouse_move', 'left_mouse_down', 'left_mouse_up', 'left_click',
-  'left_click_drag', 'right_click', 'middle_click', 'double_click', 'triple_click', 'scroll', 'wait', 'screenshot', 'zoom',
+  'key',
+  'hold_key',
+  'type',
+  'cursor_position',
+  'mouse_move',
+  'left_mouse_down',
+  'left_mouse_up',
+  'left_click',
+  'left_click_drag',
+  'right_click',
+  'middle_click',
+  'double_click',
+  'triple_click',
+  'scroll',
+  'wait',
+  'screenshot',
+  'zoom',
 ];
 
 describe('handshake', () => {
@@ -72,7 +94,13 @@ describe('handshake', () => {
 
 describe('messages', () => {
   let d: TestDaemon;
-  before(async () => (d = await startTestDaemon({ display: undefined, limits: { maxToolUsesPerBatch: 5, maxPayloadBytes: 64 * 1024 } })));
+  before(
+    async () =>
+      (d = await startTestDaemon({
+        display: undefined,
+        limits: { maxToolUsesPerBatch: 5, maxPayloadBytes: 64 * 1024 },
+      })),
+  );
   after(() => d.close());
 
   test('welcome describes the toolset, its texts and the limits', async () => {
@@ -81,7 +109,10 @@ describe('messages', () => {
     assert.equal(w.protocol, 'deskbatch.v1');
     assert.match(w.session_id, /^s_[A-Za-z0-9_-]{20,}$/);
     assert.equal(w.resumed, false);
-    assert.deepEqual(w.toolsets.map((t) => t.toolset_name), ['computer']);
+    assert.deepEqual(
+      w.toolsets.map((t) => t.toolset_name),
+      ['computer'],
+    );
     const computer = w.toolsets[0]!;
     assert.equal(computer.type, 'computer_toolset_20260801');
     assert.deepEqual([...computer.members].sort(), [...COMPUTER_MEMBERS].sort());
@@ -102,10 +133,19 @@ describe('messages', () => {
     await expectError('{not json', 'invalid_json');
     await expectError({ type: 'ping', extra: 1 }, 'invalid_message');
     await expectError({ type: 'teleport' }, 'invalid_message');
-    await expectError({ type: 'batch', batch_id: 'bad id!', tool_uses: [computerUse('screenshot')] }, 'invalid_message');
-    await expectError({ type: 'batch', batch_id: 'b1', tool_uses: [{ ...computerUse('screenshot'), id: 'has space' }] }, 'invalid_message');
+    await expectError(
+      { type: 'batch', batch_id: 'bad id!', tool_uses: [computerUse('screenshot')] },
+      'invalid_message',
+    );
+    await expectError(
+      { type: 'batch', batch_id: 'b1', tool_uses: [{ ...computerUse('screenshot'), id: 'has space' }] },
+      'invalid_message',
+    );
     const tooMany = Array.from({ length: 6 }, () => computerUse('cursor_position'));
-    assert.equal((await expectError({ type: 'batch', batch_id: 'big', tool_uses: tooMany }, 'batch_too_large')).batch_id, 'big');
+    assert.equal(
+      (await expectError({ type: 'batch', batch_id: 'big', tool_uses: tooMany }, 'batch_too_large')).batch_id,
+      'big',
+    );
     const dup = computerUse('cursor_position', {}, 'toolu_dup');
     await expectError({ type: 'batch', batch_id: 'dup', tool_uses: [dup, dup] }, 'duplicate_tool_use_id');
     await expectError({ type: 'cancel', batch_id: 'never-sent' }, 'unknown_batch');
@@ -136,7 +176,10 @@ describe('messages', () => {
     assert.equal(result.failures[0]!.error.type, 'DisplayUnavailableError');
     assert.equal(result.failures[0]!.error.retryable, true);
     assert.deepEqual(result.halted, { computer: 0 });
-    assert.deepEqual(events.map((e) => e.phase), ['started', 'failed', 'not_executed']);
+    assert.deepEqual(
+      events.map((e) => e.phase),
+      ['started', 'failed', 'not_executed'],
+    );
   });
 
   test('bad input is an error result that says what is allowed', async () => {

@@ -57,14 +57,10 @@ export interface ImageMember<S extends z.ZodType, Ctx> extends MemberBase<S, Ctx
 }
 
 export type Member<S extends z.ZodType = z.ZodType, Ctx = unknown> =
-  | AckMember<S, Ctx>
-  | TextMember<S, Ctx>
-  | ImageMember<S, Ctx>;
+  AckMember<S, Ctx> | TextMember<S, Ctx> | ImageMember<S, Ctx>;
 
 /** What a handler produced, before the result boundary serialises it. */
-export type MemberOutput =
-  | { kind: 'text'; text: string }
-  | { kind: 'image'; image: CapturedImage };
+export type MemberOutput = { kind: 'text'; text: string } | { kind: 'image'; image: CapturedImage };
 
 /**
  * A member bound to its toolset's context: what the executor runs. It sees

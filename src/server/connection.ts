@@ -50,10 +50,12 @@ export class Connection {
     this.log = deps.log.child({ remote: deps.remote });
     ws.on('pong', () => (this.alive = true));
     ws.on('message', (data, isBinary) => {
-      this.inbox = this.inbox.then(() => this.onMessage(data, isBinary)).catch((err: unknown) => {
-        this.log.error('message handler failed', { error: String(err) });
-        this.send({ type: 'error', code: 'internal', message: 'internal error while handling the message' });
-      });
+      this.inbox = this.inbox
+        .then(() => this.onMessage(data, isBinary))
+        .catch((err: unknown) => {
+          this.log.error('message handler failed', { error: String(err) });
+          this.send({ type: 'error', code: 'internal', message: 'internal error while handling the message' });
+        });
     });
     ws.on('close', () => {
       if (this.session) this.deps.sessions.releaseSession(this.session, this);

@@ -194,7 +194,10 @@ export class DeskbatchServer {
     for (const s of this.sessions.values()) s.cancelAll();
     await Promise.race([Promise.all([...this.sessions.values()].map((s) => s.settled())), deadline]);
     // Give the last batch_result frames a moment to flush before closing.
-    await Promise.race([Promise.all([...this.connections].map((c) => c.close(1001, 'server shutting down'))), deadline]);
+    await Promise.race([
+      Promise.all([...this.connections].map((c) => c.close(1001, 'server shutting down'))),
+      deadline,
+    ]);
     for (const s of this.sessions.values()) s.close();
     this.sessions.clear();
     for (const ws of this.wss.clients) ws.terminate();

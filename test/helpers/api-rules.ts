@@ -71,7 +71,10 @@ export function assertApiValid(toolUses: readonly ToolUse[], raw: unknown): Batc
         if (c.source.type !== 'base64') continue;
         assert.ok(c.source.data.length <= MAX_IMAGE_BASE64, 'image within 10 MB base64');
         const size = imageSize(Buffer.from(c.source.data, 'base64'));
-        assert.ok(size.width <= MAX_SIDE_PX && size.height <= MAX_SIDE_PX, `image ${size.width}x${size.height} ≤ 2000 px`);
+        assert.ok(
+          size.width <= MAX_SIDE_PX && size.height <= MAX_SIDE_PX,
+          `image ${size.width}x${size.height} ≤ 2000 px`,
+        );
         const tokens = Math.ceil(size.width / 28) * Math.ceil(size.height / 28);
         assert.ok(tokens <= MAX_VISUAL_TOKENS, `image ${tokens} visual tokens ≤ 4784`);
       }

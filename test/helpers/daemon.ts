@@ -136,7 +136,9 @@ export class TestClient {
 
   closed(): Promise<{ code: number; reason: string }> {
     if (this.ws.readyState === WebSocket.CLOSED) return Promise.resolve({ code: -1, reason: '' });
-    return new Promise((resolve) => this.ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+    return new Promise((resolve) =>
+      this.ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+    );
   }
 
   close(): void {
@@ -153,5 +155,11 @@ export class HandshakeError extends Error {
 let counter = 0;
 /** A computer tool_use block as the API would send it. */
 export function computerUse(name: string, input: Record<string, unknown> = {}, id?: string): ToolUse {
-  return { type: 'tool_use', id: id ?? `toolu_${(counter++).toString().padStart(4, '0')}`, name, toolset_name: 'computer', input };
+  return {
+    type: 'tool_use',
+    id: id ?? `toolu_${(counter++).toString().padStart(4, '0')}`,
+    name,
+    toolset_name: 'computer',
+    input,
+  };
 }

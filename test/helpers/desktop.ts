@@ -7,7 +7,13 @@ import type { Page } from 'playwright';
 import { launchKioskChromium, type KioskChromium } from './chromium.ts';
 import { startTestDaemon, type TestClient, type TestDaemon } from './daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './display.ts';
-import { readEvents, resetEvents, startEventPageServer, type EventPageServer, type RecordedEvent } from './event-page.ts';
+import {
+  readEvents,
+  resetEvents,
+  startEventPageServer,
+  type EventPageServer,
+  type RecordedEvent,
+} from './event-page.ts';
 
 export interface TestDesktop {
   display: VirtualDisplay;

@@ -61,11 +61,7 @@ export const holdKey = computerMember({
   effect: 'write',
   input: z.object({
     text: keyText,
-    duration: z
-      .number()
-      .min(0)
-      .max(HOLD_MAX_SECONDS)
-      .describe(`Seconds to hold, 0–${HOLD_MAX_SECONDS}.`),
+    duration: z.number().min(0).max(HOLD_MAX_SECONDS).describe(`Seconds to hold, 0–${HOLD_MAX_SECONDS}.`),
   }),
   extraTimeMs: (input) => input.duration * 1000,
   ack: (input) => `Held ${echo(input.text)} for ${input.duration}s.`,

@@ -94,7 +94,8 @@ export const scroll = computerMember({
   ack: (input) => `Scrolled ${input.scroll_direction}.`,
   async handle(input, ctx) {
     const modifiers = ctx.modifiers(input.text);
-    if (input.coordinate) await ctx.driver.moveMouse(await ctx.toDisplayPoint(input.coordinate, 'coordinate'), ctx.signal);
+    if (input.coordinate)
+      await ctx.driver.moveMouse(await ctx.toDisplayPoint(input.coordinate, 'coordinate'), ctx.signal);
     await ctx.driver.scroll(input.scroll_direction, input.scroll_amount, modifiers, ctx.signal);
   },
 });
