@@ -116,7 +116,6 @@ async function serve(argv: string[]): Promise<void> {
     display = xvfb.display;
     config.display = display;
     process.env.DISPLAY = display;
-    log.info(`started a virtual display ${display} (${size.width}x${size.height}) with a window manager`);
   }
 
   const daemon = await startDaemon(config, log);

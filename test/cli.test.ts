@@ -1,0 +1,114 @@
+/**
+ * The command a user runs: `deskbatch serve` with no DISPLAY starts its own
+ * Xvfb, prints where it listens and where the token is, and on SIGTERM
+ * answers the running batch, then exits within its deadline, taking its
+ * Xvfb with it.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { isDisplayReachable } from '../src/desktop/display.ts';
+import type { BatchResult } from '../src/protocol.ts';
+import { assertApiValid } from './helpers/api-rules.ts';
+import { TestClient, computerUse } from './helpers/daemon.ts';
+
+const children: ChildProcess[] = [];
+after(() => {
+  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+});
+
+interface Started {
+  child: ChildProcess;
+  lines: Record<string, unknown>[];
+  url: string;
+  exited: Promise<number | null>;
+}
+
+async function serve(args: string[], env: Record<string, string>): Promise<Started> {
+  const { DISPLAY: _display, DESKBATCH_TOKEN: _token, ...base } = process.env;
+  const child = spawn(process.execPath, ['bin/deskbatch.js', 'serve', '--port', '0', ...args], {
+    env: { ...base, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.push(child);
+  const lines: Record<string, unknown>[] = [];
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    let buffer = '';
+    const timer = setTimeout(() => reject(new Error(`no listening line: ${buffer}`)), 30_000);
+    child.stderr!.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString();
+      for (let i = buffer.indexOf('\n'); i >= 0; i = buffer.indexOf('\n')) {
+        const line = buffer.slice(0, i);
+        buffer = buffer.slice(i + 1);
+        const parsed = JSON.parse(line) as Record<string, unknown>;
+        lines.push(parsed);
+        // The token line comes right after the listening line; both are needed.
+        const listening = lines.map((l) => /listening on (ws:\/\/\S+)/.exec(String(l.msg))?.[1]).find(Boolean);
+        if (listening && lines.some((l) => String(l.msg).startsWith('token:'))) {
+          clearTimeout(timer);
+          resolve(listening);
+        }
+      }
+    });
+    void exited.then((code) => reject(new Error(`exited ${code} before listening: ${buffer}`)));
+  });
+  return { child, lines, url, exited };
+}
+
+test('serve without DISPLAY starts its own display; SIGTERM answers the running batch and exits', async () => {
+  const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
+  try {
+    const s = await serve(['--screenshots-dir', join(home, 'shots')], { HOME: home });
+    const tokenPath = join(home, '.deskbatch', 'token');
+    assert.ok(
+      s.lines.some((l) => String(l.msg).includes(tokenPath)),
+      'prints where the token is',
+    );
+    assert.equal((await stat(tokenPath)).mode & 0o777, 0o600);
+    const token = (await readFile(tokenPath, 'utf8')).trim();
+    assert.ok(!s.lines.some((l) => JSON.stringify(l).includes(token)), 'the token is never logged');
+    const display = String(s.lines.find((l) => /listening on/.test(String(l.msg)))?.display);
+    assert.equal(s.lines.find((l) => l.msg === 'virtual display started')?.display, display);
+    assert.ok(await isDisplayReachable(display));
+
+    const client = await TestClient.open(s.url, { token });
+    const welcome = await client.hello();
+    assert.deepEqual(welcome.display, { width: 1280, height: 800 });
+    const uses = [computerUse('screenshot'), computerUse('wait', { duration: 60 }), computerUse('cursor_position')];
+    client.send({ type: 'batch', batch_id: 'long', tool_uses: uses });
+    await new Promise((r) => setTimeout(r, 1_000));
+    const t0 = Date.now();
+    s.child.kill('SIGTERM');
+    const result = await client.next((m): m is BatchResult => m.type === 'batch_result');
+    assertApiValid(uses, result);
+    assert.equal(result.cancelled, true);
+    assert.equal(result.tool_results[0]!.content[0]!.type, 'image');
+    assert.equal(await s.exited, 0);
+    assert.ok(Date.now() - t0 < 12_000, 'within the shutdown deadline');
+    assert.equal(await isDisplayReachable(display), false, 'its Xvfb went with it');
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
+test('a non-loopback bind without DESKBATCH_TOKEN is refused with a clear message', async () => {
+  const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
+  try {
+    const child = spawn(process.execPath, ['bin/deskbatch.js', 'serve', '--host', '0.0.0.0', '--port', '0'], {
+      env: { ...process.env, HOME: home, DESKBATCH_TOKEN: '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.push(child);
+    let err = '';
+    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+    const code = await new Promise((resolve) => child.once('exit', resolve));
+    assert.equal(code, 2);
+    assert.match(err, /refusing to bind 0\.0\.0\.0 without a configured token/);
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
