@@ -1,0 +1,469 @@
+/**
+ * WorkerDesktopDriver: the DesktopDriver that runs nut-js in a supervised
+ * child process (worker.ts).
+ *
+ * Why a child: nut-js segfaults (exit 139, nothing catchable) when DISPLAY is
+ * unreachable at its first call or the X server goes away under it
+ * (shared/notes/MEASURED.md). So this class
+ * - probes the display socket before starting a child, and refuses with
+ *   DisplayUnavailableError instead of spawning one that would crash;
+ * - before every call, checks the display socket is still the one the child
+ *   connected to (Xvfb recreates it on restart: a new inode or change time means the child's
+ *   X connection is dead, so the child is replaced before it can crash);
+ * - turns a child exit during a call into DriverCrashedError, and starts a
+ *   new child on the next call;
+ * - runs one op at a time, and on abort rejects at once with CancelledError,
+ *   tells the child to cancel (a hold releases its keys), and kills the child
+ *   if it has not answered within ABORT_GRACE_MS.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { stat } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../errors.ts';
+import { displaySocketPath, isDisplayReachable } from './display.ts';
+import type {
+  CaptureOptions,
+  CapturedImage,
+  DesktopDriver,
+  DriverKey,
+  MouseButton,
+  Point,
+  ScrollDirection,
+  Size,
+} from './driver.ts';
+
+export type DriverLog = (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) => void;
+
+export interface WorkerDesktopDriverOptions {
+  /** X display name, e.g. ":99". */
+  display: string;
+  log?: DriverLog;
+  /**
+   * How long one op may take before the child is presumed stuck, killed and
+   * restarted (the call then rejects with DriverCrashedError). Holds and
+   * typing get their own duration on top. Default 30 s.
+   */
+  callTimeoutMs?: number;
+}
+
+const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+/** Child startup (tsx compile + fork) may be slow on a loaded machine. */
+const START_TIMEOUT_MS = 20_000;
+/** After an abort, how long the child may take to answer before it is killed. */
+const ABORT_GRACE_MS = 1_500;
+/** close(): how long the child may take to release everything and exit. */
+const CLOSE_GRACE_MS = 2_000;
+/** Per-character allowance for typing (the keymap settle is per 19-ish new characters). */
+const TYPE_MS_PER_CHAR = 10;
+
+const WORKER_PATH = fileURLToPath(new URL('./worker.ts', import.meta.url));
+
+/** tsx's loader as an absolute URL, so the child finds it whatever the cwd is. */
+function tsxLoader(): string {
+  try {
+    return import.meta.resolve('tsx');
+  } catch {
+    return 'tsx';
+  }
+}
+
+interface Pending {
+  id: number;
+  op: string;
+  resolve: (value: unknown) => void;
+  reject: (err: Error) => void;
+}
+
+interface Child {
+  proc: ChildProcess;
+  /** Identity of the X socket file when the child was started (undefined if not a local socket). */
+  socketId: string | undefined;
+  ready: Promise<void>;
+  pending: Pending | undefined;
+  exited: Promise<void>;
+  hasExited: boolean;
+  /** Killed or exited: never given another op, even before its 'exit' event. */
+  dead: boolean;
+}
+
+export class WorkerDesktopDriver implements DesktopDriver {
+  private readonly display: string;
+  private readonly log: DriverLog;
+  private readonly callTimeoutMs: number;
+  private child: Child | undefined;
+  /** Serialises ops: each waits for the previous op's slot to be freed. */
+  private tail: Promise<void> = Promise.resolve();
+  private nextId = 1;
+  private closed = false;
+  private closing: Promise<void> | undefined;
+
+  constructor(options: WorkerDesktopDriverOptions) {
+    this.display = options.display;
+    this.log = options.log ?? (() => {});
+    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+  }
+
+  displaySize(signal?: AbortSignal): Promise<Size> {
+    return this.call('displaySize', {}, signal);
+  }
+
+  cursorPosition(signal?: AbortSignal): Promise<Point> {
+    return this.call('cursorPosition', {}, signal);
+  }
+
+  moveMouse(to: Point, signal?: AbortSignal): Promise<void> {
+    return this.call('moveMouse', { to }, signal);
+  }
+
+  click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void> {
+    return this.call('click', { button, count, modifiers }, signal);
+  }
+
+  mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void> {
+    return this.call('mouseDown', { button }, signal);
+  }
+
+  mouseUp(button: MouseButton, signal?: AbortSignal): Promise<void> {
+    return this.call('mouseUp', { button }, signal);
+  }
+
+  drag(from: Point, to: Point, modifiers: DriverKey[], signal?: AbortSignal): Promise<void> {
+    return this.call('drag', { from, to, modifiers }, signal, 2_000);
+  }
+
+  scroll(direction: ScrollDirection, amount: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void> {
+    return this.call('scroll', { direction, amount, modifiers }, signal);
+  }
+
+  pressKeys(chord: DriverKey[], repeat: number, signal?: AbortSignal): Promise<void> {
+    return this.call('pressKeys', { chord, repeat }, signal, repeat * 5);
+  }
+
+  holdKeys(chord: DriverKey[], durationMs: number, signal?: AbortSignal): Promise<void> {
+    return this.call('holdKeys', { chord, durationMs }, signal, durationMs);
+  }
+
+  typeText(text: string, signal?: AbortSignal): Promise<void> {
+    return this.call('typeText', { text }, signal, text.length * TYPE_MS_PER_CHAR);
+  }
+
+  async capture(options: CaptureOptions, signal?: AbortSignal): Promise<CapturedImage> {
+    const img = await this.call<CapturedImage>('capture', { options }, signal);
+    // With 'advanced' serialization a Buffer arrives as a plain Uint8Array.
+    const data = img.data as Uint8Array;
+    return { ...img, data: Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength) };
+  }
+
+  /** Asks the child to release everything and exit; kills it after CLOSE_GRACE_MS. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.closed = true;
+    const child = this.child;
+    this.child = undefined;
+    if (!child || child.hasExited) return;
+    const pending = child.pending;
+    if (pending) {
+      child.pending = undefined;
+      this.send(child, { op: 'cancel', id: pending.id });
+      pending.reject(new CancelledError('desktop driver closed'));
+    }
+    // The child cancels its current op, releases keys and buttons, restores the keymap, answers and exits.
+    this.send(child, { op: 'shutdown', id: this.nextId++ });
+    const timer = setTimeout(() => this.kill(child, 'did not exit after close'), CLOSE_GRACE_MS);
+    await child.exited;
+    clearTimeout(timer);
+  }
+
+  // -------------------------------------------------------------------------
+
+  /**
+   * Runs one op in the child. The caller's promise settles on the child's
+   * answer, on abort (CancelledError, at once) or on a crash; the queue slot
+   * is held until the child has really finished the op (or was killed), so
+   * the next op never overlaps it.
+   */
+  private call<T>(op: string, args: object, signal: AbortSignal | undefined, extraMs = 0): Promise<T> {
+    if (this.closed) return Promise.reject(new Error('desktop driver is closed'));
+    if (signal?.aborted) return Promise.reject(cancelledBy(signal));
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      let onAbortRunning: (() => void) | undefined;
+      const finish = (fn: () => void): void => {
+        if (settled) return;
+        settled = true;
+        signal?.removeEventListener('abort', onAbort);
+        fn();
+      };
+      const onAbort = (): void => {
+        finish(() => reject(cancelledBy(signal!)));
+        onAbortRunning?.();
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+
+      const prev = this.tail;
+      let freeSlot!: () => void;
+      this.tail = new Promise<void>((r) => (freeSlot = r));
+      void prev
+        .then(async () => {
+          if (settled) return; // aborted while queued: never sent
+          if (this.closed) throw new Error('desktop driver is closed');
+          const child = await this.ensureChild();
+          if (settled) return;
+          const result = await this.request(child, op, args, this.callTimeoutMs + extraMs, (cancel) => {
+            onAbortRunning = cancel;
+          });
+          finish(() => resolve(result as T));
+        })
+        .catch((err: unknown) => finish(() => reject(err instanceof Error ? err : new Error(String(err)))))
+        .finally(() => freeSlot());
+    });
+  }
+
+  /** Sends one op and waits for its answer, the child's death, or the deadline. */
+  private request(
+    child: Child,
+    op: string,
+    args: object,
+    timeoutMs: number,
+    onCancelHook: (cancel: () => void) => void,
+  ): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const id = this.nextId++;
+      let abortTimer: NodeJS.Timeout | undefined;
+      const deadline = setTimeout(() => {
+        this.kill(child, `${op} did not finish within ${timeoutMs} ms`);
+      }, timeoutMs);
+      const done = (): void => {
+        clearTimeout(deadline);
+        clearTimeout(abortTimer);
+      };
+      child.pending = {
+        id,
+        op,
+        resolve: (v) => {
+          done();
+          resolve(v);
+        },
+        reject: (e) => {
+          done();
+          reject(e);
+        },
+      };
+      onCancelHook(() => {
+        // The caller already got CancelledError. Ask the child to stop (a hold
+        // releases its keys); if it does not answer soon, kill it. The slot stays
+        // busy until one of the two happens.
+        if (child.pending?.id !== id) return;
+        this.send(child, { op: 'cancel', id });
+        abortTimer = setTimeout(
+          () => this.kill(child, `${op} did not stop within ${ABORT_GRACE_MS} ms of cancel`),
+          ABORT_GRACE_MS,
+        );
+      });
+      if (!this.send(child, { id, op, args })) {
+        child.pending = undefined;
+        done();
+        reject(new DriverCrashedError(`desktop worker is not reachable (${op})`));
+      }
+    });
+  }
+
+  private send(child: Child, msg: object): boolean {
+    if (child.hasExited || !child.proc.connected) return false;
+    try {
+      child.proc.send(msg, (err) => {
+        if (err) this.log('warn', 'sending to desktop worker failed', { error: err.message });
+      });
+      return true;
+    } catch (err) {
+      this.log('warn', 'sending to desktop worker failed', { error: (err as Error).message });
+      return false;
+    }
+  }
+
+  private kill(child: Child, reason: string): void {
+    if (child.hasExited) return;
+    child.dead = true;
+    this.log('warn', `killing desktop worker: ${reason}`, { pid: child.proc.pid });
+    const p = child.pending;
+    if (p) {
+      child.pending = undefined;
+      p.reject(new DriverCrashedError(`desktop worker killed: ${reason}`));
+    }
+    child.proc.kill('SIGKILL');
+  }
+
+  /** Returns a ready child for the current X server, starting one if needed. */
+  private async ensureChild(): Promise<Child> {
+    // Both checks cost ~0.1 ms; together they catch a server that died (stale socket,
+    // nobody listening) or was replaced, before the child's next libnut call segfaults.
+    const socketId = await socketIdentity(this.display);
+    const reachable = await isDisplayReachable(this.display);
+    const child = this.child;
+    if (child && !child.dead && (!reachable || socketId !== child.socketId)) {
+      this.log('info', 'X display went away or was restarted under the desktop worker; replacing it', {
+        display: this.display,
+      });
+      this.kill(child, 'X display went away');
+    }
+    if (child && !child.dead) {
+      await child.ready;
+      return child;
+    }
+    // A killed child may not have exited yet: let it go first, so two workers never overlap.
+    if (child) await child.exited;
+    this.child = undefined;
+    if (!reachable) throw new DisplayUnavailableError(`X display ${this.display} is not reachable`);
+    if (this.closed) throw new Error('desktop driver is closed');
+    const fresh = this.spawn(socketId);
+    this.child = fresh;
+    await fresh.ready;
+    if (this.closed) {
+      // close() ran while this child was starting and did not see it.
+      this.kill(fresh, 'desktop driver closed');
+      throw new Error('desktop driver is closed');
+    }
+    return fresh;
+  }
+
+  private spawn(socketId: string | undefined): Child {
+    const proc = fork(WORKER_PATH, [], {
+      execArgv: ['--import', tsxLoader()],
+      serialization: 'advanced',
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      env: { ...process.env, DISPLAY: this.display },
+    });
+    this.log('info', 'desktop worker started', { pid: proc.pid, display: this.display });
+    let markReady!: () => void;
+    let failReady!: (err: Error) => void;
+    const ready = new Promise<void>((resolve, reject) => {
+      markReady = resolve;
+      failReady = reject;
+    });
+    ready.catch(() => {}); // observed by ensureChild; never an unhandled rejection
+    let markExited!: () => void;
+    const child: Child = {
+      proc,
+      socketId,
+      ready,
+      pending: undefined,
+      exited: new Promise<void>((r) => (markExited = r)),
+      hasExited: false,
+      dead: false,
+    };
+    const startTimer = setTimeout(() => {
+      failReady(new DriverCrashedError(`desktop worker did not start within ${START_TIMEOUT_MS} ms`));
+      this.kill(child, 'start timeout');
+    }, START_TIMEOUT_MS);
+
+    for (const [stream, level] of [
+      [proc.stdout, 'info'],
+      [proc.stderr, 'warn'],
+    ] as const) {
+      if (!stream) continue;
+      createInterface({ input: stream }).on('line', (line) => {
+        if (line.trim()) this.log(level, `desktop worker: ${line}`, { pid: proc.pid });
+      });
+    }
+
+    proc.on('message', (raw: unknown) => {
+      const msg = raw as {
+        type?: string;
+        id?: number;
+        ok?: boolean;
+        result?: unknown;
+        error?: { name?: string; message?: string };
+        level?: 'debug' | 'info' | 'warn' | 'error';
+        msg?: string;
+        fields?: object;
+      };
+      if (msg.type === 'ready') {
+        clearTimeout(startTimer);
+        markReady();
+        return;
+      }
+      if (msg.type === 'log') {
+        this.log(msg.level ?? 'info', `desktop worker: ${msg.msg ?? ''}`, { pid: proc.pid, ...msg.fields });
+        return;
+      }
+      const p = child.pending;
+      if (!p || p.id !== msg.id) return; // answer to a call that was cancelled or closed
+      child.pending = undefined;
+      if (msg.ok) p.resolve(msg.result);
+      else p.reject(toError(msg.error, p.op));
+    });
+
+    proc.on('error', (err) => {
+      // Spawn failure or IPC failure; 'exit' may or may not follow.
+      this.log('error', 'desktop worker error', { error: err.message });
+      if (!proc.connected && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    });
+
+    proc.on('exit', (code, signal) => {
+      child.hasExited = true;
+      child.dead = true;
+      clearTimeout(startTimer);
+      const how = signal ? `signal ${signal}` : `code ${code}`;
+      const why =
+        code === 70
+          ? 'its X connection closed'
+          : signal === 'SIGSEGV' || code === 139
+            ? 'segfault; the X display probably went away'
+            : how;
+      failReady(new DriverCrashedError(`desktop worker exited during start (${why})`));
+      const p = child.pending;
+      if (p) {
+        child.pending = undefined;
+        p.reject(new DriverCrashedError(`desktop worker exited during ${p.op} (${why})`));
+      }
+      if (this.child === child) this.child = undefined;
+      this.log(code === 0 && !signal ? 'info' : 'warn', `desktop worker exited (${why})`, { pid: proc.pid });
+      markExited();
+    });
+    return child;
+  }
+}
+
+/**
+ * Identity of the display's X socket file (inode and change time), or
+ * undefined (no socket, or not a local display). An X server recreates its
+ * socket at start; ext4 readily reuses the inode number, so the change time
+ * (ns) is part of the identity.
+ */
+async function socketIdentity(display: string): Promise<string | undefined> {
+  const path = displaySocketPath(display);
+  if (!path) return undefined;
+  try {
+    const st = await stat(path, { bigint: true });
+    return `${st.dev}:${st.ino}:${st.ctimeNs}`;
+  } catch {
+    return undefined;
+  }
+}
+
+function cancelledBy(signal: AbortSignal): CancelledError {
+  const reason = signal.reason;
+  if (reason instanceof CancelledError) return reason;
+  return new CancelledError(reason instanceof Error ? reason.message : 'cancelled');
+}
+
+/** Rebuilds the child's error: model-facing input errors become ToolInputError, the rest keep name and message. */
+function toError(e: { name?: string; message?: string } | undefined, op: string): Error {
+  const message = e?.message ?? `${op} failed`;
+  switch (e?.name) {
+    case 'ToolInputError':
+      return new ToolInputError(message);
+    case 'CancelledError':
+      return new CancelledError(message);
+    default: {
+      const err = new Error(`${op}: ${message}`);
+      if (e?.name && e.name !== 'Error') err.name = e.name;
+      return err;
+    }
+  }
+}

@@ -1,0 +1,953 @@
+/**
+ * Desktop driver tests: key-name parsing (pure), then the WorkerDesktopDriver
+ * against a private Xvfb, with Debian chromium (through Playwright) as the
+ * app that reports what really arrived: typed text, key events, clicks,
+ * wheel directions, drags and pixel colours. Ends with the crash path: the
+ * X server is killed under the driver and restarted on the same number.
+ *
+ * Run: node --import tsx --test test/desktop-driver.test.ts
+ *
+ * Prints `[measure]` lines with median latencies.
+ */
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { setTimeout as delay } from 'node:timers/promises';
+import sharp from 'sharp';
+import { chromium, type Browser, type Page } from 'playwright';
+import { Key } from '@nut-tree-fork/shared';
+import { parseChord, parseModifiers, KEY_NAMES_HELP, KEYSYMS, checkTypeable } from '../src/desktop/keys.ts';
+import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
+import { isDisplayReachable } from '../src/desktop/display.ts';
+import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/errors.ts';
+import type { Point } from '../src/desktop/driver.ts';
+
+const WIDTH = 1280;
+const HEIGHT = 800;
+
+const unhandled: unknown[] = [];
+process.on('unhandledRejection', (err) => unhandled.push(err));
+
+// ---------------------------------------------------------------------------
+// Local helpers
+
+interface Xvfb {
+  number: number;
+  display: string;
+  proc: ChildProcess;
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+function pickFreeDisplay(): number {
+  const start = 50 + Math.floor(Math.random() * 50);
+  for (let i = 0; i < 50; i++) {
+    const n = 50 + ((start - 50 + i) % 50);
+    if (!existsSync(`/tmp/.X11-unix/X${n}`) && !existsSync(`/tmp/.X${n}-lock`)) return n;
+  }
+  throw new Error('no free X display number between 50 and 99');
+}
+
+/** Starts Xvfb (no window manager) and waits until its socket answers. */
+async function startXvfb(number = pickFreeDisplay()): Promise<Xvfb> {
+  const display = `:${number}`;
+  const proc = spawn('Xvfb', [display, '-screen', '0', `${WIDTH}x${HEIGHT}x24`, '-nolisten', 'tcp', '-noreset'], {
+    stdio: 'ignore',
+  });
+  let exited = false;
+  const exit = new Promise<void>((r) => proc.once('exit', () => ((exited = true), r())));
+  const deadline = Date.now() + 10_000;
+  while (!(await isDisplayReachable(display))) {
+    if (exited) throw new Error(`Xvfb ${display} exited at start`);
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`Xvfb ${display} did not start`);
+    }
+    await delay(50);
+  }
+  return {
+    number,
+    display,
+    proc,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (exited) return;
+      proc.kill(signal);
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 3000);
+      await exit;
+      clearTimeout(timer);
+    },
+  };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+async function timeIt(n: number, fn: () => Promise<unknown>): Promise<number> {
+  const times: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await fn();
+    times.push(performance.now() - t0);
+  }
+  return median(times);
+}
+
+function measure(what: string, ms: number): void {
+  console.log(`[measure] ${what}: median ${ms.toFixed(1)} ms`);
+}
+
+async function waitFor<T>(fn: () => Promise<T | undefined | false>, what: string, timeoutMs = 5000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await delay(25);
+  }
+}
+
+async function pixelAt(png: Buffer, x: number, y: number): Promise<[number, number, number]> {
+  const { data, info } = await sharp(png).removeAlpha().raw().toBuffer({ resolveWithObject: true });
+  const i = (y * info.width + x) * info.channels;
+  return [data[i]!, data[i + 1]!, data[i + 2]!];
+}
+
+function assertColor(actual: [number, number, number], expected: [number, number, number], tolerance: number): void {
+  const ok = actual.every((v, i) => Math.abs(v - expected[i]!) <= tolerance);
+  assert.ok(ok, `pixel ${JSON.stringify(actual)} is not ≈ ${JSON.stringify(expected)}`);
+}
+
+const PAGE = `<!doctype html><html><head><meta charset="utf-8"><style>
+html, body { margin: 0; padding: 0; overflow: hidden; width: 100%; height: 100%; background: #fff; }
+#t { position: absolute; left: 20px; top: 20px; width: 560px; height: 160px; font: 14px monospace; }
+#pad { position: absolute; left: 20px; top: 220px; width: 560px; height: 300px; background: #ddd; }
+#orange { position: absolute; left: 640px; top: 0; width: 320px; height: 100%; background: #ff8000; }
+#blue { position: absolute; left: 960px; top: 0; width: 320px; height: 100%; background: #0040ff; }
+</style></head><body>
+<textarea id="t" spellcheck="false" autocomplete="off"></textarea>
+<div id="pad"></div><div id="orange"></div><div id="blue"></div>
+<script>
+window.__events = [];
+for (const type of ['mousedown', 'mouseup', 'click', 'dblclick', 'auxclick', 'contextmenu', 'mousemove', 'wheel', 'keydown', 'keyup']) {
+  window.addEventListener(type, (e) => {
+    window.__events.push({ type, target: e.target.id || e.target.tagName, button: e.button, buttons: e.buttons,
+      detail: e.detail, x: e.clientX, y: e.clientY, shiftKey: e.shiftKey, ctrlKey: e.ctrlKey, altKey: e.altKey,
+      key: e.key, code: e.code, deltaX: e.deltaX, deltaY: e.deltaY });
+    if (type === 'contextmenu' || type === 'wheel') e.preventDefault();
+  }, { capture: true, passive: false });
+}
+const ta = document.getElementById('t');
+// Tab would move focus out of the textarea: insert it instead, so typed tabs can be read back.
+ta.addEventListener('keydown', (e) => {
+  if (e.key === 'Tab' && !e.ctrlKey && !e.altKey && !e.shiftKey) {
+    e.preventDefault();
+    ta.setRangeText('\\t', ta.selectionStart, ta.selectionEnd, 'end');
+  }
+});
+</script></body></html>`;
+
+interface PageEvent {
+  type: string;
+  target: string;
+  button: number;
+  buttons: number;
+  detail: number;
+  x: number;
+  y: number;
+  shiftKey: boolean;
+  ctrlKey: boolean;
+  altKey: boolean;
+  key: string;
+  code: string;
+  deltaX: number;
+  deltaY: number;
+}
+
+// ---------------------------------------------------------------------------
+
+describe('parseChord', () => {
+  test('Return is Return, never the keypad Enter', () => {
+    assert.deepEqual(parseChord('Return'), ['Return']);
+    assert.deepEqual(parseChord('enter'), ['Return']);
+    assert.deepEqual(parseChord('KP_Enter'), ['Enter']);
+  });
+
+  test('names are case-insensitive', () => {
+    for (const s of ['return', 'RETURN', 'ReTuRn']) assert.deepEqual(parseChord(s), ['Return']);
+    assert.deepEqual(parseChord('CTRL+Shift+escape'), ['LeftControl', 'LeftShift', 'Escape']);
+    assert.deepEqual(parseChord('backspace'), parseChord('BackSpace'));
+  });
+
+  test('chords and common names', () => {
+    assert.deepEqual(parseChord('ctrl+shift+Escape'), ['LeftControl', 'LeftShift', 'Escape']);
+    assert.deepEqual(parseChord('alt+Tab'), ['LeftAlt', 'Tab']);
+    assert.deepEqual(parseChord('ctrl+s'), ['LeftControl', 'S']);
+    assert.deepEqual(parseChord('control_l+c'), ['LeftControl', 'C']);
+    for (const s of ['Page_Up', 'pageup', 'pgup', 'Prior']) assert.deepEqual(parseChord(s), ['PageUp']);
+    for (const s of ['Page_Down', 'pagedown', 'Next']) assert.deepEqual(parseChord(s), ['PageDown']);
+    for (const s of ['Escape', 'esc']) assert.deepEqual(parseChord(s), ['Escape']);
+    for (const s of ['Delete', 'del']) assert.deepEqual(parseChord(s), ['Delete']);
+    for (const s of ['super', 'cmd', 'meta', 'win', 'Super_L']) assert.deepEqual(parseChord(s), ['LeftSuper']);
+    assert.deepEqual(parseChord('F1'), ['F1']);
+    assert.deepEqual(parseChord('f24'), ['F24']);
+    assert.deepEqual(parseChord('KP_0'), ['NumPad0']);
+    assert.deepEqual(parseChord('space'), ['Space']);
+    assert.deepEqual(parseChord(' '), ['Space']);
+    assert.deepEqual(parseChord('Up'), ['Up']);
+    assert.deepEqual(parseChord('XF86AudioMute'), ['AudioMute']);
+    assert.deepEqual(parseChord('Caps_Lock'), ['CapsLock']);
+    assert.deepEqual(parseChord('ctrl + s'), ['LeftControl', 'S']);
+  });
+
+  test('punctuation: names and single characters', () => {
+    assert.deepEqual(parseChord('ctrl+-'), ['LeftControl', 'Minus']);
+    assert.deepEqual(parseChord('ctrl+='), ['LeftControl', 'Equal']);
+    assert.deepEqual(parseChord('ctrl+minus'), ['LeftControl', 'Minus']);
+    assert.deepEqual(parseChord('bracketleft'), ['LeftBracket']);
+    assert.deepEqual(parseChord('grave'), ['Grave']);
+    assert.deepEqual(parseChord('apostrophe'), ['Quote']);
+  });
+
+  test('shifted characters add Shift once', () => {
+    assert.deepEqual(parseChord('A'), ['LeftShift', 'A']);
+    assert.deepEqual(parseChord('a'), ['A']);
+    assert.deepEqual(parseChord('!'), ['LeftShift', 'Num1']);
+    assert.deepEqual(parseChord('ctrl+?'), ['LeftControl', 'LeftShift', 'Slash']);
+    assert.deepEqual(parseChord('shift+A'), ['LeftShift', 'A']);
+    assert.deepEqual(parseChord('ctrl+shift+?'), ['LeftControl', 'LeftShift', 'Slash']);
+    assert.deepEqual(parseChord('plus'), ['LeftShift', 'Equal']);
+    assert.deepEqual(parseChord('ctrl+plus'), ['LeftControl', 'LeftShift', 'Equal']);
+    assert.deepEqual(parseChord('+'), ['LeftShift', 'Equal']);
+    assert.deepEqual(parseChord('ctrl++'), ['LeftControl', 'LeftShift', 'Equal']);
+  });
+
+  test('every DriverKey produced is a nut-js Key member with a keysym', () => {
+    const names = [
+      'Return',
+      'KP_Enter',
+      'ctrl',
+      'alt_r',
+      'super_r',
+      'shift_r',
+      'Menu',
+      'Print',
+      'Insert',
+      'Pause',
+      'Num_Lock',
+    ];
+    for (let i = 1; i <= 24; i++) names.push(`F${i}`);
+    for (let i = 0; i <= 9; i++) names.push(`KP_${i}`, String(i));
+    for (const c of 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ`~!@#$%^&*()-_=[]{}\\|;:\'",<.>/?')
+      names.push(c);
+    for (const n of ['XF86AudioRaiseVolume', 'XF86AudioLowerVolume', 'XF86AudioPlay', 'XF86AudioNext', 'KP_Add'])
+      names.push(n);
+    for (const name of names) {
+      for (const k of parseChord(name)) {
+        assert.equal(
+          typeof (Key as unknown as Record<string, number>)[k],
+          'number',
+          `${name} → ${k} is not a nut-js Key`,
+        );
+        assert.ok(KEYSYMS[k], `${k} has no keysym`);
+      }
+    }
+  });
+
+  test('unknown names and empty parts throw ToolInputError with a useful message', () => {
+    for (const bad of ['ctrl+', '', '+ctrl', 'ctrl++shift', 'foo', 'ctrl+foo', 'é', 'ctrl+a b']) {
+      assert.throws(
+        () => parseChord(bad),
+        (err: unknown) => {
+          assert.ok(err instanceof ToolInputError, `${bad}: ${String(err)}`);
+          assert.ok(!/[\\/](src|work|tmp|home)[\\/]/.test(err.message), err.message);
+          assert.ok(err.message.length < 400, err.message);
+          return true;
+        },
+      );
+    }
+    assert.throws(() => parseChord('ctrl+foo'), /Unknown key "foo".*ctrl\+s/);
+    assert.throws(() => parseChord('Retrun'), /Did you mean "return"/);
+    assert.throws(() => parseChord('ctrl+'), /Empty key name/);
+  });
+
+  test('parseModifiers accepts only modifiers', () => {
+    assert.deepEqual(parseModifiers('shift'), ['LeftShift']);
+    assert.deepEqual(parseModifiers('ctrl+shift'), ['LeftControl', 'LeftShift']);
+    assert.deepEqual(parseModifiers('Alt+Super'), ['LeftAlt', 'LeftSuper']);
+    assert.deepEqual(parseModifiers(''), []);
+    assert.throws(() => parseModifiers('a'), ToolInputError);
+    assert.throws(() => parseModifiers('shift+Return'), /not a modifier/);
+    assert.throws(() => parseModifiers('A'), ToolInputError);
+    assert.throws(() => parseModifiers('shfit'), /Did you mean "shift"/);
+  });
+
+  test('KEY_NAMES_HELP lists the main names', () => {
+    for (const n of ['Return', 'ctrl', 'Page_Down', 'F1', 'plus']) assert.ok(KEY_NAMES_HELP.includes(n), n);
+  });
+
+  test('checkTypeable allows \\n and \\t, refuses other control characters', () => {
+    checkTypeable('a\nb\tc é 你好 😀');
+    for (const bad of ['a\rb', '\u0007', 'x\u007f', '\u0085', '\ud800']) {
+      assert.throws(() => checkTypeable(bad), ToolInputError, JSON.stringify(bad));
+    }
+  });
+});
+
+describe('WorkerDesktopDriver on Xvfb', () => {
+  let xvfb: Xvfb;
+  let driver: WorkerDesktopDriver;
+  let browser: Browser | undefined;
+  let page: Page;
+  /** screen = page client + offset */
+  let offset: Point = { x: 0, y: 0 };
+  const logs: string[] = [];
+  const workerPids: number[] = [];
+
+  const events = (): Promise<PageEvent[]> => page.evaluate('window.__events') as Promise<PageEvent[]>;
+  const clearEvents = (): Promise<unknown> => page.evaluate('window.__events = []');
+  const screenOf = (p: Point): Point => ({ x: p.x + offset.x, y: p.y + offset.y });
+  const value = (): Promise<string> => page.inputValue('#t');
+  /**
+   * The driver returns once the X server has the events; the app may still be
+   * working through them, so poll briefly before comparing.
+   */
+  async function expectValue(expected: string): Promise<void> {
+    const deadline = Date.now() + 2000;
+    let v = await value();
+    while (v !== expected && Date.now() < deadline) {
+      await delay(20);
+      v = await value();
+    }
+    assert.equal(v, expected);
+  }
+
+  async function focusTextarea(): Promise<void> {
+    // No window manager: keyboard focus follows the pointer, so the pointer must be over the page.
+    await driver.moveMouse(screenOf({ x: 300, y: 100 }));
+    await driver.click('left', 1, []);
+    await waitFor(async () => (await page.evaluate('document.activeElement?.id')) === 't', 'textarea focus');
+  }
+
+  async function clearTextarea(): Promise<void> {
+    await page.fill('#t', '');
+  }
+
+  before(async () => {
+    xvfb = await startXvfb();
+    driver = new WorkerDesktopDriver({
+      display: xvfb.display,
+      log: (level, msg, fields) => {
+        logs.push(`${level} ${msg}`);
+        if (msg === 'desktop worker started') workerPids.push((fields as { pid: number }).pid);
+        if (level === 'error' || process.env.DESKBATCH_TEST_VERBOSE) {
+          console.error(`[driver] ${level}: ${msg}`, JSON.stringify(fields ?? {}));
+        }
+      },
+    });
+  });
+
+  after(async () => {
+    await browser?.close().catch(() => {});
+    await driver?.close();
+    await xvfb?.stop();
+  });
+
+  test('a display that does not exist gives DisplayUnavailableError without spawning', async () => {
+    const n = pickFreeDisplay();
+    const seen: string[] = [];
+    const d = new WorkerDesktopDriver({ display: `:${n}`, log: (_l, m) => seen.push(m) });
+    await assert.rejects(d.displaySize(), DisplayUnavailableError);
+    await assert.rejects(d.moveMouse({ x: 1, y: 1 }), DisplayUnavailableError);
+    assert.ok(!seen.some((m) => m.includes('started')), 'no worker was started');
+    await d.close();
+  });
+
+  test('displaySize and cursor round trip', async () => {
+    assert.deepEqual(await driver.displaySize(), { width: WIDTH, height: HEIGHT });
+    for (const p of [
+      { x: 123, y: 456 },
+      { x: 0, y: 0 },
+      { x: WIDTH - 1, y: HEIGHT - 1 },
+      { x: 640, y: 400 },
+    ]) {
+      await driver.moveMouse(p);
+      assert.deepEqual(await driver.cursorPosition(), p);
+    }
+  });
+
+  test('an already aborted signal rejects with CancelledError', async () => {
+    await assert.rejects(driver.displaySize(AbortSignal.abort()), CancelledError);
+  });
+
+  describe('with chromium', () => {
+    before(async () => {
+      browser = await chromium.launch({
+        executablePath: '/usr/bin/chromium',
+        headless: false,
+        env: { ...process.env, DISPLAY: xvfb.display },
+        args: [
+          '--kiosk',
+          '--window-position=0,0',
+          `--window-size=${WIDTH},${HEIGHT}`,
+          '--force-device-scale-factor=1',
+          '--no-sandbox',
+          '--disable-gpu',
+          '--disable-background-networking',
+          '--disable-component-update',
+          '--disable-sync',
+          '--no-first-run',
+        ],
+      });
+      page = await browser.newPage({ viewport: null });
+      await page.setContent(PAGE);
+      // Two animation frames: the page has been painted before anything captures it.
+      await page.evaluate('new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))');
+      // Calibrate page → screen: put the pointer on a known screen point and read where the
+      // page saw it, once the page's last mousemove has stopped changing.
+      const lastMove = async (): Promise<PageEvent | undefined> =>
+        (await events()).filter((e) => e.type === 'mousemove').at(-1);
+      const probe = { x: 700, y: 500 };
+      await driver.moveMouse({ x: 690, y: 490 });
+      await driver.moveMouse(probe);
+      let seen = await waitFor(lastMove, 'a mousemove to calibrate page coordinates');
+      for (;;) {
+        await delay(150);
+        const again = (await lastMove())!;
+        if (again.x === seen.x && again.y === seen.y) break;
+        seen = again;
+      }
+      offset = { x: probe.x - seen.x, y: probe.y - seen.y };
+      // Check it on a second point.
+      await driver.moveMouse({ x: 650, y: 450 });
+      await waitFor(
+        async () => {
+          const m = await lastMove();
+          return m && m.x === 650 - offset.x && m.y === 450 - offset.y;
+        },
+        `the page to see the pointer at (650, 450) with offset ${JSON.stringify(offset)}`,
+      );
+    });
+
+    test('capture: full screen png, BGRX converted to the right RGB', async () => {
+      const orange = screenOf({ x: 800, y: 400 });
+      const blue = screenOf({ x: 1100, y: 400 });
+      const full = await driver.capture({ output: { width: WIDTH, height: HEIGHT }, format: 'png', quality: 80 });
+      assert.equal(full.mediaType, 'image/png');
+      assert.ok(Buffer.isBuffer(full.data));
+      const meta = await sharp(full.data).metadata();
+      assert.equal(meta.width, WIDTH);
+      assert.equal(meta.height, HEIGHT);
+      assertColor(await pixelAt(full.data, orange.x, orange.y), [255, 128, 0], 2);
+      assertColor(await pixelAt(full.data, blue.x, blue.y), [0, 64, 255], 2);
+      // Not black overall.
+      const stats = await sharp(full.data).stats();
+      assert.ok(stats.channels[0]!.mean > 100, `mean red ${stats.channels[0]!.mean}`);
+    });
+
+    test('capture: downscaled png, jpeg, webp have the requested size and colours', async () => {
+      const orange = screenOf({ x: 800, y: 400 });
+      for (const format of ['png', 'jpeg', 'webp'] as const) {
+        const img = await driver.capture({ output: { width: 1024, height: 640 }, format, quality: 85 });
+        assert.equal(img.mediaType, `image/${format}`);
+        const meta = await sharp(img.data).metadata();
+        assert.equal(meta.format, format);
+        assert.deepEqual([meta.width, meta.height, img.width, img.height], [1024, 640, 1024, 640]);
+        const px = await pixelAt(
+          img.data,
+          Math.round((orange.x * 1024) / WIDTH),
+          Math.round((orange.y * 640) / HEIGHT),
+        );
+        assertColor(px, [255, 128, 0], format === 'png' ? 2 : 12);
+      }
+    });
+
+    test('capture: region, resized up and down', async () => {
+      const b = screenOf({ x: 1000, y: 300 });
+      const region = { x: b.x, y: b.y, width: 200, height: 100 };
+      const small = await driver.capture({ region, output: { width: 100, height: 50 }, format: 'png', quality: 80 });
+      let meta = await sharp(small.data).metadata();
+      assert.deepEqual([meta.width, meta.height], [100, 50]);
+      const stats = await sharp(small.data).stats();
+      assert.ok(Math.abs(stats.channels[2]!.mean - 255) < 2 && stats.channels[0]!.mean < 2, 'all blue');
+      // Zoom: a region straddling orange|blue, upscaled.
+      const edge = screenOf({ x: 960 - 32, y: 300 });
+      const zoom = await driver.capture({
+        region: { x: edge.x, y: edge.y, width: 64, height: 40 },
+        output: { width: 640, height: 400 },
+        format: 'png',
+        quality: 80,
+      });
+      meta = await sharp(zoom.data).metadata();
+      assert.deepEqual([meta.width, meta.height], [640, 400]);
+      assertColor(await pixelAt(zoom.data, 100, 200), [255, 128, 0], 2);
+      assertColor(await pixelAt(zoom.data, 540, 200), [0, 64, 255], 2);
+    });
+
+    test('capture: a region off the display is a ToolInputError', async () => {
+      await assert.rejects(
+        driver.capture({
+          region: { x: 1200, y: 0, width: 200, height: 10 },
+          output: { width: 10, height: 10 },
+          format: 'png',
+          quality: 80,
+        }),
+        ToolInputError,
+      );
+      // The worker is still fine.
+      assert.deepEqual(await driver.displaySize(), { width: WIDTH, height: HEIGHT });
+    });
+
+    test('typing all 95 printable ASCII characters arrives exactly', async () => {
+      await focusTextarea();
+      let ascii = '';
+      for (let c = 0x20; c <= 0x7e; c++) ascii += String.fromCharCode(c);
+      await clearTextarea();
+      await driver.typeText(ascii);
+      await expectValue(ascii);
+      // Newline and tab.
+      await clearTextarea();
+      await driver.typeText('line 1\nline\t2\n');
+      await expectValue('line 1\nline\t2\n');
+      const times: number[] = [];
+      for (let i = 0; i < 7; i++) {
+        await clearTextarea();
+        const t0 = performance.now();
+        await driver.typeText(ascii);
+        times.push(performance.now() - t0);
+        await expectValue(ascii);
+      }
+      measure('typeText 95 printable ASCII chars', median(times));
+    });
+
+    test('typing non-ASCII text arrives exactly, interleaved with ASCII', async () => {
+      await focusTextarea();
+      const text = 'héllo wörld — 你好 ✓ 😀 ñÑ€ "Ωmega" aéaéaé {x: ü}';
+      await clearTextarea();
+      const tCold = performance.now();
+      await driver.typeText(text);
+      const cold = performance.now() - tCold;
+      await expectValue(text);
+      measure('typeText non-ASCII, first time (binds keysyms, waits for clients)', cold);
+      const times: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        await clearTextarea();
+        const t0 = performance.now();
+        await driver.typeText(text);
+        times.push(performance.now() - t0);
+        await expectValue(text);
+      }
+      measure(`typeText mixed non-ASCII text, keysyms already bound (${[...text].length} chars)`, median(times));
+      const fresh = 'ĀāĂăĄą';
+      await clearTextarea();
+      const tFresh = performance.now();
+      await driver.typeText(fresh);
+      measure(`typeText ${fresh.length} new non-ASCII chars (bind + ${50} ms settle)`, performance.now() - tFresh);
+      await expectValue(fresh);
+    });
+
+    test('typing more distinct characters than spare keycodes rebinds and stays exact', async () => {
+      await focusTextarea();
+      const text = '一二三四五六七八九十百千万亿甲乙丙丁戊己庚辛壬癸子丑寅卯辰巳午未申酉戌亥春夏秋冬 ÀÁÂÃÄÅÆÇÈÉ';
+      await clearTextarea();
+      await driver.typeText(text);
+      await expectValue(text);
+    });
+
+    test('Caps Lock on: typed text is still exact', async () => {
+      await focusTextarea();
+      await driver.pressKeys(parseChord('Caps_Lock'), 1);
+      try {
+        await clearTextarea();
+        await driver.typeText('Hello World, ÀÉ é! abcXYZ');
+        await expectValue('Hello World, ÀÉ é! abcXYZ');
+      } finally {
+        await driver.pressKeys(parseChord('Caps_Lock'), 1);
+      }
+      await clearTextarea();
+      await driver.typeText('aA');
+      await expectValue('aA');
+    });
+
+    test('aborting a long typeText stops it promptly; the next call works', async () => {
+      await focusTextarea();
+      await clearTextarea();
+      const long = 'abcdefghij'.repeat(300);
+      const ac = new AbortController();
+      const typing = driver.typeText(long, ac.signal);
+      await delay(30);
+      const t0 = performance.now();
+      ac.abort();
+      await assert.rejects(typing, CancelledError);
+      assert.ok(performance.now() - t0 < 100, 'rejects promptly');
+      await driver.displaySize(); // waits for the worker to have stopped typing
+      await delay(200);
+      const typed = await value();
+      assert.ok(typed.length < long.length && long.startsWith(typed), `typed ${typed.length} chars`);
+      await clearTextarea();
+      await driver.typeText('after');
+      await expectValue('after');
+    });
+
+    test('worker killed while holding Shift: DriverCrashedError, and the next worker releases the stuck key', async () => {
+      await focusTextarea();
+      const pidsBefore = workerPids.length;
+      const hold = driver.holdKeys(parseChord('shift'), 10_000);
+      await delay(300);
+      const pid = workerPids.at(-1)!;
+      assert.ok(pid && workerPids.length === pidsBefore, 'the hold ran in the existing worker');
+      process.kill(pid, 'SIGKILL');
+      await assert.rejects(hold, DriverCrashedError);
+      await clearTextarea();
+      await driver.typeText('abc');
+      await expectValue('abc'); // not "ABC": the new worker released the Shift the dead one held
+      assert.equal(workerPids.length, pidsBefore + 1, 'a new worker was started');
+    });
+
+    test('control characters are refused before anything is typed', async () => {
+      await focusTextarea();
+      await clearTextarea();
+      await assert.rejects(driver.typeText('abc\u0007def'), ToolInputError);
+      await assert.rejects(driver.typeText('abc\rdef'), /carriage return/);
+      await delay(100);
+      await expectValue('');
+    });
+
+    test('key chords: ctrl+a, BackSpace, shifted keys, Return vs KP_Enter', async () => {
+      await focusTextarea();
+      await clearTextarea();
+      await driver.typeText('some text');
+      await driver.pressKeys(parseChord('ctrl+a'), 1);
+      await driver.pressKeys(parseChord('BackSpace'), 1);
+      await expectValue('');
+      await driver.pressKeys(parseChord('A'), 1);
+      await driver.pressKeys(parseChord('!'), 2);
+      await driver.pressKeys(parseChord('x'), 3);
+      await driver.pressKeys(parseChord('Return'), 1);
+      await expectValue('A!!xxx\n');
+      await clearEvents();
+      await driver.pressKeys(parseChord('ctrl+shift+x'), 1);
+      await driver.pressKeys(parseChord('Return'), 1);
+      await driver.pressKeys(parseChord('KP_Enter'), 1);
+      await driver.pressKeys(parseChord('alt+shift+F5'), 1);
+      const downs = await waitFor(async () => {
+        const d = (await events()).filter((e) => e.type === 'keydown' && !['Shift', 'Control', 'Alt'].includes(e.key));
+        return d.length >= 4 ? d : undefined;
+      }, 'keydown events');
+      assert.deepEqual(
+        downs.map((e) => [e.key, e.code, e.ctrlKey, e.shiftKey, e.altKey]),
+        [
+          ['X', 'KeyX', true, true, false],
+          ['Enter', 'Enter', false, false, false],
+          ['Enter', 'NumpadEnter', false, false, false],
+          ['F5', 'F5', false, true, true],
+        ],
+      );
+    });
+
+    test('keys missing from the keymap (F13, F24) and keys libnut lacks (Menu) arrive, and do not kill the worker', async () => {
+      await focusTextarea();
+      await clearEvents();
+      // On Xvfb's keymap F13–F24 have no keycode: libnut would send keycode 0 and the
+      // worker would die of BadValue. The worker binds them to a spare keycode instead.
+      await driver.pressKeys(parseChord('F13'), 1);
+      await driver.pressKeys(parseChord('ctrl+F24'), 1);
+      const downs = await waitFor(async () => {
+        const d = (await events()).filter((e) => e.type === 'keydown' && e.key !== 'Control');
+        return d.length >= 2 ? d : undefined;
+      }, 'keydown events');
+      // Chromium names a keysym on a keycode it has no physical-key code for "\0"
+      // (xdotool key F13 gives the same); xev shows F13 and F24 (checked by hand).
+      assert.deepEqual(
+        downs.map((e) => [['F13', 'F24', '\0'].includes(e.key), e.ctrlKey]),
+        [
+          [true, false],
+          [true, true],
+        ],
+      );
+      await clearEvents();
+      await driver.pressKeys(parseChord('Menu'), 1);
+      const menu = await waitFor(
+        async () => (await events()).find((e) => e.key === 'ContextMenu' || e.type === 'contextmenu'),
+        'Menu key',
+      );
+      assert.ok(menu);
+      await driver.pressKeys(parseChord('Escape'), 1);
+      await clearTextarea();
+      await driver.typeText('still alive');
+      await expectValue('still alive');
+    });
+
+    test('holdKeys holds then releases; abort ends the hold early and releases', async () => {
+      await focusTextarea();
+      await clearEvents();
+      const t0 = performance.now();
+      await driver.holdKeys(parseChord('shift'), 300);
+      assert.ok(performance.now() - t0 >= 290);
+      let evs = await waitFor(async () => {
+        const e = await events();
+        return e.some((x) => x.type === 'keyup' && x.key === 'Shift') ? e : undefined;
+      }, 'shift keyup');
+      assert.ok(evs.some((x) => x.type === 'keydown' && x.key === 'Shift'));
+
+      await clearEvents();
+      const ac = new AbortController();
+      const hold = driver.holdKeys(parseChord('ctrl'), 10_000, ac.signal);
+      await delay(200);
+      const tAbort = performance.now();
+      ac.abort();
+      await assert.rejects(hold, CancelledError);
+      assert.ok(performance.now() - tAbort < 100, 'rejects promptly');
+      evs = await waitFor(async () => {
+        const e = await events();
+        return e.some((x) => x.type === 'keyup' && x.key === 'Control') ? e : undefined;
+      }, 'ctrl keyup after abort');
+      // The next call runs normally and Ctrl is not stuck.
+      await clearTextarea();
+      await driver.typeText('ok');
+      await expectValue('ok');
+    });
+
+    test('scroll directions: down/up/right/left give the right wheel delta signs', async () => {
+      await driver.moveMouse(screenOf({ x: 300, y: 370 }));
+      const cases = [
+        ['down', 'deltaY', 1],
+        ['up', 'deltaY', -1],
+        ['right', 'deltaX', 1],
+        ['left', 'deltaX', -1],
+      ] as const;
+      for (const [direction, axis, sign] of cases) {
+        await delay(200); // let wheel events of the previous case arrive before clearing
+        await clearEvents();
+        await driver.scroll(direction, 2, []);
+        await waitFor(async () => (await events()).some((e) => e.type === 'wheel'), `wheel ${direction}`);
+        await delay(200);
+        const wheels = (await events()).filter((e) => e.type === 'wheel');
+        for (const w of wheels) {
+          assert.equal(Math.sign(w[axis]), sign, `${direction}: ${axis} = ${w[axis]}`);
+          assert.ok(w[axis === 'deltaX' ? 'deltaY' : 'deltaX'] === 0, `${direction}: other axis`);
+        }
+      }
+      await clearEvents();
+      await driver.scroll('down', 1, ['LeftControl']);
+      const w = await waitFor(async () => (await events()).find((e) => e.type === 'wheel'), 'ctrl+wheel');
+      assert.equal(w.ctrlKey, true);
+    });
+
+    test('click buttons and counts', async () => {
+      const at = screenOf({ x: 300, y: 370 });
+      await driver.moveMouse(at);
+      const run = async (button: 'left' | 'right' | 'middle', count: number, modifiers: string[] = []) => {
+        await clearEvents();
+        await driver.click(button, count, modifiers);
+        await delay(150);
+        return (await events()).filter((e) => e.type !== 'mousemove' && e.type !== 'keydown' && e.type !== 'keyup');
+      };
+      let evs = await run('left', 1);
+      assert.deepEqual(
+        evs.map((e) => [e.type, e.button, e.detail]),
+        [
+          ['mousedown', 0, 1],
+          ['mouseup', 0, 1],
+          ['click', 0, 1],
+        ],
+      );
+      assert.deepEqual([evs[0]!.x + offset.x, evs[0]!.y + offset.y], [at.x, at.y]);
+      await delay(600); // let the double-click timer expire between cases
+      evs = await run('left', 2);
+      assert.ok(evs.some((e) => e.type === 'dblclick'));
+      assert.deepEqual(
+        evs.filter((e) => e.type === 'click').map((e) => e.detail),
+        [1, 2],
+      );
+      await delay(600);
+      evs = await run('left', 3);
+      assert.deepEqual(
+        evs.filter((e) => e.type === 'click').map((e) => e.detail),
+        [1, 2, 3],
+      );
+      await delay(600);
+      evs = await run('right', 1);
+      assert.ok(evs.some((e) => e.type === 'mousedown' && e.button === 2));
+      assert.ok(evs.some((e) => e.type === 'contextmenu'));
+      await delay(600);
+      evs = await run('middle', 1);
+      assert.ok(evs.some((e) => e.type === 'mousedown' && e.button === 1));
+      assert.ok(evs.some((e) => e.type === 'auxclick' && e.button === 1));
+      await delay(600);
+      evs = await run('left', 1, ['LeftShift']);
+      const click = evs.find((e) => e.type === 'click')!;
+      assert.equal(click.shiftKey, true);
+      assert.equal(click.ctrlKey, false);
+      await delay(600);
+      evs = await run('left', 1, ['LeftControl', 'LeftAlt']);
+      const c2 = evs.find((e) => e.type === 'mousedown')!;
+      assert.deepEqual([c2.ctrlKey, c2.altKey, c2.shiftKey], [true, true, false]);
+      // Modifiers were released: a plain click has none.
+      await delay(600);
+      evs = await run('left', 1);
+      const c3 = evs.find((e) => e.type === 'click')!;
+      assert.deepEqual([c3.ctrlKey, c3.altKey, c3.shiftKey], [false, false, false]);
+    });
+
+    test('mouseDown / mouseUp', async () => {
+      await driver.moveMouse(screenOf({ x: 200, y: 300 }));
+      await clearEvents();
+      await driver.mouseDown('left');
+      await driver.moveMouse(screenOf({ x: 260, y: 320 }));
+      await driver.mouseUp('left');
+      const evs = await waitFor(async () => {
+        const e = await events();
+        return e.some((x) => x.type === 'mouseup') ? e : undefined;
+      }, 'mouseup');
+      const down = evs.find((e) => e.type === 'mousedown')!;
+      const up = evs.find((e) => e.type === 'mouseup')!;
+      assert.deepEqual([down.x, down.y, up.x, up.y], [200, 300, 260, 320]);
+    });
+
+    test('drag: press at A, moves with the button down, release at B', async () => {
+      await delay(600);
+      await clearEvents();
+      const a = { x: 100, y: 250 };
+      const b = { x: 500, y: 480 };
+      await driver.drag(screenOf(a), screenOf(b), []);
+      const evs = await waitFor(async () => {
+        const e = await events();
+        return e.some((x) => x.type === 'mouseup') ? e : undefined;
+      }, 'mouseup');
+      const downIdx = evs.findIndex((e) => e.type === 'mousedown');
+      const upIdx = evs.findIndex((e) => e.type === 'mouseup');
+      assert.ok(downIdx >= 0 && upIdx > downIdx);
+      assert.deepEqual([evs[downIdx]!.x, evs[downIdx]!.y], [a.x, a.y]);
+      assert.deepEqual([evs[upIdx]!.x, evs[upIdx]!.y], [b.x, b.y]);
+      const moves = evs.slice(downIdx, upIdx).filter((e) => e.type === 'mousemove');
+      assert.ok(moves.length >= 3, `only ${moves.length} mousemoves during the drag`);
+      assert.ok(
+        moves.every((m) => m.buttons === 1),
+        'button held during moves',
+      );
+      // With a modifier held throughout.
+      await clearEvents();
+      await driver.drag(screenOf(b), screenOf(a), ['LeftShift']);
+      const evs2 = await waitFor(async () => {
+        const e = await events();
+        return e.some((x) => x.type === 'mouseup') ? e : undefined;
+      }, 'mouseup');
+      assert.ok(evs2.filter((e) => e.type.startsWith('mouse')).every((e) => e.shiftKey));
+    });
+
+    test('latency: moveMouse + click, capture', async () => {
+      const at = screenOf({ x: 300, y: 370 });
+      let i = 0;
+      const mc = await timeIt(21, async () => {
+        await driver.moveMouse({ x: at.x + (i++ % 20), y: at.y });
+        await driver.click('left', 1, []);
+      });
+      measure('moveMouse + click', mc);
+      const full = { width: WIDTH, height: HEIGHT };
+      const scaled = { width: 1024, height: 640 };
+      measure(
+        'capture png 1280x800',
+        await timeIt(15, () => driver.capture({ output: full, format: 'png', quality: 80 })),
+      );
+      measure(
+        'capture jpeg q80 1280x800',
+        await timeIt(15, () => driver.capture({ output: full, format: 'jpeg', quality: 80 })),
+      );
+      measure(
+        'capture png 1280x800→1024x640',
+        await timeIt(15, () => driver.capture({ output: scaled, format: 'png', quality: 80 })),
+      );
+      measure(
+        'capture jpeg q80 1280x800→1024x640',
+        await timeIt(15, () => driver.capture({ output: scaled, format: 'jpeg', quality: 80 })),
+      );
+      measure(
+        'capture webp q80 1280x800→1024x640',
+        await timeIt(7, () => driver.capture({ output: scaled, format: 'webp', quality: 80 })),
+      );
+      const png = await driver.capture({ output: full, format: 'png', quality: 80 });
+      const jpg = await driver.capture({ output: full, format: 'jpeg', quality: 80 });
+      console.log(`[measure] sizes 1280x800: png ${png.data.length} B, jpeg q80 ${jpg.data.length} B`);
+    });
+  });
+
+  describe('crash path', () => {
+    before(async () => {
+      // Chromium dies with its X server; close it first so it does not log noise.
+      await browser?.close().catch(() => {});
+      browser = undefined;
+    });
+
+    test('X server killed during a hold: DriverCrashedError, parent survives, restart works', async () => {
+      assert.deepEqual(await driver.displaySize(), { width: WIDTH, height: HEIGHT });
+      const hold = driver.holdKeys(parseChord('shift'), 10_000);
+      await delay(300);
+      await xvfb.stop('SIGKILL');
+      await assert.rejects(hold, DriverCrashedError);
+      // Stale socket file, nobody listening.
+      await assert.rejects(
+        driver.displaySize(),
+        (e: unknown) => e instanceof DisplayUnavailableError || e instanceof DriverCrashedError,
+      );
+      xvfb = await startXvfb(xvfb.number);
+      assert.deepEqual(await driver.displaySize(), { width: WIDTH, height: HEIGHT });
+      await driver.moveMouse({ x: 10, y: 20 });
+      assert.deepEqual(await driver.cursorPosition(), { x: 10, y: 20 });
+    });
+
+    test('X server stopped while idle: the next call fails cleanly, then works after a restart', async () => {
+      await driver.moveMouse({ x: 5, y: 5 });
+      await xvfb.stop('SIGTERM');
+      await assert.rejects(
+        driver.cursorPosition(),
+        (e: unknown) => e instanceof DisplayUnavailableError || e instanceof DriverCrashedError,
+      );
+      await assert.rejects(
+        driver.cursorPosition(),
+        (e: unknown) => e instanceof DisplayUnavailableError || e instanceof DriverCrashedError,
+      );
+      xvfb = await startXvfb(xvfb.number);
+      await driver.moveMouse({ x: 50, y: 60 });
+      assert.deepEqual(await driver.cursorPosition(), { x: 50, y: 60 });
+    });
+
+    test('X server restarted between two calls: the next call just works', async () => {
+      await driver.moveMouse({ x: 7, y: 8 });
+      await xvfb.stop('SIGTERM');
+      xvfb = await startXvfb(xvfb.number);
+      await driver.moveMouse({ x: 70, y: 80 });
+      assert.deepEqual(await driver.cursorPosition(), { x: 70, y: 80 });
+    });
+
+    test('a stuck X server: the call times out, the worker is killed, and the next call works', async () => {
+      const d = new WorkerDesktopDriver({ display: xvfb.display, callTimeoutMs: 1000 });
+      try {
+        await d.moveMouse({ x: 1, y: 2 });
+        xvfb.proc.kill('SIGSTOP');
+        try {
+          const t0 = performance.now();
+          await assert.rejects(d.moveMouse({ x: 3, y: 4 }), DriverCrashedError);
+          assert.ok(performance.now() - t0 < 3000);
+        } finally {
+          xvfb.proc.kill('SIGCONT');
+        }
+        await d.moveMouse({ x: 30, y: 40 });
+        assert.deepEqual(await d.cursorPosition(), { x: 30, y: 40 });
+      } finally {
+        await d.close();
+      }
+    });
+
+    test('close is idempotent and later calls reject', async () => {
+      await driver.close();
+      await driver.close();
+      await assert.rejects(driver.displaySize());
+    });
+
+    test('no unhandled rejections', () => {
+      assert.deepEqual(unhandled, []);
+    });
+  });
+});
