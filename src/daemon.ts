@@ -34,6 +34,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       log[level](msg, { component: 'desktop', ...fields }),
     callTimeoutMs: config.callTimeoutMs,
   });
+  // Start the desktop worker now: its first start (tsx, nut-js) takes 1–3 s, which the first batch should not wait for.
+  driver.displaySize().catch((err: unknown) => log.warn('display not reachable at start', { error: String(err) }));
   const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
   await store.init();
   const computer = createComputerToolset({
