@@ -146,8 +146,12 @@ export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   try {
     if (command === 'serve') return await serve(rest);
-    process.stdout.write(USAGE);
-    if (command !== undefined && command !== 'help' && command !== '--help') process.exitCode = 2;
+    if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
+      process.stdout.write(USAGE);
+      return;
+    }
+    process.stderr.write(`deskbatch: unknown command ${JSON.stringify(command)}\n\n${USAGE}`);
+    process.exitCode = 2;
   } catch (err) {
     if (err instanceof ConfigError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
       process.stderr.write(`deskbatch: ${(err as Error).message}\n`);

@@ -4,7 +4,7 @@
  * server → executor → toolsets → drivers.
  */
 import type { AddressInfo } from 'node:net';
-import type { DaemonConfig } from './config.ts';
+import { ConfigError, type DaemonConfig } from './config.ts';
 import type { DesktopDriver } from './desktop/driver.ts';
 import { WorkerDesktopDriver } from './desktop/worker-driver.ts';
 import { Executor } from './executor/executor.ts';
@@ -14,7 +14,7 @@ import type { Logger } from './log.ts';
 import { PROTOCOL_PATH } from './protocol.ts';
 import { ScreenshotStore } from './screenshot-store.ts';
 import { DeskbatchServer } from './server/server.ts';
-import { createComputerToolset } from '../toolsets/computer/index.ts';
+import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -27,7 +27,16 @@ export interface Daemon {
   close(): Promise<void>;
 }
 
+/** Refuses `--disable` names that are not computer members, and disabling all of them (the API rejects that entry). */
+function checkDisabled(names: readonly string[]): void {
+  const known: readonly string[] = COMPUTER_MEMBERS.map((m) => m.name);
+  const unknown = names.filter((n) => !known.includes(n));
+  if (unknown.length) throw new ConfigError(`--disable: not a computer member: ${unknown.join(', ')}`);
+  if (known.every((n) => names.includes(n))) throw new ConfigError('--disable: at least one member must stay enabled');
+}
+
 export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
+  checkDisabled(config.disabledMembers);
   const driver = new WorkerDesktopDriver({
     display: config.display ?? '',
     log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>

@@ -239,6 +239,38 @@ describe('messages', () => {
   });
 });
 
+describe('disabled members', () => {
+  test('are left out of welcome and the tools[] entry, and answered with the permission text', async () => {
+    const d = await startTestDaemon({ display: undefined, disabledMembers: ['zoom', 'hold_key'] });
+    try {
+      const c = await d.connect();
+      const computer = (await c.hello()).toolsets[0]!;
+      assert.ok(!computer.members.includes('zoom') && !computer.members.includes('hold_key'));
+      assert.equal(computer.members.length, 15);
+      assert.deepEqual(computer.tool, {
+        type: 'computer_toolset_20260801',
+        configs: { hold_key: { enabled: false }, zoom: { enabled: false } },
+      });
+      const uses = [computerUse('zoom', { region: [0, 0, 10, 10] }), computerUse('wait', { duration: 0 })];
+      const { result } = await c.batch('off', uses);
+      assertApiValid(uses, result);
+      assert.deepEqual(
+        result.tool_results.map((r) => r.content[0]),
+        [
+          {
+            type: 'text',
+            text: "The 'zoom' action is not permitted by this application's permissions and cannot be used in this session.",
+          },
+          { type: 'text', text: 'Not executed: an earlier computer action in this turn failed.' },
+        ],
+      );
+      assert.equal(result.failures[0]!.error.type, 'ToolRefusedError');
+    } finally {
+      await d.close();
+    }
+  });
+});
+
 describe('heartbeat', () => {
   test('a peer that never answers pings is dropped', async () => {
     const d = await startTestDaemon({ display: undefined, heartbeatMs: 100 });
