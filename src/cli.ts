@@ -12,7 +12,7 @@ import { ConfigError, DEFAULT_CONFIG, resolveConfig, type BrowserMode } from './
 import { startDaemon } from './daemon.ts';
 import type { ImageFormat } from './desktop/driver.ts';
 import { startVirtualDisplay, type VirtualDisplay } from './desktop/xvfb.ts';
-import { createLogger, type LogLevel } from './log.ts';
+import { LOG_LEVELS, createLogger, type LogLevel } from './log.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
 
@@ -82,10 +82,16 @@ async function serve(argv: string[]): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
-  const log = createLogger((values['log-level'] as LogLevel | undefined) ?? DEFAULT_CONFIG.logLevel);
-  const num = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
+  const level = (values['log-level'] ?? DEFAULT_CONFIG.logLevel) as LogLevel;
+  if (!LOG_LEVELS.includes(level)) throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
+  const log = createLogger(level);
+  // Only plain decimal integers: Number('') would be 0, a silent port 0.
+  const num = (v: string | undefined): number | undefined =>
+    v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
 
   const envToken = process.env.DESKBATCH_TOKEN?.trim();
+  // Children (Xvfb, openbox, the desktop worker, anything started on the desktop) must never see the token.
+  delete process.env.DESKBATCH_TOKEN;
   const tokenPath = join(homedir(), '.deskbatch', 'token');
   const token = envToken || (await loadOrCreateToken(tokenPath));
 

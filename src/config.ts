@@ -54,8 +54,8 @@ export interface DaemonConfig {
   heartbeatMs: number;
   /** How long a session outlives its connection, for resume, in ms. */
   sessionGraceMs: number;
-  /** Stored batch results per session, for replay, and how long each is kept (ms). */
-  resultCache: { maxEntries: number; ttlMs: number };
+  /** Stored batch results per session, for replay: how many, how many bytes in all, and how long each is kept (ms). */
+  resultCache: { maxEntries: number; maxBytes: number; ttlMs: number };
   /** Hard deadline for a graceful shutdown, in ms. */
   shutdownDeadlineMs: number;
   logLevel: LogLevel;
@@ -87,10 +87,13 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
   disabledMembers: [],
   heartbeatMs: 30_000,
   sessionGraceMs: 120_000,
-  resultCache: { maxEntries: 256, ttlMs: 30 * 60_000 },
+  resultCache: { maxEntries: 256, maxBytes: 32 * 1024 * 1024, ttlMs: 30 * 60_000 },
   shutdownDeadlineMs: 10_000,
   logLevel: 'info',
 };
+
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
@@ -171,6 +174,17 @@ export function resolveConfig(
   for (const [name, value] of positive) {
     if (!Number.isInteger(value) || value <= 0)
       throw new ConfigError(`${name} must be a positive integer, got ${value}`);
+  }
+  // Node fires a timer longer than 2^31-1 ms after 1 ms; keep every timer well inside that.
+  const timers: [string, number, number][] = [
+    ['callTimeoutMs', config.callTimeoutMs, HOUR_MS],
+    ['heartbeatMs', config.heartbeatMs, HOUR_MS],
+    ['sessionGraceMs', config.sessionGraceMs, DAY_MS],
+    ['shutdownDeadlineMs', config.shutdownDeadlineMs, 10 * 60_000],
+    ['resultCache.ttlMs', config.resultCache.ttlMs, DAY_MS],
+  ];
+  for (const [name, value, max] of timers) {
+    if (value > max) throw new ConfigError(`${name} must be at most ${max} ms, got ${value}`);
   }
   const q = config.screenshot.quality;
   if (!Number.isInteger(q) || q < 1 || q > 100) throw new ConfigError(`screenshot quality must be 1–100, got ${q}`);

@@ -9,7 +9,8 @@ import type { DesktopDriver } from './desktop/driver.ts';
 import { WorkerDesktopDriver } from './desktop/worker-driver.ts';
 import { Executor } from './executor/executor.ts';
 import { Lane } from './executor/lane.ts';
-import { fitSize } from './geometry.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fitSize, type Geometry } from './geometry.ts';
 import type { Logger } from './log.ts';
 import { PROTOCOL_PATH } from './protocol.ts';
 import { ScreenshotStore } from './screenshot-store.ts';
@@ -35,13 +36,19 @@ function checkDisabled(names: readonly string[]): void {
   if (known.every((n) => names.includes(n))) throw new ConfigError('--disable: at least one member must stay enabled');
 }
 
+/** How long a welcome waits for a fresh display size before it uses the last one known. */
+const WELCOME_GEOMETRY_WAIT_MS = 250;
+
 export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
   checkDisabled(config.disabledMembers);
+  let lastGeometry: Geometry | undefined;
   const driver = new WorkerDesktopDriver({
     display: config.display ?? '',
     log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>
       log[level](msg, { component: 'desktop', ...fields }),
-    callTimeoutMs: config.callTimeoutMs,
+    // The driver's own deadline is a backstop that replaces a hung worker; the executor's timeout,
+    // which decides what the model reads, must always fire first.
+    callTimeoutMs: 2 * config.callTimeoutMs,
   });
   // Start the desktop worker now: its first start (tsx, nut-js) takes 1–3 s, which the first batch should not wait for.
   driver.displaySize().catch((err: unknown) => log.warn('display not reachable at start', { error: String(err) }));
@@ -66,9 +73,15 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     config,
     executor,
     log,
-    geometry: async () => {
-      const display = await driver.displaySize();
-      return { display, screenshot: fitSize(display, config.screenshot.limits) };
+    geometry: () => {
+      // The worker answers one call at a time; a welcome must not wait behind a long hold_key.
+      const fresh = driver.displaySize().then((display) => {
+        lastGeometry = { display, screenshot: fitSize(display, config.screenshot.limits) };
+        return lastGeometry;
+      });
+      if (!lastGeometry) return fresh; // nothing known yet (the worker is starting): wait for it
+      const known = lastGeometry;
+      return Promise.race([fresh, sleep(WELCOME_GEOMETRY_WAIT_MS).then(() => known)]);
     },
   });
   const address = await server.listen();

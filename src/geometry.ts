@@ -85,8 +85,8 @@ export function toScreenshot(p: Point, g: Geometry): Point {
 }
 
 function mapAxis(v: number, from: number, to: number): number {
-  if (from === to) return Math.round(v);
-  const mapped = Math.round(((v + 0.5) * to) / from - 0.5);
+  const mapped = from === to ? Math.round(v) : Math.round(((v + 0.5) * to) / from - 0.5);
+  // A fractional coordinate such as 1279.6 is inside a 1280-wide screenshot, and must stay inside the display.
   return Math.min(to - 1, Math.max(0, mapped));
 }
 

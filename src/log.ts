@@ -2,7 +2,8 @@
  * Structured logs: one JSON object per line on stderr, with the session,
  * batch and tool_use ids as fields. Nothing here ever receives the token.
  */
-export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 export type LogFields = Record<string, unknown>;
 
 export interface Logger {

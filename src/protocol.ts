@@ -202,6 +202,7 @@ export const ERROR_CODES = [
   'unknown_batch',
   'session_not_found',
   'too_many_sessions',
+  'shutting_down',
   'internal',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];

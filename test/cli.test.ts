@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,6 +26,33 @@ interface Started {
   lines: Record<string, unknown>[];
   url: string;
   exited: Promise<number | null>;
+}
+
+/** Every process below `root`, from /proc. */
+function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = (() => {
+      try {
+        return readFileSync(`/proc/${entry}/stat`, 'utf8');
+      } catch {
+        return '';
+      }
+    })();
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (ppid) parent.set(Number(entry), ppid);
+  }
+  const out: number[] = [];
+  for (const pid of parent.keys()) {
+    for (let p = parent.get(pid); p !== undefined; p = parent.get(p)) {
+      if (p === root) {
+        out.push(pid);
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 async function serve(args: string[], env: Record<string, string>): Promise<Started> {
@@ -90,6 +118,28 @@ test('serve without DISPLAY starts its own display; SIGTERM answers the running 
     assert.equal(await s.exited, 0);
     assert.ok(Date.now() - t0 < 12_000, 'within the shutdown deadline');
     assert.equal(await isDisplayReachable(display), false, 'its Xvfb went with it');
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
+test('DESKBATCH_TOKEN never reaches the processes the daemon starts', async () => {
+  const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
+  const token = `env-token-${Date.now()}-abcdefghij`;
+  try {
+    const s = await serve([], { HOME: home, DESKBATCH_TOKEN: token });
+    assert.ok(s.lines.some((l) => l.msg === 'token: from DESKBATCH_TOKEN'));
+    const client = await TestClient.open(s.url, { token });
+    await client.batch('warm', [computerUse('cursor_position')]); // the desktop worker is up
+    const children = descendants(s.child.pid!);
+    assert.ok(children.length >= 3, `Xvfb, openbox and the worker run: ${children.length}`);
+    for (const pid of children) {
+      const environ = await readFile(`/proc/${pid}/environ`, 'utf8').catch(() => '');
+      assert.ok(!environ.includes(token), `process ${pid} must not inherit the token`);
+    }
+    client.close();
+    s.child.kill('SIGTERM');
+    assert.equal(await s.exited, 0);
   } finally {
     await rm(home, { recursive: true, force: true });
   }

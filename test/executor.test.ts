@@ -266,6 +266,19 @@ describe('executor', () => {
     assert.equal(result.tool_results[1]!.is_error, undefined);
   });
 
+  test('toolset names that are object keys (constructor, __proto__) are not mistaken for halted ones', async () => {
+    const { run } = setup();
+    const { result, events } = await run([
+      use('a', 'constructor', 'ok', { tag: 't' }),
+      use('b', '__proto__', 'ok', { tag: 't' }),
+      use('c', 'toString', 'ok', { tag: 't' }),
+    ]);
+    assert.equal(result.failures.length, 3);
+    assert.ok(!events.some((e) => e.phase === 'not_executed'));
+    assert.equal(result.halted.constructor, 0);
+    assert.equal(result.halted.toString, 2);
+  });
+
   test('lone surrogates and long texts are made safe at the boundary', async () => {
     const { run } = setup({ exposeErrorMessages: true });
     const { result } = await run([use('a', 'computer', 'ok', { tag: 'x\ud800y' })]);

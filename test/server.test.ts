@@ -8,7 +8,7 @@ import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
 import { ConfigError, resolveConfig } from '../src/config.ts';
-import type { ErrorMessage, Welcome } from '../src/protocol.ts';
+import type { BatchResult, ErrorMessage, Welcome } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import {
   HandshakeError,
@@ -236,6 +236,40 @@ describe('messages', () => {
     assert.equal(result.tool_results.length, 1);
     const welcome = c.messages.find((m): m is Welcome => m.type === 'welcome');
     assert.ok(welcome, 'welcome was sent');
+  });
+});
+
+describe('shutdown', () => {
+  test('answers the running batch, refuses new work, and is not held up by a refused half-open socket', async () => {
+    const d = await startTestDaemon({ display: undefined });
+    const c = await d.connect();
+    await c.hello();
+    const { port } = d.daemon.address;
+    const lingering = connect(port, '127.0.0.1');
+    lingering.write('GET /v1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    lingering.on('error', () => undefined);
+    lingering.end = () => lingering; // this peer never closes its side
+    const uses = [computerUse('wait', { duration: 30 })];
+    c.send({ type: 'batch', batch_id: 'running', tool_uses: uses });
+    await new Promise((r) => setTimeout(r, 200));
+    const t0 = Date.now();
+    const closing = d.daemon.close();
+    const socketClosed = c.closed();
+    c.send({ type: 'batch', batch_id: 'late', tool_uses: [computerUse('wait', { duration: 0 })] });
+    const result = await c.next((m): m is BatchResult => m.type === 'batch_result' && m.batch_id === 'running');
+    assert.equal(result.cancelled, true);
+    assert.equal((await socketClosed).code, 1001);
+    // The late batch never runs: it is refused with shutting_down, or arrives after the close frame.
+    const late = c.messages.filter((m) => 'batch_id' in m && m.batch_id === 'late');
+    assert.ok(
+      late.every((m) => m.type === 'error' && m.code === 'shutting_down'),
+      JSON.stringify(late),
+    );
+    await assert.rejects(d.connect(), (err: unknown) => err instanceof Error);
+    await closing;
+    assert.ok(Date.now() - t0 < 5_000, `closed in ${Date.now() - t0} ms`);
+    lingering.destroy();
+    await d.close();
   });
 });
 

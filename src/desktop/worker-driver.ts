@@ -55,7 +55,7 @@ const ABORT_GRACE_MS = 1_500;
 /** close(): how long the child may take to release everything and exit. */
 const CLOSE_GRACE_MS = 2_000;
 /** Per-character allowance for typing (the keymap settle is per 19-ish new characters). */
-const TYPE_MS_PER_CHAR = 10;
+const TYPE_MS_PER_CHAR = 20;
 
 const WORKER_PATH = fileURLToPath(new URL('./worker.ts', import.meta.url));
 
@@ -401,10 +401,13 @@ export class WorkerDesktopDriver implements DesktopDriver {
     proc.on('error', (err) => {
       // Spawn failure or IPC failure; 'exit' may or may not follow.
       this.log('error', 'desktop worker error', { error: err.message });
-      if (!proc.connected && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+      // Never spawned (EAGAIN, EMFILE): no 'exit' will come, so settle as if it had exited.
+      if (proc.pid === undefined) gone(null, null);
+      else if (!proc.connected && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
     });
 
-    proc.on('exit', (code, signal) => {
+    const gone = (code: number | null, signal: NodeJS.Signals | null): void => {
+      if (child.hasExited) return;
       child.hasExited = true;
       child.dead = true;
       clearTimeout(startTimer);
@@ -424,7 +427,8 @@ export class WorkerDesktopDriver implements DesktopDriver {
       if (this.child === child) this.child = undefined;
       this.log(code === 0 && !signal ? 'info' : 'warn', `desktop worker exited (${why})`, { pid: proc.pid });
       markExited();
-    });
+    };
+    proc.on('exit', gone);
     return child;
   }
 }

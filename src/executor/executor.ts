@@ -71,7 +71,8 @@ export class Executor {
     const log = this.options.log.child({ session: req.sessionId, batch: req.batchId });
     const results: ToolResult[] = [];
     const failures: Failure[] = [];
-    const halted: Record<string, number> = {};
+    // A Map, not an object: a toolset_name such as 'constructor' must not look halted.
+    const halted = new Map<string, number>();
     const screenshots: ScreenshotFile[] = [];
     let cancelled = false;
 
@@ -103,7 +104,7 @@ export class Executor {
           continue;
         }
         const family = tu.toolset_name ?? undefined;
-        if (family !== undefined && family in halted) {
+        if (family !== undefined && halted.has(family)) {
           const text = this.toolsets.get(family)?.notExecutedText ?? UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT;
           results.push(errorResult(tu, text));
           event(index, tu, 'not_executed');
@@ -130,7 +131,7 @@ export class Executor {
             const error = errorInfo(outcome.error);
             results.push(errorResult(tu, modelErrorText(tu.name, outcome.error, this.options.exposeErrorMessages)));
             failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
-            if (family !== undefined) halted[family] = index;
+            if (family !== undefined) halted.set(family, index);
             event(index, tu, 'failed', { duration_ms, error });
             log.warn('tool call failed', { tool_use: tu.id, name: tu.name, toolset: family, error });
             break;
@@ -140,9 +141,12 @@ export class Executor {
     } catch (err) {
       // A bug in the daemon itself: still answer every tool_use exactly once.
       log.error('executor error', { error: errorInfo(err) });
+      const error = errorInfo(err);
       for (const tu of req.toolUses.slice(results.length)) {
+        const index = results.length;
         results.push(errorResult(tu, modelErrorText(tu.name, err, false)));
-        failures.push({ tool_use_id: tu.id, index: results.length - 1, name: tu.name, error: errorInfo(err) });
+        failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
+        event(index, tu, 'failed', { error });
       }
     } finally {
       release?.();
@@ -152,7 +156,7 @@ export class Executor {
       batch_id: req.batchId,
       tool_results: results,
       failures,
-      halted,
+      halted: Object.fromEntries(halted),
       cancelled,
       replayed: false,
       duration_ms: Math.round(performance.now() - started),

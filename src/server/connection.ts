@@ -24,6 +24,8 @@ export interface SessionRegistry {
   findSession(id: string): Session | undefined;
   releaseSession(session: Session, owner: object): void;
   welcome(session: Session, resumed: boolean): Promise<Welcome>;
+  /** False once shutdown began: no new sessions or batches. */
+  accepting(): boolean;
 }
 
 export interface ConnectionDeps {
@@ -39,6 +41,8 @@ const CLOSE_WAIT_MS = 1_000;
 export class Connection {
   private session: Session | undefined;
   private alive = true;
+  /** Set when the socket closed or another connection took the session: queued messages then do nothing. */
+  private done = false;
   private log: Logger;
   /** Messages are handled one at a time, so a hello is answered before a batch sent right after it. */
   private inbox: Promise<void> = Promise.resolve();
@@ -58,6 +62,7 @@ export class Connection {
         });
     });
     ws.on('close', () => {
+      this.done = true;
       if (this.session) this.deps.sessions.releaseSession(this.session, this);
       this.session = undefined;
     });
@@ -99,6 +104,8 @@ export class Connection {
   }
 
   private async onMessage(data: RawData, isBinary: boolean): Promise<void> {
+    // A message queued behind a slow one may find the socket gone: it must not create or run anything.
+    if (this.done) return;
     if (isBinary) return this.error('binary_frame', 'binary frames are not accepted; send JSON text frames');
     let json: unknown;
     try {
@@ -147,6 +154,7 @@ export class Connection {
       this.log.info('session resumed', { client: msg.client });
       return this.send(await this.deps.sessions.welcome(session, true));
     }
+    if (!this.deps.sessions.accepting()) return this.error('shutting_down', 'the daemon is shutting down');
     const session = this.deps.sessions.createSession();
     if (!session) return this.error('too_many_sessions', 'the daemon holds its maximum number of sessions');
     this.attach(session);
@@ -154,13 +162,15 @@ export class Connection {
   }
 
   private attach(session: Session): void {
+    if (this.done) return;
     this.session = session;
     this.log = this.deps.log.child({ remote: this.deps.remote, session: session.id });
     session.attach(
       this,
       (event) => this.send(event),
       () => {
-        // Another connection resumed this session; this one no longer owns it.
+        // Another connection resumed this session; this one no longer owns it and takes no more work.
+        this.done = true;
         this.session = undefined;
         void this.close(4001, 'session resumed by another connection');
       },
@@ -177,9 +187,10 @@ export class Connection {
     if (ids.size !== msg.tool_uses.length) {
       return this.error('duplicate_tool_use_id', 'every tool_use in a batch needs its own id', id);
     }
+    if (!this.deps.sessions.accepting()) return this.error('shutting_down', 'the daemon is shutting down', id);
     if (!this.session) await this.onHello({ type: 'hello' });
     const session = this.session;
-    if (!session) return; // too_many_sessions was sent
+    if (!session || this.done) return; // an error was sent, or the socket is gone
 
     const outcome = session.submit(id, msg.tool_uses);
     switch (outcome.kind) {

@@ -74,11 +74,16 @@ export class DeskbatchServer {
     return this.sessions.size;
   }
 
+  /** Answers a refused handshake and destroys the socket: a refused peer may not hold it open. */
   private reject(socket: Duplex, status: number, reason: string, headers: Record<string, string> = {}): void {
     const head = Object.entries({ connection: 'close', 'content-type': 'text/plain', ...headers })
       .map(([k, v]) => `${k}: ${v}\r\n`)
       .join('');
-    socket.end(`HTTP/1.1 ${status} ${reason}\r\n${head}\r\n${reason}\n`);
+    socket.end(`HTTP/1.1 ${status} ${reason}\r\n${head}\r\n${reason}\n`, () => socket.destroy());
+  }
+
+  accepting(): boolean {
+    return this.state === 'running';
   }
 
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
@@ -193,7 +198,7 @@ export class DeskbatchServer {
     const deadline = new Promise<void>((r) => setTimeout(r, this.deps.config.shutdownDeadlineMs).unref());
     for (const s of this.sessions.values()) s.cancelAll();
     await Promise.race([Promise.all([...this.sessions.values()].map((s) => s.settled())), deadline]);
-    // Give the last batch_result frames a moment to flush before closing.
+    // Results of the cancelled batches are sent; then each socket gets a close frame.
     await Promise.race([
       Promise.all([...this.connections].map((c) => c.close(1001, 'server shutting down'))),
       deadline,
@@ -202,8 +207,12 @@ export class DeskbatchServer {
     this.sessions.clear();
     for (const ws of this.wss.clients) ws.terminate();
     this.wss.close();
-    await new Promise<void>((resolve) => this.http.close(() => resolve()));
+    // Only now: http.close() also closes "idle" connections, and Node counts upgraded WebSocket
+    // sockets among them, which would cut them before their results were sent. New handshakes
+    // were refused with 503 since the start of the shutdown.
+    const httpClosed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     this.http.closeAllConnections();
+    await Promise.race([httpClosed, deadline]);
     this.state = 'closed';
   }
 }

@@ -9,7 +9,7 @@ import type { BatchResult, ToolEvent, ToolUse } from '../protocol.ts';
 
 export interface SessionLimits {
   maxQueuedBatches: number;
-  resultCache: { maxEntries: number; ttlMs: number };
+  resultCache: { maxEntries: number; maxBytes: number; ttlMs: number };
 }
 
 /** Runs one batch; the session decides when. */
@@ -21,6 +21,13 @@ interface StoredBatch {
   controller: AbortController;
   done: boolean;
   finishedAt: number;
+  /** Approximate size of the stored result (its images dominate). */
+  bytes: number;
+}
+
+/** Rough size of a stored result: its serialised length. */
+function resultBytes(result: BatchResult): number {
+  return Buffer.byteLength(JSON.stringify(result.tool_results)) + 1024;
 }
 
 export type SubmitOutcome =
@@ -58,6 +65,7 @@ export class Session {
   private readonly batches = new Map<string, StoredBatch>();
   private tail: Promise<unknown> = Promise.resolve();
   private pending = 0;
+  private storedBytes = 0;
   private graceTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -84,14 +92,19 @@ export class Session {
     const controller = new AbortController();
     this.pending++;
     const result = this.tail.then(() => this.runBatch(batchId, toolUses, controller.signal));
-    const stored: StoredBatch = { hash, result, controller, done: false, finishedAt: 0 };
+    const stored: StoredBatch = { hash, result, controller, done: false, finishedAt: 0, bytes: 0 };
     this.tail = result.catch(() => undefined);
-    void result.finally(() => {
-      this.pending--;
-      stored.done = true;
-      stored.finishedAt = Date.now();
-      this.evictOverflow();
-    });
+    void result
+      .then((r) => {
+        stored.bytes = resultBytes(r);
+        this.storedBytes += stored.bytes;
+      })
+      .finally(() => {
+        this.pending--;
+        stored.done = true;
+        stored.finishedAt = Date.now();
+        this.evictOverflow();
+      });
     this.batches.set(batchId, stored);
     return { kind: 'accepted', result };
   }
@@ -143,20 +156,27 @@ export class Session {
     this.cancelAll();
   }
 
-  private evictExpired(): void {
-    const cutoff = Date.now() - this.limits.resultCache.ttlMs;
-    for (const [id, b] of this.batches) if (b.done && b.finishedAt < cutoff) this.batches.delete(id);
+  private evict(id: string, b: StoredBatch): void {
+    this.batches.delete(id);
+    this.storedBytes -= b.bytes;
   }
 
-  /** Keeps at most maxEntries finished results, dropping the oldest (Map keeps insertion order). */
+  private evictExpired(): void {
+    const cutoff = Date.now() - this.limits.resultCache.ttlMs;
+    for (const [id, b] of this.batches) if (b.done && b.finishedAt < cutoff) this.evict(id, b);
+  }
+
+  /** Keeps finished results within the count and byte bounds, dropping the oldest (Map keeps insertion order). */
   private evictOverflow(): void {
-    let excess = this.batches.size - this.limits.resultCache.maxEntries;
+    const { maxEntries, maxBytes } = this.limits.resultCache;
     for (const [id, b] of this.batches) {
-      if (excess <= 0) break;
-      if (b.done) {
-        this.batches.delete(id);
-        excess--;
-      }
+      if (this.batches.size <= maxEntries && this.storedBytes <= maxBytes) break;
+      if (b.done) this.evict(id, b);
     }
+  }
+
+  /** Stored results and their approximate bytes (for tests and metrics). */
+  get cacheUsage(): { entries: number; bytes: number } {
+    return { entries: this.batches.size, bytes: this.storedBytes };
   }
 }

@@ -12,10 +12,10 @@ const ID = /^[a-zA-Z0-9_-]+$/;
 const MAX_SIDE_PX = 2000;
 const MAX_VISUAL_TOKENS = 4784;
 const MAX_IMAGE_BASE64 = 10 * 1024 * 1024;
-const ALLOWED: Record<string, readonly string[]> = {
-  computer: ['text', 'image'],
-  browser: ['text', 'image', 'browser_state'],
-};
+const ALLOWED = new Map<string, readonly string[]>([
+  ['computer', ['text', 'image']],
+  ['browser', ['text', 'image', 'browser_state']],
+]);
 
 /** PNG/JPEG/WebP dimensions read from the bytes themselves, not from what the daemon claims. */
 export function imageSize(data: Buffer): { width: number; height: number } {
@@ -58,7 +58,7 @@ export function assertApiValid(toolUses: readonly ToolUse[], raw: unknown): Batc
     else assert.equal(block.toolset_name, undefined, `result ${i} carries no toolset_name for a plain call`);
     const content = block.content;
     assert.ok(Array.isArray(content) && content.length > 0, `result ${i} has content`);
-    const allowed = ALLOWED[tu.toolset_name ?? ''] ?? ['text'];
+    const allowed = ALLOWED.get(tu.toolset_name ?? '') ?? ['text'];
     for (const c of content) {
       assert.ok(allowed.includes(c.type), `result ${i}: a ${c.type} block is not allowed`);
       if (block.is_error) assert.equal(c.type, 'text', `error result ${i} holds text only`);

@@ -108,7 +108,11 @@ export class TestClient {
       return Promise.resolve(seen);
     }
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('timed out waiting for a message')), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          reject(new Error(`timed out waiting for a message; have: ${JSON.stringify(this.messages).slice(0, 500)}`)),
+        timeoutMs,
+      );
       this.waiters.push({
         match,
         resolve: (m) => {

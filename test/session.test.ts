@@ -1,0 +1,75 @@
+/** Session bookkeeping: arrival order, replay, conflicts, the queue bound, and the result cache bounds. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import { Session } from '../src/server/session.ts';
+
+const limits = { maxQueuedBatches: 2, resultCache: { maxEntries: 3, maxBytes: 20_000, ttlMs: 60_000 } };
+const uses = (text: string): ToolUse[] => [
+  { type: 'tool_use', id: 'toolu_1', name: 'type', toolset_name: 'computer', input: { text } },
+];
+
+function result(batchId: string, size = 10): BatchResult {
+  return {
+    type: 'batch_result',
+    batch_id: batchId,
+    tool_results: [
+      { type: 'tool_result', tool_use_id: 'toolu_1', content: [{ type: 'text', text: 'x'.repeat(size) }] },
+    ],
+    failures: [],
+    halted: {},
+    cancelled: false,
+    replayed: false,
+    duration_ms: 0,
+    screenshots: [],
+  };
+}
+
+test('batches run one at a time in arrival order; a resend replays; other content conflicts', async () => {
+  const ran: string[] = [];
+  const session = new Session(limits, async (id) => {
+    ran.push(`start ${id}`);
+    await new Promise((r) => setTimeout(r, 20));
+    ran.push(`end ${id}`);
+    return result(id);
+  });
+  const a = session.submit('a', uses('1'));
+  const b = session.submit('b', uses('2'));
+  assert.equal(session.submit('a', uses('1')).kind, 'replayed');
+  assert.equal(session.submit('a', uses('other')).kind, 'conflict');
+  assert.ok(a.kind === 'accepted' && b.kind === 'accepted');
+  await Promise.all([a.result, b.result]);
+  assert.deepEqual(ran, ['start a', 'end a', 'start b', 'end b']);
+});
+
+test('the queue is bounded: one running plus maxQueuedBatches waiting', async () => {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const session = new Session(limits, async (id) => {
+    await gate;
+    return result(id);
+  });
+  const kinds = ['a', 'b', 'c', 'd'].map((id) => session.submit(id, uses(id)).kind);
+  assert.deepEqual(kinds, ['accepted', 'accepted', 'accepted', 'queue_full']);
+  release();
+  await session.settled();
+});
+
+test('stored results stay within the count and byte bounds, oldest dropped first', async () => {
+  const session = new Session(limits, async (id) => result(id, id.startsWith('big') ? 15_000 : 10));
+  for (const id of ['a', 'b', 'c', 'd']) {
+    const s = session.submit(id, uses(id));
+    assert.equal(s.kind, 'accepted');
+    if (s.kind === 'accepted') await s.result;
+    await new Promise((r) => setImmediate(r));
+  }
+  assert.equal(session.cacheUsage.entries, 3);
+  assert.equal(session.submit('b', uses('b')).kind, 'replayed');
+  for (const id of ['big1', 'big2']) {
+    const s = session.submit(id, uses(id));
+    if (s.kind === 'accepted') await s.result;
+    await new Promise((r) => setImmediate(r));
+  }
+  assert.ok(session.cacheUsage.bytes <= 20_000, JSON.stringify(session.cacheUsage));
+  assert.equal(session.cacheUsage.entries, 1, 'only the newest big result fits');
+});
