@@ -175,6 +175,18 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
     }
   });
 
+  test('scroll holds modifiers given in text for that scroll only', async () => {
+    await run(d, [
+      use('scroll', { coordinate: [960, 200], scroll_direction: 'down', scroll_amount: 1, text: 'shift' }),
+    ]);
+    await new Promise((r) => setTimeout(r, 300));
+    await run(d, [use('scroll', { coordinate: [960, 200], scroll_direction: 'down', scroll_amount: 1 })]);
+    const wheels = (await settled(d)).filter((e): e is RecordedWheel => e.type === 'wheel');
+    assert.ok(wheels.length >= 2);
+    assert.equal(wheels[0]!.shiftKey, true);
+    assert.equal(wheels.at(-1)!.shiftKey, false);
+  });
+
   test('drag, and mouse down / move / up', async () => {
     await run(d, [use('left_click_drag', { start_coordinate: [100, 500], coordinate: [600, 700] })]);
     let ev = await settled(d);
