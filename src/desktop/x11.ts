@@ -1,0 +1,319 @@
+/**
+ * A minimal X11 protocol client over the display's Unix socket: just what the
+ * desktop worker needs that nut-js cannot do safely: read and change the
+ * keyboard mapping, send XTEST key events by keycode, query the pointer and
+ * focus, and keep a root-window property. No native code, so a broken
+ * display is an error here, never a crash. Used only inside the worker
+ * process (worker.ts).
+ */
+import { connect, type Socket } from 'node:net';
+import { readFileSync } from 'node:fs';
+import { hostname, homedir } from 'node:os';
+import { join } from 'node:path';
+import { displaySocketPath } from './display.ts';
+
+const X_INTERN_ATOM = 16;
+const X_CHANGE_PROPERTY = 18;
+const X_GET_PROPERTY = 20;
+const X_QUERY_POINTER = 38;
+const X_GET_INPUT_FOCUS = 43;
+const X_QUERY_EXTENSION = 98;
+const X_CHANGE_KEYBOARD_MAPPING = 100;
+const X_GET_KEYBOARD_MAPPING = 101;
+const X_MAPPING_NOTIFY = 34;
+const XTEST_FAKE_INPUT = 2;
+export const KEY_PRESS = 2;
+export const KEY_RELEASE = 3;
+export const BUTTON_RELEASE = 5;
+export const LOCK_MASK = 0x02;
+const XA_INTEGER = 19;
+/**
+ * Root-window property listing the keycodes deskbatch uses as spare slots. A
+ * worker that was killed leaves its bindings behind; without this record the
+ * next worker would see those keycodes as taken (measured: "needs 1 spare
+ * keycodes, the keymap has 0" after one kill). It lives and dies with the X server.
+ */
+export const SLOTS_PROPERTY = '_DESKBATCH_SPARE_KEYCODES';
+
+interface Waiter {
+  resolve: (reply: Buffer) => void;
+  reject: (err: Error) => void;
+}
+
+/** The MIT-MAGIC-COOKIE-1 for `displayNumber` from the Xauthority file, if any. */
+function findXauthCookie(displayNumber: string): { name: Buffer; data: Buffer } | undefined {
+  const file = process.env.XAUTHORITY || join(homedir(), '.Xauthority');
+  let buf: Buffer;
+  try {
+    buf = readFileSync(file);
+  } catch {
+    return undefined; // no file: the server may allow local connections without auth (Xvfb's default)
+  }
+  const host = hostname();
+  let fallback: { name: Buffer; data: Buffer } | undefined;
+  let off = 0;
+  const field = (): Buffer => {
+    const len = buf.readUInt16BE(off);
+    const b = buf.subarray(off + 2, off + 2 + len);
+    off += 2 + len;
+    return b;
+  };
+  try {
+    while (off + 2 <= buf.length) {
+      const family = buf.readUInt16BE(off);
+      off += 2;
+      const address = field().toString('latin1');
+      const number = field().toString('latin1');
+      const name = field();
+      const data = field();
+      if (name.toString('latin1') !== 'MIT-MAGIC-COOKIE-1') continue;
+      if (number !== displayNumber && number !== '') continue;
+      // FamilyWild (0xffff) or FamilyLocal (256) with our host name, as Xlib picks it.
+      if (family === 0xffff || (family === 256 && address === host)) return { name, data };
+      if (family === 256) fallback ??= { name, data };
+    }
+  } catch {
+    // truncated file: use what we found
+  }
+  return fallback;
+}
+
+export class XConnection {
+  minKeycode = 0;
+  maxKeycode = 0;
+  root = 0;
+  closed = false;
+  onMappingNotify: () => void = () => {};
+  onClose: () => void = () => {};
+  private buf: Buffer = Buffer.alloc(0);
+  private seq = 0;
+  private readonly waiters = new Map<number, Waiter>();
+  /** Errors for requests without replies; reported by the next sync(). */
+  private asyncErrors: string[] = [];
+
+  private constructor(private readonly socket: Socket) {}
+
+  static async open(display: string): Promise<XConnection> {
+    const path = displaySocketPath(display);
+    if (!path) throw new Error(`unsupported DISPLAY ${display}`);
+    const socket = connect(path);
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', resolve);
+      socket.once('error', reject);
+    });
+    const conn = new XConnection(socket);
+    await conn.handshake(/^(?:unix)?:(\d+)/.exec(display)?.[1] ?? '0');
+    return conn;
+  }
+
+  private async handshake(displayNumber: string): Promise<void> {
+    const cookie = findXauthCookie(displayNumber);
+    const name = cookie?.name ?? Buffer.alloc(0);
+    const data = cookie?.data ?? Buffer.alloc(0);
+    const head = Buffer.alloc(12);
+    head[0] = 0x6c; // 'l': little-endian
+    head.writeUInt16LE(11, 2);
+    head.writeUInt16LE(name.length, 6);
+    head.writeUInt16LE(data.length, 8);
+    this.socket.write(Buffer.concat([head, pad4(name), pad4(data)]));
+    const setup = await new Promise<Buffer>((resolve, reject) => {
+      const onData = (chunk: Buffer): void => {
+        this.buf = Buffer.concat([this.buf, chunk]);
+        if (this.buf.length < 8) return;
+        const total = 8 + this.buf.readUInt16LE(6) * 4;
+        if (this.buf.length < total) return;
+        cleanup();
+        resolve(this.buf.subarray(0, total));
+        this.buf = this.buf.subarray(total);
+      };
+      const onEnd = (): void => {
+        cleanup();
+        reject(new Error('X server closed the connection during setup'));
+      };
+      const cleanup = (): void => {
+        this.socket.off('data', onData);
+        this.socket.off('close', onEnd);
+        this.socket.off('error', onEnd);
+      };
+      this.socket.on('data', onData);
+      this.socket.on('close', onEnd);
+      this.socket.on('error', onEnd);
+    });
+    if (setup[0] !== 1) {
+      const reason = setup[0] === 0 ? setup.subarray(8, 8 + setup[1]!).toString('latin1') : 'authentication required';
+      this.socket.destroy();
+      throw new Error(`X connection refused: ${reason.trim()}`);
+    }
+    this.minKeycode = setup[34]!;
+    this.maxKeycode = setup[35]!;
+    // The first screen's root window follows the vendor string and the pixmap formats.
+    const vendorLength = setup.readUInt16LE(24);
+    const formats = setup[29]!;
+    this.root = setup.readUInt32LE(40 + vendorLength + ((4 - (vendorLength % 4)) % 4) + 8 * formats);
+    this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.socket.on('error', () => this.socket.destroy());
+    this.socket.on('close', () => {
+      this.closed = true;
+      for (const w of this.waiters.values()) w.reject(new Error('X connection closed'));
+      this.waiters.clear();
+      this.onClose();
+    });
+  }
+
+  private onData(chunk: Buffer): void {
+    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    while (this.buf.length >= 32) {
+      const type = this.buf[0]!;
+      const len = type === 1 ? 32 + this.buf.readUInt32LE(4) * 4 : 32;
+      if (this.buf.length < len) return;
+      const msg = this.buf.subarray(0, len);
+      this.buf = this.buf.subarray(len);
+      const seq = msg.readUInt16LE(2);
+      if (type === 1 || type === 0) {
+        const w = this.waiters.get(seq);
+        this.waiters.delete(seq);
+        if (type === 1) w?.resolve(msg);
+        else {
+          const err = `X error ${msg[1]} (request ${msg[10]}.${msg.readUInt16LE(8)})`;
+          if (w) w.reject(new Error(err));
+          else this.asyncErrors.push(err);
+        }
+      } else if ((type & 0x7f) === X_MAPPING_NOTIFY) {
+        this.onMappingNotify();
+      }
+    }
+  }
+
+  private send(req: Buffer): number {
+    if (this.closed) throw new Error('X connection closed');
+    this.seq = (this.seq + 1) & 0xffff;
+    this.socket.write(req);
+    return this.seq;
+  }
+
+  private request(req: Buffer): Promise<Buffer> {
+    const seq = this.send(req);
+    return new Promise((resolve, reject) => this.waiters.set(seq, { resolve, reject }));
+  }
+
+  /** Round trip: the server has processed everything sent before. Throws the first X error since the last sync. */
+  async sync(): Promise<void> {
+    const req = Buffer.alloc(4);
+    req[0] = X_GET_INPUT_FOCUS;
+    req.writeUInt16LE(1, 2);
+    await this.request(req);
+    const errors = this.asyncErrors;
+    this.asyncErrors = [];
+    if (errors.length) throw new Error(errors.join('; '));
+  }
+
+  /** The current modifier and button state (QueryPointer's mask): 0x01 Shift, 0x02 Lock, 0x04 Control... */
+  async modifierState(): Promise<number> {
+    const req = Buffer.alloc(8);
+    req[0] = X_QUERY_POINTER;
+    req.writeUInt16LE(2, 2);
+    req.writeUInt32LE(this.root, 4);
+    const reply = await this.request(req);
+    return reply.readUInt16LE(24);
+  }
+
+  async internAtom(name: string): Promise<number> {
+    const n = pad4(Buffer.from(name, 'latin1'));
+    const req = Buffer.alloc(8 + n.length);
+    req[0] = X_INTERN_ATOM;
+    req.writeUInt16LE(req.length / 4, 2);
+    req.writeUInt16LE(name.length, 4);
+    n.copy(req, 8);
+    return (await this.request(req)).readUInt32LE(8);
+  }
+
+  /** A root-window property of 32-bit INTEGERs (empty if unset). */
+  async getRootIntegers(atom: number): Promise<number[]> {
+    const req = Buffer.alloc(24);
+    req[0] = X_GET_PROPERTY;
+    req.writeUInt16LE(6, 2);
+    req.writeUInt32LE(this.root, 4);
+    req.writeUInt32LE(atom, 8);
+    req.writeUInt32LE(XA_INTEGER, 12);
+    req.writeUInt32LE(0, 16); // offset
+    req.writeUInt32LE(1024, 20); // length in 32-bit units
+    const reply = await this.request(req);
+    if (reply[1] !== 32) return [];
+    const n = reply.readUInt32LE(16);
+    return Array.from({ length: n }, (_, i) => reply.readUInt32LE(32 + 4 * i));
+  }
+
+  setRootIntegers(atom: number, values: number[]): void {
+    const req = Buffer.alloc(24 + 4 * values.length);
+    req[0] = X_CHANGE_PROPERTY;
+    req[1] = 0; // Replace
+    req.writeUInt16LE(req.length / 4, 2);
+    req.writeUInt32LE(this.root, 4);
+    req.writeUInt32LE(atom, 8);
+    req.writeUInt32LE(XA_INTEGER, 12);
+    req[16] = 32; // format
+    req.writeUInt32LE(values.length, 20);
+    values.forEach((v, i) => req.writeUInt32LE(v, 24 + 4 * i));
+    this.send(req);
+  }
+
+  async queryExtension(name: string): Promise<number | undefined> {
+    const n = pad4(Buffer.from(name, 'latin1'));
+    const req = Buffer.alloc(8 + n.length);
+    req[0] = X_QUERY_EXTENSION;
+    req.writeUInt16LE(req.length / 4, 2);
+    req.writeUInt16LE(name.length, 4);
+    n.copy(req, 8);
+    const reply = await this.request(req);
+    return reply[8] ? reply[9] : undefined;
+  }
+
+  /** The core keymap: `keysyms[(keycode - minKeycode) * perKeycode + column]`. */
+  async getKeyboardMapping(): Promise<{ perKeycode: number; keysyms: Uint32Array }> {
+    const count = this.maxKeycode - this.minKeycode + 1;
+    const req = Buffer.alloc(8);
+    req[0] = X_GET_KEYBOARD_MAPPING;
+    req.writeUInt16LE(2, 2);
+    req[4] = this.minKeycode;
+    req[5] = count;
+    const reply = await this.request(req);
+    const perKeycode = reply[1]!;
+    const keysyms = new Uint32Array(count * perKeycode);
+    for (let i = 0; i < keysyms.length; i++) keysyms[i] = reply.readUInt32LE(32 + 4 * i);
+    return { perKeycode, keysyms };
+  }
+
+  /** Maps `keycode` to `keysym` on both levels (Shift does not change it), or clears it with 0. */
+  changeKeyboardMapping(keycode: number, keysym: number): void {
+    const req = Buffer.alloc(16);
+    req[0] = X_CHANGE_KEYBOARD_MAPPING;
+    req[1] = 1; // keycode count
+    req.writeUInt16LE(4, 2);
+    req[4] = keycode;
+    req[5] = 2; // keysyms per keycode in this request
+    req.writeUInt32LE(keysym, 8);
+    req.writeUInt32LE(keysym, 12);
+    this.send(req);
+  }
+
+  /** XTestFakeInput: KeyPress/KeyRelease with a keycode, ButtonRelease with a button. */
+  fakeInput(xtestOpcode: number, type: number, detail: number): void {
+    const req = Buffer.alloc(36);
+    req[0] = xtestOpcode;
+    req[1] = XTEST_FAKE_INPUT;
+    req.writeUInt16LE(9, 2);
+    req[4] = type;
+    req[5] = detail;
+    this.send(req);
+  }
+
+  close(): void {
+    this.closed = true;
+    this.socket.destroy();
+  }
+}
+
+function pad4(b: Buffer): Buffer {
+  const rem = b.length % 4;
+  return rem ? Buffer.concat([b, Buffer.alloc(4 - rem)]) : b;
+}
