@@ -369,7 +369,7 @@ describe('computer toolset on 2560x1440 (screenshots scaled to 2000x1125)', () =
   test('a smaller screenshot setting scales further, and clicks still land', async () => {
     const other = await startTestDaemon({
       display: d.display.display,
-      screenshot: { limits: { maxSidePx: 1024, maxVisualTokens: 4784 } },
+      screenshot: { format: 'jpeg', limits: { maxSidePx: 1024, maxVisualTokens: 4784 } },
     });
     try {
       const c = await other.connect();
@@ -377,6 +377,10 @@ describe('computer toolset on 2560x1440 (screenshots scaled to 2000x1125)', () =
       const uses = [use('left_click', { coordinate: [512, 400] }), use('screenshot')];
       const { result } = await c.batch('small', uses);
       assertApiValid(uses, result);
+      const shot = result.tool_results[1]!.content[0]!;
+      assert.ok(shot.type === 'image' && shot.source.media_type === 'image/jpeg');
+      assert.deepEqual(imageSize(Buffer.from(shot.source.data, 'base64')), { width: 1024, height: 576 });
+      assert.match(result.screenshots[0]!.path, /\.jpg$/);
       const [e] = mouse(await settled(d), 'mousedown');
       assert.ok(Math.abs(e!.clientX - (512.5 * 2.5 - 0.5)) <= 1 && Math.abs(e!.clientY - (400.5 * 2.5 - 0.5)) <= 1);
     } finally {
