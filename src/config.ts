@@ -24,6 +24,22 @@ export interface DaemonConfig {
   /** X display to drive, e.g. `:99`. Undefined: no display (computer calls fail until one is set). */
   display: string | undefined;
   browser: BrowserMode;
+  /** The browser toolset's own settings. */
+  browserSettings: {
+    /** Optional members switched on: javascript_exec, read_console, read_network, file_upload. */
+    enable: string[];
+    /** URL policy for navigate: when allowHosts is non-empty only those hosts (and subdomains). */
+    allowHosts: string[];
+    denyHosts: string[];
+    /** Folders file_upload may read from. */
+    uploadRoots: string[];
+    /** Where downloads are saved, one folder per session. */
+    downloadsDir: string;
+    viewport: { width: number; height: number };
+    /** Debian's chromium; never a downloaded browser. */
+    executablePath: string;
+    launchTimeoutMs: number;
+  };
   screenshotsDir: string;
   screenshot: {
     format: ImageFormat;
@@ -66,6 +82,16 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
   port: 8765,
   allowOrigins: [],
   browser: 'headful',
+  browserSettings: {
+    enable: [],
+    allowHosts: [],
+    denyHosts: [],
+    uploadRoots: [],
+    downloadsDir: 'downloads',
+    viewport: { width: 1280, height: 800 },
+    executablePath: '/usr/bin/chromium',
+    launchTimeoutMs: 30_000,
+  },
   screenshotsDir: 'screenshots',
   screenshot: {
     format: 'png',

@@ -16,6 +16,9 @@ import { PROTOCOL_PATH } from './protocol.ts';
 import { ScreenshotStore } from './screenshot-store.ts';
 import { DeskbatchServer } from './server/server.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
+import { createBrowserToolset } from '../toolsets/browser/index.ts';
+import { BrowserManager } from './browser/manager.ts';
+import { resolve } from 'node:path';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -60,8 +63,28 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     maxTypeTextLength: config.limits.maxTypeTextLength,
     disabled: config.disabledMembers,
   });
+  const browser =
+    config.browser === 'off'
+      ? undefined
+      : createBrowserToolset({
+          manager: new BrowserManager({
+            mode: config.browser,
+            display: config.display,
+            executablePath: config.browserSettings.executablePath,
+            downloadsDir: resolve(config.browserSettings.downloadsDir),
+            viewport: config.browserSettings.viewport,
+            launchTimeoutMs: config.browserSettings.launchTimeoutMs,
+            log: log.child({ component: 'browser' }),
+          }),
+          screenshots: config.screenshot,
+          urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
+          maxTypeTextLength: config.limits.maxTypeTextLength,
+          uploadRoots: config.browserSettings.uploadRoots.map((r) => resolve(r)),
+          enabled: config.browserSettings.enable,
+          disabled: config.disabledMembers,
+        });
   const executor = new Executor({
-    toolsets: [computer],
+    toolsets: browser ? [computer, browser] : [computer],
     callTimeoutMs: config.callTimeoutMs,
     exposeErrorMessages: config.exposeErrorMessages,
     images: { limits: config.screenshot.limits, maxBase64Bytes: config.screenshot.maxBase64Bytes },
@@ -96,6 +119,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     close() {
       closing ??= (async () => {
         await server.close();
+        await executor.close();
         await driver.close();
       })();
       return closing;

@@ -84,8 +84,56 @@ export const ImageBlockSchema = z.strictObject({
 export type TextBlock = z.output<typeof TextBlockSchema>;
 export type ImageBlock = z.output<typeof ImageBlockSchema>;
 
-/** A content block of a member result. `browser_state` joins with the browser toolset. */
-export const ResultBlockSchema = z.discriminatedUnion('type', [TextBlockSchema, ImageBlockSchema]);
+/**
+ * `browser_state` strings: at most 4096 characters, no C0/C1 controls, DEL,
+ * U+2028 or U+2029 (TOOLSET-CONTRACT C4).
+ */
+const StateString = z
+  .string()
+  .max(4096)
+  .regex(/^[^\u0000-\u001f\u007f-\u009f\u2028\u2029]*$/, 'no control characters');
+const StateId = StateString.min(1);
+
+export const BrowserStateTabSchema = z.strictObject({
+  tab_id: StateId,
+  title: StateString,
+  url: StateString,
+  active: z.boolean().optional(),
+});
+
+export const BrowserStateChangeSchema = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('tab_opened'), tab_id: StateId }),
+  z.strictObject({ type: z.literal('download_started'), download_id: StateId, url: StateString }),
+  z.strictObject({
+    type: z.literal('download_completed'),
+    download_id: StateId,
+    url: StateString,
+    path: StateString.optional(),
+    size_bytes: z.number().int().nonnegative().optional(),
+  }),
+  z.strictObject({
+    type: z.literal('download_failed'),
+    download_id: StateId,
+    url: StateString,
+    error: StateString.optional(),
+  }),
+]);
+export type BrowserStateChange = z.output<typeof BrowserStateChangeSchema>;
+
+/** The browser's tab inventory after a call, and what the call changed (TOOLSET-CONTRACT C4). */
+export const BrowserStateBlockSchema = z.strictObject({
+  type: z.literal('browser_state'),
+  tabs: z.array(BrowserStateTabSchema).max(100),
+  state_changes: z.array(BrowserStateChangeSchema).min(1).max(200).optional(),
+});
+export type BrowserStateBlock = z.output<typeof BrowserStateBlockSchema>;
+
+/** A content block of a member result. */
+export const ResultBlockSchema = z.discriminatedUnion('type', [
+  TextBlockSchema,
+  ImageBlockSchema,
+  BrowserStateBlockSchema,
+]);
 export type ResultBlock = z.output<typeof ResultBlockSchema>;
 
 export const ToolResultSchema = z.strictObject({

@@ -8,13 +8,23 @@
  * turns it into API content, enforcing the contract in one place.
  */
 import type { z } from 'zod';
-import type { CapturedImage } from '../src/desktop/driver.ts';
+import type { CapturedImage, ImageFormat } from '../src/desktop/driver.ts';
+import type { ScreenshotLimits } from '../src/geometry.ts';
+import type { BrowserStateBlock } from '../src/protocol.ts';
 
 /** Whether a call can change anything (issue 4 retries only `read` members). */
 export type Effect = 'read' | 'write';
 
 /** Content block types a toolset's results may hold (TOOLSET-CONTRACT A3). */
 export type BlockType = 'text' | 'image' | 'browser_state';
+
+/** How screenshots are sized and encoded, for every toolset that returns them. */
+export interface ScreenshotSettings {
+  limits: ScreenshotLimits;
+  format: ImageFormat;
+  /** 1–100, for jpeg and webp. */
+  quality: number;
+}
 
 /** Everything a handler gets besides its input. */
 export interface CallContext {
@@ -56,11 +66,20 @@ export interface ImageMember<S extends z.ZodType, Ctx> extends MemberBase<S, Ctx
   handle: (input: z.output<S>, ctx: Ctx) => Promise<CapturedImage>;
 }
 
+/** A tab member (browser): the result is exactly one `browser_state` block, added by its toolset. */
+export interface TabMember<S extends z.ZodType, Ctx> extends MemberBase<S, Ctx> {
+  kind: 'tab';
+  handle: (input: z.output<S>, ctx: Ctx) => Promise<void>;
+}
+
 export type Member<S extends z.ZodType = z.ZodType, Ctx = unknown> =
-  AckMember<S, Ctx> | TextMember<S, Ctx> | ImageMember<S, Ctx>;
+  AckMember<S, Ctx> | TextMember<S, Ctx> | ImageMember<S, Ctx> | TabMember<S, Ctx>;
 
 /** What a handler produced, before the result boundary serialises it. */
-export type MemberOutput = { kind: 'text'; text: string } | { kind: 'image'; image: CapturedImage };
+export type MemberOutput =
+  | { kind: 'text'; text: string }
+  | { kind: 'image'; image: CapturedImage }
+  | { kind: 'browser_state'; state: Omit<BrowserStateBlock, 'type'> };
 
 /**
  * A member bound to its toolset's context: what the executor runs. It sees
@@ -75,10 +94,34 @@ export interface RunnableMember {
   run(input: unknown, call: CallContext): Promise<MemberOutput[]>;
 }
 
-/** Binds a member to the function that builds its context for a call. */
+/** Runs a member's handler and turns its return value into outputs of its result kind. */
+export async function runMember<S extends z.ZodType, Ctx>(
+  member: Member<S, Ctx>,
+  input: z.output<S>,
+  ctx: Ctx,
+): Promise<MemberOutput[]> {
+  switch (member.kind) {
+    case 'ack':
+      await member.handle(input, ctx);
+      return [{ kind: 'text', text: member.ack(input) }];
+    case 'text':
+      return [{ kind: 'text', text: await member.handle(input, ctx) }];
+    case 'image':
+      return [{ kind: 'image', image: await member.handle(input, ctx) }];
+    case 'tab':
+      await member.handle(input, ctx);
+      return [];
+  }
+}
+
+/**
+ * Binds a member to the function that builds its context for a call. `around`
+ * lets a toolset wrap every call (the browser adds its `browser_state`).
+ */
 export function bindMember<S extends z.ZodType, Ctx>(
   member: Member<S, Ctx>,
   context: (call: CallContext) => Ctx,
+  around?: (ctx: Ctx, member: Member<S, Ctx>, run: () => Promise<MemberOutput[]>) => Promise<MemberOutput[]>,
 ): RunnableMember {
   return {
     name: member.name,
@@ -89,15 +132,8 @@ export function bindMember<S extends z.ZodType, Ctx>(
     async run(raw, call) {
       const input = raw as z.output<S>;
       const ctx = context(call);
-      switch (member.kind) {
-        case 'ack':
-          await member.handle(input, ctx);
-          return [{ kind: 'text', text: member.ack(input) }];
-        case 'text':
-          return [{ kind: 'text', text: await member.handle(input, ctx) }];
-        case 'image':
-          return [{ kind: 'image', image: await member.handle(input, ctx) }];
-      }
+      const run = () => runMember(member, input, ctx);
+      return around ? around(ctx, member, run) : run();
     },
   };
 }
@@ -117,6 +153,12 @@ export interface Toolset {
   allowedBlocks: readonly BlockType[];
   /** Every member the API defines for this toolset, by name. */
   allMemberNames: readonly string[];
+  /** Members the API leaves off unless the `tools[]` entry enables them. */
+  optionalMemberNames?: readonly string[];
   /** The members this daemon serves and has enabled. */
   members: ReadonlyMap<string, RunnableMember>;
+  /** Releases what a session held (browser contexts); called when the session ends. */
+  closeSession?(sessionId: string): Promise<void>;
+  /** Releases everything at shutdown. */
+  close?(): Promise<void>;
 }

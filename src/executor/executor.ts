@@ -61,6 +61,16 @@ export class Executor {
     this.toolsets = new Map(options.toolsets.map((t) => [t.name, t]));
   }
 
+  /** A session ended: its toolsets release what they held for it (browser contexts). */
+  async closeSession(sessionId: string): Promise<void> {
+    for (const t of this.toolsets.values()) await t.closeSession?.(sessionId).catch(() => undefined);
+  }
+
+  /** Shutdown: every toolset releases everything. */
+  async close(): Promise<void> {
+    for (const t of this.toolsets.values()) await t.close?.().catch(() => undefined);
+  }
+
   /** The toolsets this daemon serves, by `toolset_name`. */
   get served(): ReadonlyMap<string, Toolset> {
     return this.toolsets;

@@ -5,7 +5,14 @@
  * the toolset's allowed block types, no empty text, error results text-only,
  * well-formed Unicode, bounded error text, images within the image limits.
  */
-import type { ImageBlock, ResultBlock, ToolResult, ToolUse } from '../protocol.ts';
+import {
+  BrowserStateBlockSchema,
+  type BrowserStateBlock,
+  type ImageBlock,
+  type ResultBlock,
+  type ToolResult,
+  type ToolUse,
+} from '../protocol.ts';
 import type { CapturedImage } from '../desktop/driver.ts';
 import { fitsLimits, type ScreenshotLimits } from '../geometry.ts';
 import type { BlockType, MemberOutput } from '../../toolsets/types.ts';
@@ -59,6 +66,47 @@ function imageBlock(image: CapturedImage, rules: ImageRules): ImageBlock {
   return { type: 'image', source: { type: 'base64', media_type: image.mediaType, data } };
 }
 
+/** Longest string in a browser_state block (TOOLSET-CONTRACT C4). */
+const STATE_STRING_MAX = 4096;
+
+/** Page titles and URLs are untrusted: drop the characters the API refuses, and bound the length. */
+export function stateString(value: string): string {
+  const clean = wellFormed(value).replace(/[\p{Cc}\u2028\u2029]/gu, ' ');
+  return clean.length > STATE_STRING_MAX ? clean.slice(0, STATE_STRING_MAX) : clean;
+}
+
+/** Validates a browser_state against the API's rules; a violation is the daemon's bug, never sent. */
+function browserStateBlock(state: Omit<BrowserStateBlock, 'type'>): BrowserStateBlock {
+  const tabs = state.tabs.map((t) => ({
+    tab_id: t.tab_id,
+    title: stateString(t.title),
+    url: stateString(t.url),
+    ...(t.active ? { active: true } : {}),
+  }));
+  const block: BrowserStateBlock = {
+    type: 'browser_state',
+    tabs,
+    ...(state.state_changes?.length ? { state_changes: state.state_changes } : {}),
+  };
+  const parsed = BrowserStateBlockSchema.safeParse(block);
+  if (!parsed.success) throw new ContractViolationError(`invalid browser_state: ${parsed.error.message}`);
+  const ids = new Set(tabs.map((t) => t.tab_id));
+  if (ids.size !== tabs.length) throw new ContractViolationError('duplicate tab_id in browser_state');
+  if (tabs.length > 0 && tabs.filter((t) => t.active).length !== 1) {
+    throw new ContractViolationError('browser_state needs exactly one active tab');
+  }
+  const downloads = new Set<string>();
+  for (const change of block.state_changes ?? []) {
+    if (change.type === 'tab_opened') {
+      if (!ids.has(change.tab_id)) throw new ContractViolationError('tab_opened for a tab not in tabs');
+    } else {
+      if (downloads.has(change.download_id)) throw new ContractViolationError('two changes for one download');
+      downloads.add(change.download_id);
+    }
+  }
+  return block;
+}
+
 /**
  * A success result from handler output. Throws ContractViolationError when
  * the output holds a block type the toolset may not send or an image over the
@@ -79,10 +127,16 @@ export function successResult(
     if (out.kind === 'text') {
       const text = wellFormed(out.text);
       if (text) content.push({ type: 'text', text });
-    } else {
+    } else if (out.kind === 'image') {
       content.push(imageBlock(out.image, rules));
+    } else {
+      content.push(browserStateBlock(out.state));
     }
   }
+  if (content.filter((b) => b.type === 'browser_state').length > 1) {
+    throw new ContractViolationError('at most one browser_state block per result');
+  }
+  // A browser_state-only result (a tab member) is complete as it is.
   if (content.length === 0) content.push({ type: 'text', text: EMPTY_TEXT });
   return { ...base(toolUse), content };
 }

@@ -146,6 +146,7 @@ export class DeskbatchServer {
     session.detach(owner, this.deps.config.sessionGraceMs, () => {
       this.sessions.delete(session.id);
       session.close();
+      void this.deps.executor.closeSession(session.id);
       this.deps.log.info('session expired', { session: session.id });
     });
   }
@@ -154,7 +155,14 @@ export class DeskbatchServer {
     const { config, executor } = this.deps;
     const geometry = await this.deps.geometry().catch(() => undefined);
     const toolsets: ToolsetInfo[] = [...executor.served.values()].map((t) => {
-      const off = t.allMemberNames.filter((name) => !t.members.has(name));
+      // configs: switch off what the API enables by default but this daemon does not serve, and switch on
+      // optional members the operator enabled (TOOLSET-CONTRACT B1, C1).
+      const optional = t.optionalMemberNames ?? [];
+      const configs: Record<string, { enabled: boolean }> = {};
+      for (const name of t.allMemberNames) {
+        const served = t.members.has(name);
+        if (optional.includes(name) ? served : !served) configs[name] = { enabled: served };
+      }
       return {
         type: t.type,
         toolset_name: t.name,
@@ -163,7 +171,7 @@ export class DeskbatchServer {
         cancelled_text: t.cancelledText,
         tool: {
           type: t.type,
-          ...(off.length ? { configs: Object.fromEntries(off.map((name) => [name, { enabled: false }])) } : {}),
+          ...(Object.keys(configs).length ? { configs } : {}),
         },
       };
     });

@@ -4,18 +4,11 @@
  * display pixels with the bounds check (TOOLSET-CONTRACT B3: never clamp).
  */
 import { z } from 'zod';
-import type { DesktopDriver, ImageFormat, Point } from '../../src/desktop/driver.ts';
+import type { DesktopDriver, Point } from '../../src/desktop/driver.ts';
 import { parseModifiers } from '../../src/desktop/keys.ts';
 import { ToolInputError } from '../../src/errors.ts';
-import { fitSize, isInside, toDisplay, type Geometry, type ScreenshotLimits } from '../../src/geometry.ts';
-import type { CallContext, Member } from '../types.ts';
-
-export interface ScreenshotSettings {
-  limits: ScreenshotLimits;
-  format: ImageFormat;
-  /** 1–100, for jpeg and webp. */
-  quality: number;
-}
+import { fitSize, isInside, toDisplay, type Geometry } from '../../src/geometry.ts';
+import type { CallContext, Member, ScreenshotSettings } from '../types.ts';
 
 export interface ComputerDeps {
   driver: DesktopDriver;

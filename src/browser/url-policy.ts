@@ -1,0 +1,54 @@
+/**
+ * Which URLs `navigate` may open (TOOLSET-CONTRACT C3: the API does not
+ * filter URLs). Only http and https by default; the operator may add a host
+ * allowlist and a denylist. A refusal is a ToolRefusedError whose text is
+ * written for the model and names no host or path of ours.
+ */
+import { ToolRefusedError } from '../errors.ts';
+
+export interface UrlPolicy {
+  /** When non-empty, only these hosts (and their subdomains) may be opened. */
+  allowHosts: readonly string[];
+  /** These hosts (and their subdomains) are never opened. */
+  denyHosts: readonly string[];
+}
+
+function hostMatches(host: string, rule: string): boolean {
+  const r = rule.toLowerCase().replace(/^\*?\./, '');
+  return host === r || host.endsWith(`.${r}`);
+}
+
+/** Whether a URL the browser is about to load passes the policy (no scheme fix-ups here). */
+export function isAllowedUrl(url: URL, policy: UrlPolicy): boolean {
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return false;
+  const host = url.hostname.toLowerCase().replace(/^\[|\]$/g, '');
+  if (policy.denyHosts.some((r) => hostMatches(host, r))) return false;
+  return policy.allowHosts.length === 0 || policy.allowHosts.some((r) => hostMatches(host, r));
+}
+
+/**
+ * The URL `navigate` should open for the model's `url`: a scheme-less value
+ * means https. Throws ToolRefusedError for anything the policy refuses.
+ */
+export function resolveNavigationUrl(raw: string, policy: UrlPolicy): string {
+  const text = raw.trim();
+  // "example.com/x" and "localhost:8080" have no scheme; "javascript:alert(1)" and "file:///etc" do.
+  const hasScheme = /^[a-z][a-z0-9+.-]*:/i.test(text) && !/^[^/:]+:\d+(\/|$)/.test(text);
+  let url: URL;
+  try {
+    url = new URL(hasScheme ? text : `https://${text}`);
+  } catch {
+    throw new ToolRefusedError(
+      'Refused: that is not a valid URL. Give an http or https URL, or back, forward or reload.',
+    );
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new ToolRefusedError(
+      `Refused: only http and https URLs can be opened, not ${url.protocol.slice(0, 20)} URLs.`,
+    );
+  }
+  if (!isAllowedUrl(url, policy)) {
+    throw new ToolRefusedError("Refused: that host is not allowed by this browser's URL policy.");
+  }
+  return url.href;
+}

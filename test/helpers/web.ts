@@ -1,0 +1,101 @@
+/**
+ * A local HTTP test server (127.0.0.1, port 0) whose pages each test sets,
+ * and a daemon with the browser toolset (headless by default) to drive them.
+ * Requests the server received are recorded, so a test can check effects at
+ * the server (a form submitted, a link followed).
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { ToolUse } from '../../src/protocol.ts';
+import { startTestDaemon, type TestClient, type TestDaemon } from './daemon.ts';
+
+export interface Route {
+  status?: number;
+  headers?: Record<string, string>;
+  body: string | Buffer;
+}
+
+export interface ReceivedRequest {
+  method: string;
+  path: string;
+  body: string;
+}
+
+export interface WebServer {
+  /** http://127.0.0.1:PORT */
+  origin: string;
+  /** Sets (or replaces) what a path serves. */
+  route(path: string, route: Route | string): void;
+  requests: ReceivedRequest[];
+  close(): Promise<void>;
+}
+
+export async function startWebServer(): Promise<WebServer> {
+  const routes = new Map<string, Route>();
+  const requests: ReceivedRequest[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const path = req.url ?? '/';
+      requests.push({ method: req.method ?? 'GET', path, body: Buffer.concat(chunks).toString() });
+      const route = routes.get(path) ?? routes.get(path.split('?')[0]!);
+      if (!route) {
+        res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
+        return;
+      }
+      res
+        .writeHead(route.status ?? 200, { 'content-type': 'text/html; charset=utf-8', ...route.headers })
+        .end(route.body);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    origin: `http://127.0.0.1:${port}`,
+    route: (path, route) => routes.set(path, typeof route === 'string' ? { body: route } : route),
+    requests,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+export interface BrowserFixture {
+  web: WebServer;
+  daemon: TestDaemon;
+  client: TestClient;
+  close(): Promise<void>;
+}
+
+/** A web server plus a daemon serving the browser toolset (headless, no display needed). */
+export async function startBrowserFixture(
+  overrides: Parameters<typeof startTestDaemon>[0] = {},
+): Promise<BrowserFixture> {
+  const web = await startWebServer();
+  const daemon = await startTestDaemon({ display: undefined, browser: 'headless', ...overrides });
+  const client = await daemon.connect();
+  return {
+    web,
+    daemon,
+    client,
+    async close() {
+      await daemon.close();
+      await web.close();
+    },
+  };
+}
+
+let counter = 0;
+/** A browser tool_use block as the API would send it. */
+export function browserUse(name: string, input: Record<string, unknown> = {}, id?: string): ToolUse {
+  return {
+    type: 'tool_use',
+    id: id ?? `toolu_b${(counter++).toString().padStart(4, '0')}`,
+    name,
+    toolset_name: 'browser',
+    input,
+  };
+}
