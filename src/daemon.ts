@@ -16,7 +16,7 @@ import { PROTOCOL_PATH } from './protocol.ts';
 import { ScreenshotStore } from './screenshot-store.ts';
 import { DeskbatchServer } from './server/server.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
-import { createBrowserToolset } from '../toolsets/browser/index.ts';
+import { BROWSER_MEMBER_NAMES, createBrowserToolset } from '../toolsets/browser/index.ts';
 import { BrowserManager } from './browser/manager.ts';
 import { resolve } from 'node:path';
 
@@ -31,12 +31,15 @@ export interface Daemon {
   close(): Promise<void>;
 }
 
-/** Refuses `--disable` names that are not computer members, and disabling all of them (the API rejects that entry). */
+/** Refuses `--disable` names that are no member's, and disabling every computer member (the API rejects that entry). */
 function checkDisabled(names: readonly string[]): void {
-  const known: readonly string[] = COMPUTER_MEMBERS.map((m) => m.name);
-  const unknown = names.filter((n) => !known.includes(n));
-  if (unknown.length) throw new ConfigError(`--disable: not a computer member: ${unknown.join(', ')}`);
-  if (known.every((n) => names.includes(n))) throw new ConfigError('--disable: at least one member must stay enabled');
+  const computer: readonly string[] = COMPUTER_MEMBERS.map((m) => m.name);
+  const known = new Set<string>([...computer, ...BROWSER_MEMBER_NAMES]);
+  const unknown = names.filter((n) => !known.has(n));
+  if (unknown.length) throw new ConfigError(`--disable: not a member: ${unknown.join(', ')}`);
+  if (computer.every((n) => names.includes(n))) {
+    throw new ConfigError('--disable: at least one computer member must stay enabled');
+  }
 }
 
 /** How long a welcome waits for a fresh display size before it uses the last one known. */

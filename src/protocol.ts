@@ -91,7 +91,7 @@ export type ImageBlock = z.output<typeof ImageBlockSchema>;
 const StateString = z
   .string()
   .max(4096)
-  .regex(/^[^\u0000-\u001f\u007f-\u009f\u2028\u2029]*$/, 'no control characters');
+  .regex(/^[^\p{Cc}\u2028\u2029]*$/u, 'no control characters');
 const StateId = StateString.min(1);
 
 export const BrowserStateTabSchema = z.strictObject({

@@ -78,6 +78,7 @@ function testToolset(name: string, notExecutedText: string, effects: string[]): 
     allowedBlocks: ['text', 'image'],
     allMemberNames: members.map((m) => m.name),
     members: new Map(members.filter((m) => m.name !== 'off').map((m) => [m.name, bindMember(m, ctx)])),
+    disabledMemberNames: new Set(['off']),
   };
 }
 

@@ -155,6 +155,8 @@ export interface Toolset {
   allMemberNames: readonly string[];
   /** Members the API leaves off unless the `tools[]` entry enables them. */
   optionalMemberNames?: readonly string[];
+  /** Members this daemon implements but the operator switched off (or did not switch on). */
+  disabledMemberNames: ReadonlySet<string>;
   /** The members this daemon serves and has enabled. */
   members: ReadonlyMap<string, RunnableMember>;
   /** Releases what a session held (browser contexts); called when the session ends. */

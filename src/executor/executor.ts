@@ -247,9 +247,14 @@ export class Executor {
     }
     const member = toolset.members.get(tu.name);
     if (member) return { toolset, member };
-    if (toolset.allMemberNames.includes(tu.name)) {
+    if (toolset.disabledMemberNames.has(tu.name)) {
       throw new ToolRefusedError(
         `The '${tu.name}' action is not permitted by this application's permissions and cannot be used in this session.`,
+      );
+    }
+    if (toolset.allMemberNames.includes(tu.name)) {
+      throw new ToolRefusedError(
+        `The ${toolset.name} toolset member '${tu.name}' is not available in this environment.`,
       );
     }
     throw new ToolRefusedError(`Error: unknown ${toolset.name} toolset member '${oneLine(tu.name)}'`);

@@ -154,7 +154,9 @@ export class DeskbatchServer {
   async welcome(session: Session, resumed: boolean): Promise<Welcome> {
     const { config, executor } = this.deps;
     const geometry = await this.deps.geometry().catch(() => undefined);
-    const toolsets: ToolsetInfo[] = [...executor.served.values()].map((t) => {
+    // A toolset with no member served is not offered: the API rejects an entry that disables every member.
+    const offered = [...executor.served.values()].filter((t) => t.members.size > 0);
+    const toolsets: ToolsetInfo[] = offered.map((t) => {
       // configs: switch off what the API enables by default but this daemon does not serve, and switch on
       // optional members the operator enabled (TOOLSET-CONTRACT B1, C1).
       const optional = t.optionalMemberNames ?? [];

@@ -92,7 +92,13 @@ async function aroundCall(
     outputs = await run();
   } catch (err) {
     await session.endCall(false);
-    if (manager.generation !== generation || !(await manager.browserNow().then(() => true, () => false))) {
+    if (
+      manager.generation !== generation ||
+      !(await manager.browserNow().then(
+        () => true,
+        () => false,
+      ))
+    ) {
       throw new BrowserCrashedError('the browser went away during the call');
     }
     throw err;
@@ -119,10 +125,10 @@ export function createBrowserToolset(options: BrowserToolsetOptions): Toolset {
   const context = (call: CallContext) => createBrowserContext(deps, call);
   const optional: readonly string[] = BROWSER_OPTIONAL_MEMBERS;
   const members = new Map<string, RunnableMember>();
-  for (const m of BROWSER_MEMBERS) {
-    if (disabled.includes(m.name)) continue;
-    if (optional.includes(m.name) && !enabled.includes(m.name)) continue;
-    members.set(m.name, bindMember(m as Member<z.ZodType, BrowserCallContext>, context, aroundCall));
+  const off = new Set<string>();
+  for (const m of BROWSER_MEMBERS as readonly Member<z.ZodType, BrowserCallContext>[]) {
+    if (disabled.includes(m.name) || (optional.includes(m.name) && !enabled.includes(m.name))) off.add(m.name);
+    else members.set(m.name, bindMember(m, context, aroundCall));
   }
   return {
     type: BROWSER_TOOLSET_TYPE,
@@ -135,6 +141,7 @@ export function createBrowserToolset(options: BrowserToolsetOptions): Toolset {
     allMemberNames: BROWSER_MEMBER_NAMES,
     optionalMemberNames: BROWSER_OPTIONAL_MEMBERS,
     members,
+    disabledMemberNames: off,
     closeSession: (sessionId) => deps.manager.closeSession(sessionId),
     close: () => deps.manager.close(),
   };

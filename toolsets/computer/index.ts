@@ -63,5 +63,6 @@ export function createComputerToolset(options: ComputerToolsetOptions): Toolset 
     allowedBlocks: ['text', 'image'],
     allMemberNames: COMPUTER_MEMBERS.map((m) => m.name),
     members,
+    disabledMemberNames: new Set(disabled),
   };
 }

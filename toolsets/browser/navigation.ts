@@ -1,0 +1,2 @@
+/** Browser members (filled in as they are implemented). */
+export const NAVIGATION_MEMBERS = [] as const;
