@@ -28,7 +28,13 @@ Options:
   --display-size WxH       size of the Xvfb started when DISPLAY is unset (default 1280x800)
   --call-timeout-ms MS     time limit of one call (default ${DEFAULT_CONFIG.callTimeoutMs})
   --expose-error-messages  let the model read thrown errors' messages, not only their type
-  --disable MEMBER         switch a computer member off; repeatable
+  --disable MEMBER         switch a member off (in both toolsets); repeatable
+  --browser-enable MEMBER  switch on an optional browser member: javascript_exec,
+                           read_console, read_network, file_upload; repeatable
+  --allow-host HOST        navigate only to these hosts and their subdomains; repeatable
+  --deny-host HOST         never navigate to these hosts or their subdomains; repeatable
+  --upload-root DIR        folder file_upload may read from; repeatable (default: none)
+  --downloads-dir DIR      where browser downloads are saved (default downloads)
   --log-level LEVEL        debug | info | warn | error (default ${DEFAULT_CONFIG.logLevel})
 
 Environment:
@@ -74,6 +80,11 @@ async function serve(argv: string[]): Promise<void> {
       'call-timeout-ms': { type: 'string' },
       'expose-error-messages': { type: 'boolean' },
       disable: { type: 'string', multiple: true },
+      'browser-enable': { type: 'string', multiple: true },
+      'allow-host': { type: 'string', multiple: true },
+      'deny-host': { type: 'string', multiple: true },
+      'upload-root': { type: 'string', multiple: true },
+      'downloads-dir': { type: 'string' },
       'log-level': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -111,6 +122,13 @@ async function serve(argv: string[]): Promise<void> {
     callTimeoutMs: num(values['call-timeout-ms']),
     exposeErrorMessages: values['expose-error-messages'],
     disabledMembers: values.disable,
+    browserSettings: {
+      enable: values['browser-enable'],
+      allowHosts: values['allow-host'],
+      denyHosts: values['deny-host'],
+      uploadRoots: values['upload-root'],
+      downloadsDir: values['downloads-dir'],
+    },
     logLevel: values['log-level'] as LogLevel | undefined,
     token,
     tokenConfigured: Boolean(envToken),

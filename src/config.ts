@@ -212,6 +212,11 @@ export function resolveConfig(
   for (const [name, value, max] of timers) {
     if (value > max) throw new ConfigError(`${name} must be at most ${max} ms, got ${value}`);
   }
+  const optional = ['javascript_exec', 'read_console', 'read_network', 'file_upload'];
+  const notOptional = config.browserSettings.enable.filter((m) => !optional.includes(m));
+  if (notOptional.length) {
+    throw new ConfigError(`--browser-enable takes ${optional.join(', ')}; not: ${notOptional.join(', ')}`);
+  }
   const q = config.screenshot.quality;
   if (!Number.isInteger(q) || q < 1 || q > 100) throw new ConfigError(`screenshot quality must be 1–100, got ${q}`);
   if (!['png', 'jpeg', 'webp'].includes(config.screenshot.format)) {

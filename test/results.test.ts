@@ -1,0 +1,75 @@
+/** The result boundary: what a handler produces can never reach the API in a shape it rejects. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ContractViolationError, errorResult, successResult, type ImageRules } from '../src/executor/results.ts';
+import type { ToolUse } from '../src/protocol.ts';
+import type { BlockType, MemberOutput } from '../toolsets/types.ts';
+
+const rules: ImageRules = { limits: { maxSidePx: 2000, maxVisualTokens: 4784 }, maxBase64Bytes: 10 * 1024 * 1024 };
+const BROWSER: BlockType[] = ['text', 'image', 'browser_state'];
+const tu: ToolUse = { type: 'tool_use', id: 'toolu_1', name: 'navigate', toolset_name: 'browser', input: {} };
+const tab = (id: string, active = false) => ({
+  tab_id: id,
+  title: 't',
+  url: 'https://a.example/',
+  ...(active ? { active } : {}),
+});
+const state = (s: Extract<MemberOutput, { kind: 'browser_state' }>['state']): MemberOutput => ({
+  kind: 'browser_state',
+  state: s,
+});
+
+test('page-supplied titles and URLs lose control characters and are bounded', () => {
+  const r = successResult(
+    tu,
+    [
+      state({
+        tabs: [
+          { tab_id: 'tab-1', title: 'Evil\ntitle\u2028\u0085', url: `https://x/${'a'.repeat(5000)}`, active: true },
+        ],
+      }),
+    ],
+    BROWSER,
+    rules,
+  );
+  const block = r.content[0]!;
+  assert.equal(block.type, 'browser_state');
+  if (block.type !== 'browser_state') return;
+  assert.equal(block.tabs[0]!.title, 'Evil title  ');
+  assert.equal(block.tabs[0]!.url.length, 4096);
+  assert.equal(r.toolset_name, 'browser');
+});
+
+test('browser_state rules are enforced, never sent broken', () => {
+  const violates = (outputs: MemberOutput[], allowed = BROWSER) =>
+    assert.throws(() => successResult(tu, outputs, allowed, rules), ContractViolationError);
+  violates([state({ tabs: [tab('tab-1', true), tab('tab-2', true)] })]);
+  violates([state({ tabs: [tab('tab-1'), tab('tab-2')] })]);
+  violates([state({ tabs: [tab('tab-1', true), tab('tab-1')] })]);
+  violates([state({ tabs: [tab('tab-1', true)], state_changes: [{ type: 'tab_opened', tab_id: 'tab-9' }] })]);
+  violates([
+    state({
+      tabs: [tab('tab-1', true)],
+      state_changes: [
+        { type: 'download_started', download_id: 'dl-1', url: 'u' },
+        { type: 'download_completed', download_id: 'dl-1', url: 'u' },
+      ],
+    }),
+  ]);
+  violates([state({ tabs: [tab('tab-1', true)] }), state({ tabs: [tab('tab-1', true)] })]);
+  violates([state({ tabs: [tab('tab-1', true)] })], ['text', 'image']);
+  violates([state({ tabs: Array.from({ length: 101 }, (_, i) => tab(`tab-${i}`, i === 0)) })]);
+});
+
+test('an empty state_changes is omitted, and an empty inventory is allowed', () => {
+  const r = successResult(tu, [state({ tabs: [], state_changes: [] })], BROWSER, rules);
+  assert.deepEqual(r.content, [{ type: 'browser_state', tabs: [] }]);
+});
+
+test('error results are text only, never empty, cut to 4096 code points', () => {
+  assert.deepEqual(errorResult(tu, '').content, [
+    { type: 'text', text: 'The tool call failed with an empty error message.' },
+  ]);
+  const long = errorResult(tu, '😀'.repeat(5000)).content[0]!;
+  assert.equal(long.type === 'text' && Array.from(long.text).length, 4096);
+});
