@@ -27,23 +27,7 @@ import type {
 import type { z } from 'zod';
 import type { COMPUTER_MEMBERS } from '../../toolsets/computer/index.ts';
 
-/** Keys without index signatures (zod infers `z.object({})` as `Record<string, never>`). */
-type KnownKeys<T> = keyof { [K in keyof T as string extends K ? never : K]: T[K] };
-type OptionalKeys<T> = { [K in KnownKeys<T>]-?: object extends Pick<T, K> ? K : never }[KnownKeys<T>];
-type SameSet<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
-type Shared<A, B> = KnownKeys<A> & KnownKeys<B>;
-/** Every shared key's type is the same both ways (true for no keys). */
-type SameProps<A, B> = [{ [K in Shared<A, B>]: SameSet<A[K & keyof A], B[K & keyof B]> }[Shared<A, B>]] extends [true]
-  ? true
-  : false;
-/** Same keys, same optionality, same property types. */
-type Same<A, B> =
-  SameSet<KnownKeys<A>, KnownKeys<B>> extends true
-    ? SameSet<OptionalKeys<A>, OptionalKeys<B>> extends true
-      ? SameProps<A, B>
-      : false
-    : false;
-type Assert<T extends true> = T;
+import type { Assert, Same, SameSet } from './same.ts';
 
 type Members = (typeof COMPUTER_MEMBERS)[number];
 type InputOf<N extends string> = z.input<Extract<Members, { name: N }>['input']>;
