@@ -111,8 +111,13 @@ describe('messages', () => {
     assert.equal(w.resumed, false);
     assert.deepEqual(
       w.toolsets.map((t) => t.toolset_name),
-      ['computer'],
+      ['computer', 'browser'],
     );
+    const browser = w.toolsets[1]!;
+    assert.equal(browser.not_executed_text, 'Not executed: an earlier action in this turn failed.');
+    for (const optional of ['javascript_exec', 'read_console', 'read_network', 'file_upload']) {
+      assert.ok(!browser.members.includes(optional), `${optional} is off by default`);
+    }
     const computer = w.toolsets[0]!;
     assert.equal(computer.type, 'computer_toolset_20260801');
     assert.deepEqual([...computer.members].sort(), [...COMPUTER_MEMBERS].sort());
