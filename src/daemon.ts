@@ -77,6 +77,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
             downloadsDir: resolve(config.browserSettings.downloadsDir),
             viewport: config.browserSettings.viewport,
             launchTimeoutMs: config.browserSettings.launchTimeoutMs,
+            urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
             log: log.child({ component: 'browser' }),
           }),
           screenshots: config.screenshot,

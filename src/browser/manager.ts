@@ -11,11 +11,22 @@
  */
 import { mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Dialog, type Download, type Page } from 'playwright';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  chromium,
+  type Browser,
+  type BrowserContext,
+  type ConsoleMessage,
+  type Dialog,
+  type Download,
+  type Page,
+  type Request,
+} from 'playwright';
 import { ToolInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { BrowserStateChange } from '../protocol.ts';
 import { sanitizeId } from '../screenshot-store.ts';
+import { isAllowedUrl, type UrlPolicy } from './url-policy.ts';
 
 export type BrowserMode = 'headless' | 'headful';
 
@@ -28,6 +39,8 @@ export interface BrowserOptions {
   downloadsDir: string;
   viewport: { width: number; height: number };
   launchTimeoutMs: number;
+  /** The URL policy, also applied to navigations pages start themselves. */
+  urlPolicy?: UrlPolicy;
   log: Logger;
 }
 
@@ -49,11 +62,23 @@ const CHROMIUM_ARGS = [
 /** Dialog notices: the SDK's caps (TOOLSET-CONTRACT D2). */
 const DIALOG_MESSAGE_MAX = 200;
 const DIALOG_NOTICES_MAX = 3;
+/**
+ * How long a call's end waits for a popup the call opened to reach Playwright
+ * (measured 60–800 ms after the click returned on a loaded VM), and for a download to be saved.
+ */
+const POPUP_WAIT_MS = 1_500;
+const DOWNLOAD_WAIT_MS = 2_000;
+/** Console messages and requests kept per tab between reads (oldest dropped first). */
+const LOG_RING_MAX = 500;
+/** Longest console line kept, in UTF-16 code units. */
+const CONSOLE_LINE_MAX = 1_000;
+const REFUSED_NAVIGATION_NOTICE = 'A navigation was refused.';
 
 export class BrowserManager {
   private browser: Browser | undefined;
   private launching: Promise<Browser> | undefined;
   private readonly sessions = new Map<string, BrowserSession>();
+  private browserPid: number | undefined;
   /** Bumped on every launch, so a session can tell its context died with an older browser. */
   generation = 0;
 
@@ -80,11 +105,29 @@ export class BrowserManager {
     this.generation++;
     this.browser = browser;
     browser.on('disconnected', () => {
-      if (this.browser === browser) this.browser = undefined;
+      if (this.browser === browser) {
+        this.browser = undefined;
+        this.browserPid = undefined;
+      }
       log.warn('browser disconnected', { generation: this.generation });
     });
-    log.info('browser launched', { headless, ms: Math.round(performance.now() - t0) });
+    try {
+      const cdp = await browser.newBrowserCDPSession();
+      const info = (await cdp.send('SystemInfo.getProcessInfo')) as {
+        processInfo: { type: string; id: number }[];
+      };
+      this.browserPid = info.processInfo.find((p) => p.type === 'browser')?.id;
+      await cdp.detach();
+    } catch (err) {
+      log.warn('no browser CDP session', { error: String(err) });
+    }
+    log.info('browser launched', { headless, ms: Math.round(performance.now() - t0), pid: this.browserPid });
     return browser;
+  }
+
+  /** Whether the browser of `generation` is still the one running. */
+  alive(generation: number): boolean {
+    return generation === this.generation && (this.browser?.isConnected() ?? false);
   }
 
   session(id: string): BrowserSession {
@@ -102,10 +145,9 @@ export class BrowserManager {
     await s?.close();
   }
 
-  /** The browser process's pid, for tests that crash it on purpose. */
+  /** The running browser process's pid (from CDP), for tests that crash it on purpose. */
   get pid(): number | undefined {
-    const proc = (this.browser as unknown as { _process?: { pid?: number } } | undefined)?._process;
-    return proc?.pid;
+    return this.browser?.isConnected() ? this.browserPid : undefined;
   }
 
   async close(): Promise<void> {
@@ -132,11 +174,18 @@ export interface CallReport {
   tabsChanged: boolean;
 }
 
+/** A tab and what it has logged since the model last read it. */
+interface Tab {
+  page: Page;
+  console: string[];
+  network: Request[];
+}
+
 export class BrowserSession {
   private context: BrowserContext | undefined;
   private contextGeneration = -1;
   private opening: Promise<BrowserContext> | undefined;
-  private readonly tabs = new Map<string, Page>();
+  private readonly tabs = new Map<string, Tab>();
   private readonly ids = new WeakMap<Page, string>();
   private activeId: string | undefined;
   private nextTab = 1;
@@ -144,10 +193,26 @@ export class BrowserSession {
   /** Tabs opened since the current call began. */
   private openedDuringCall: string[] = [];
   private inCall = false;
+  /**
+   * Popups Chromium announced (Page.windowOpen, sent before the click that
+   * opens one returns) that Playwright has not yet turned into a Page: its
+   * 'page' event can come several hundred ms after the call returned.
+   */
+  private popupsPending = 0;
+  /** Set while newTab() opens a tab, so the tab is not taken for a popup. */
+  private openingTab = false;
+  /** Whether the context was alive when the call began: only then can the call see it crash. */
+  private aliveAtBegin = false;
+  private generationAtBegin = -1;
   /** Download events not yet reported (they survive failed calls). */
   private pendingChanges: BrowserStateChange[] = [];
   private pendingNotices: string[] = [];
+  /** Downloads still being saved. */
+  private readonly saving = new Set<Promise<void>>();
   private lastReported = '';
+  /** The URL policy page-initiated navigations are checked against, and the context it was installed on. */
+  private urlPolicy: UrlPolicy | undefined;
+  private guardedContext: BrowserContext | undefined;
 
   constructor(
     private readonly manager: BrowserManager,
@@ -171,6 +236,7 @@ export class BrowserSession {
     // Tabs of a dead context died with it; their ids are not reused.
     this.tabs.clear();
     this.activeId = undefined;
+    this.popupsPending = 0;
     const browser = await this.manager.browserNow();
     const context = await browser.newContext({
       viewport: this.manager.options.viewport,
@@ -179,25 +245,69 @@ export class BrowserSession {
     this.context = context;
     this.contextGeneration = this.manager.generation;
     context.on('page', (page) => this.register(page));
+    // The operator's host lists guard page-started navigations from a context's first page on.
+    const policy = this.urlPolicy ?? this.manager.options.urlPolicy;
+    if (policy) await this.guardNavigations(policy);
     return context;
+  }
+
+  /**
+   * Refuses navigations the page starts itself (links, scripts, redirects by
+   * script) to URLs the operator's host lists refuse. Only installed when
+   * there are lists: routing every request costs time and disables the cache.
+   */
+  async guardNavigations(policy: UrlPolicy): Promise<void> {
+    if (!policy.allowHosts.length && !policy.denyHosts.length) return;
+    this.urlPolicy = policy;
+    const context = await this.contextNow();
+    if (this.guardedContext === context) return;
+    this.guardedContext = context;
+    await context.route('**/*', async (route) => {
+      const request = route.request();
+      if (request.isNavigationRequest() && !isAllowedUrl(new URL(request.url()), policy)) {
+        this.pendingNotices.push(REFUSED_NAVIGATION_NOTICE);
+        await route.abort('blockedbyclient').catch(() => undefined);
+      } else {
+        await route.fallback().catch(() => undefined);
+      }
+    });
   }
 
   private register(page: Page): string {
     const known = this.ids.get(page);
     if (known) return known;
     const id = `tab-${this.nextTab++}`;
+    const tab: Tab = { page, console: [], network: [] };
     this.ids.set(page, id);
-    this.tabs.set(id, page);
+    this.tabs.set(id, tab);
     // A tab the page opened comes to the front, as it does for a person.
     this.activeId = id;
     if (this.inCall) this.openedDuringCall.push(id);
-    page.on('close', () => {
-      this.tabs.delete(id);
-      if (this.activeId === id) this.activeId = [...this.tabs.keys()].at(-1);
-    });
+    if (!this.openingTab && this.popupsPending > 0) this.popupsPending--;
+    void this.watchPopups(page);
+    page.on('close', () => this.forget(id));
     page.on('dialog', (dialog) => void this.onDialog(dialog));
-    page.on('download', (download) => void this.onDownload(download));
+    page.on('download', (download) => this.trackDownload(download));
+    page.on('console', (message) => push(tab.console, consoleLine(message)));
+    page.on('requestfinished', (request) => push(tab.network, request));
+    page.on('requestfailed', (request) => push(tab.network, request));
     return id;
+  }
+
+  private forget(id: string): void {
+    if (!this.tabs.delete(id)) return;
+    if (this.activeId === id) this.activeId = [...this.tabs.keys()].at(-1);
+  }
+
+  /** Counts the popups a tab opens, from the moment Chromium decides to open them. */
+  private async watchPopups(page: Page): Promise<void> {
+    try {
+      const cdp = await page.context().newCDPSession(page);
+      cdp.on('Page.windowOpen', () => this.popupsPending++);
+      await cdp.send('Page.enable');
+    } catch {
+      // The tab closed first.
+    }
   }
 
   private async onDialog(dialog: Dialog): Promise<void> {
@@ -214,7 +324,12 @@ export class BrowserSession {
     }
   }
 
-  private async onDownload(download: Download): Promise<void> {
+  private trackDownload(download: Download): void {
+    const saving = this.saveDownload(download).finally(() => this.saving.delete(saving));
+    this.saving.add(saving);
+  }
+
+  private async saveDownload(download: Download): Promise<void> {
     const downloadId = `dl-${this.nextDownload++}`;
     const url = download.url();
     this.pendingChanges.push({ type: 'download_started', download_id: downloadId, url });
@@ -237,58 +352,87 @@ export class BrowserSession {
     }
   }
 
+  private noTab(tabId: string): ToolInputError {
+    return new ToolInputError(
+      `There is no open tab with tab_id ${oneLine(tabId).slice(0, 100)}; list_tabs shows the open tabs.`,
+    );
+  }
+
   /** The tab a call acts on: `tabId`, or the active tab; a session with no tab opens one. */
   async page(tabId?: string | null): Promise<{ page: Page; tabId: string }> {
     await this.contextNow();
     if (tabId) {
-      const page = this.tabs.get(tabId);
-      if (!page)
-        throw new ToolInputError(
-          `There is no open tab with tab_id ${oneLine(tabId).slice(0, 100)}; list_tabs shows the open tabs.`,
-        );
-      return { page, tabId };
+      const tab = this.tabs.get(tabId);
+      if (!tab) throw this.noTab(tabId);
+      return { page: tab.page, tabId };
     }
     if (this.activeId) {
-      const page = this.tabs.get(this.activeId);
-      if (page) return { page, tabId: this.activeId };
+      const tab = this.tabs.get(this.activeId);
+      if (tab) return { page: tab.page, tabId: this.activeId };
     }
     const id = await this.newTab();
-    return { page: this.tabs.get(id)!, tabId: id };
+    return { page: this.tabs.get(id)!.page, tabId: id };
   }
 
   async newTab(): Promise<string> {
     const context = await this.contextNow();
-    const page = await context.newPage();
+    this.openingTab = true;
+    const page = await context.newPage().finally(() => (this.openingTab = false));
+    // The context's 'page' event has usually registered it already; register() returns the same id then.
     const id = this.register(page);
     this.activeId = id;
     return id;
   }
 
   switchTab(tabId: string): void {
-    const page = this.tabs.get(tabId);
-    if (!page)
-      throw new ToolInputError(
-        `There is no open tab with tab_id ${oneLine(tabId).slice(0, 100)}; list_tabs shows the open tabs.`,
-      );
+    const tab = this.tabs.get(tabId);
+    if (!tab) throw this.noTab(tabId);
     this.activeId = tabId;
-    void page.bringToFront().catch(() => undefined);
+    void tab.page.bringToFront().catch(() => undefined);
   }
 
   async closeTab(tabId: string): Promise<void> {
-    const page = this.tabs.get(tabId);
-    if (!page)
-      throw new ToolInputError(
-        `There is no open tab with tab_id ${oneLine(tabId).slice(0, 100)}; list_tabs shows the open tabs.`,
-      );
-    await page.close({ runBeforeUnload: false });
+    const tab = this.tabs.get(tabId);
+    if (!tab) throw this.noTab(tabId);
+    await tab.page.close({ runBeforeUnload: false });
+    this.forget(tabId);
   }
 
   get activeTabId(): string | undefined {
     return this.activeId;
   }
 
+  /** How many downloads this session has seen begin. */
+  get downloadCount(): number {
+    return this.nextDownload - 1;
+  }
+
+  /**
+   * Waits (up to `ms`) for a download after the first `count`: a navigation
+   * that turned into a download can fail before Playwright announces the download.
+   */
+  async downloadSince(count: number, ms: number): Promise<boolean> {
+    const deadline = performance.now() + ms;
+    while (this.downloadCount <= count && performance.now() < deadline) await sleep(10);
+    return this.downloadCount > count;
+  }
+
+  /** Console lines of a tab since the last read, oldest first; reading empties the buffer. */
+  drainConsole(tabId: string): string[] {
+    const tab = this.tabs.get(tabId);
+    return tab ? tab.console.splice(0) : [];
+  }
+
+  /** Requests of a tab that finished or failed since the last read, oldest first; reading empties the buffer. */
+  drainNetwork(tabId: string): Request[] {
+    const tab = this.tabs.get(tabId);
+    return tab ? tab.network.splice(0) : [];
+  }
+
   beginCall(): void {
     this.inCall = true;
+    this.generationAtBegin = this.contextGeneration;
+    this.aliveAtBegin = this.context !== undefined && this.manager.alive(this.contextGeneration);
     this.openedDuringCall = [];
   }
 
@@ -296,12 +440,18 @@ export class BrowserSession {
    * Ends a call. On success, reports the inventory, the tabs this call opened
    * that are still open, and every pending download event (one per download:
    * the latest). On failure, `tab_opened` is dropped and the rest waits for
-   * the next successful result (TOOLSET-CONTRACT C4).
+   * the next successful result (TOOLSET-CONTRACT C4). Either way, a browser
+   * that died during the call makes the call fail with BrowserCrashedError.
    */
   async endCall(ok: boolean): Promise<CallReport | undefined> {
+    if (ok) await this.settle();
     this.inCall = false;
     const opened = this.openedDuringCall.filter((id) => this.tabs.has(id));
     this.openedDuringCall = [];
+    const usedThisCall = this.aliveAtBegin || this.contextGeneration !== this.generationAtBegin;
+    if (this.context && usedThisCall && !this.manager.alive(this.contextGeneration)) {
+      throw new BrowserCrashedError('the browser went away during the call');
+    }
     if (!ok) return undefined;
     const tabs = await this.inventory();
     const latest = new Map<string, BrowserStateChange>();
@@ -320,6 +470,19 @@ export class BrowserSession {
     return { tabs, changes, notices, tabsChanged };
   }
 
+  /**
+   * Lets what the call set off land in this call's result: a popup that
+   * Chromium created but Playwright has not announced yet (its 'page' event
+   * can come a little after a click returns), and downloads being saved.
+   */
+  private async settle(): Promise<void> {
+    const deadline = performance.now() + POPUP_WAIT_MS;
+    while (this.popupsPending > 0 && performance.now() < deadline && this.connected()) await sleep(20);
+    // A popup later than that (or one the browser blocked) is listed, without tab_opened, on a later result.
+    this.popupsPending = 0;
+    if (this.saving.size) await Promise.race([Promise.allSettled([...this.saving]), sleep(DOWNLOAD_WAIT_MS)]);
+  }
+
   /** Records that a report was sent (its notices shown, its inventory known to the model). */
   reported(report: CallReport, noticesShown: boolean): void {
     this.lastReported = JSON.stringify(report.tabs);
@@ -328,7 +491,7 @@ export class BrowserSession {
 
   async inventory(): Promise<TabEntry[]> {
     const entries: TabEntry[] = [];
-    for (const [tab_id, page] of this.tabs) {
+    for (const [tab_id, { page }] of this.tabs) {
       const title = await page.title().catch(() => '');
       entries.push({ tab_id, title, url: page.url(), ...(tab_id === this.activeId ? { active: true } : {}) });
     }
@@ -338,7 +501,18 @@ export class BrowserSession {
   async close(): Promise<void> {
     await this.context?.close().catch(() => undefined);
     this.context = undefined;
+    this.tabs.clear();
+    this.activeId = undefined;
   }
+}
+
+function push<T>(ring: T[], item: T): void {
+  ring.push(item);
+  if (ring.length > LOG_RING_MAX) ring.splice(0, ring.length - LOG_RING_MAX);
+}
+
+function consoleLine(message: ConsoleMessage): string {
+  return `[${message.type()}] ${oneLine(message.text())}`.slice(0, CONSOLE_LINE_MAX);
 }
 
 /** A page-suggested file name reduced to `[A-Za-z0-9._-]`, never hidden or empty, so it cannot leave its folder. */
@@ -350,6 +524,7 @@ export function safeFileName(name: string): string {
   return clean || 'download';
 }
 
-function oneLine(value: string): string {
+/** Control characters (C0, DEL, C1, U+2028/9) folded to spaces: one line, as browser_state strings must be. */
+export function oneLine(value: string): string {
   return value.replace(/[\p{Cc}\u2028\u2029]+/gu, ' ').trim();
 }

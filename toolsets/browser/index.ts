@@ -6,7 +6,6 @@
  * add one when the tabs changed or there are state changes to report.
  */
 import type { z } from 'zod';
-import { BrowserCrashedError } from '../../src/browser/manager.ts';
 import type { Member, MemberOutput, RunnableMember, Toolset, CallContext } from '../types.ts';
 import { bindMember } from '../types.ts';
 import { createBrowserContext, type BrowserCallContext, type BrowserDeps } from './context.ts';
@@ -84,23 +83,14 @@ async function aroundCall(
   member: Member<z.ZodType, BrowserCallContext>,
   run: () => Promise<MemberOutput[]>,
 ): Promise<MemberOutput[]> {
-  const { session, manager } = ctx;
-  const generation = manager.generation;
+  const { session } = ctx;
   session.beginCall();
   let outputs: MemberOutput[];
   try {
     outputs = await run();
   } catch (err) {
+    // endCall throws BrowserCrashedError itself when the browser died during the call.
     await session.endCall(false);
-    if (
-      manager.generation !== generation ||
-      !(await manager.browserNow().then(
-        () => true,
-        () => false,
-      ))
-    ) {
-      throw new BrowserCrashedError('the browser went away during the call');
-    }
     throw err;
   }
   const report = await session.endCall(true);
