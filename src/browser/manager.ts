@@ -68,6 +68,8 @@ const DIALOG_NOTICES_MAX = 3;
  */
 const POPUP_WAIT_MS = 1_500;
 const DOWNLOAD_WAIT_MS = 2_000;
+/** How long a call waits for a navigation it set off to reach DOMContentLoaded. */
+const NAVIGATION_WAIT_MS = 5_000;
 /** Console messages and requests kept per tab between reads (oldest dropped first). */
 const LOG_RING_MAX = 500;
 /** Longest console line kept, in UTF-16 code units. */
@@ -209,6 +211,8 @@ export class BrowserSession {
   private pendingNotices: string[] = [];
   /** Downloads still being saved. */
   private readonly saving = new Set<Promise<void>>();
+  /** Navigations set off during the current call, each settling at DOMContentLoaded, failure or timeout. */
+  private navigations: Promise<void>[] = [];
   private lastReported = '';
   /** The URL policy page-initiated navigations are checked against, and the context it was installed on. */
   private urlPolicy: UrlPolicy | undefined;
@@ -286,6 +290,7 @@ export class BrowserSession {
     if (!this.openingTab && this.popupsPending > 0) this.popupsPending--;
     void this.watchPopups(page);
     page.on('close', () => this.forget(id));
+    page.on('request', (request) => this.onRequest(page, request));
     page.on('dialog', (dialog) => void this.onDialog(dialog));
     page.on('download', (download) => this.trackDownload(download));
     page.on('console', (message) => push(tab.console, consoleLine(message)));
@@ -434,6 +439,7 @@ export class BrowserSession {
     this.generationAtBegin = this.contextGeneration;
     this.aliveAtBegin = this.context !== undefined && this.manager.alive(this.contextGeneration);
     this.openedDuringCall = [];
+    this.navigations = [];
   }
 
   /**
@@ -481,6 +487,35 @@ export class BrowserSession {
     // A popup later than that (or one the browser blocked) is listed, without tab_opened, on a later result.
     this.popupsPending = 0;
     if (this.saving.size) await Promise.race([Promise.allSettled([...this.saving]), sleep(DOWNLOAD_WAIT_MS)]);
+    await Promise.all(this.navigations);
+    this.navigations = [];
+  }
+
+  /**
+   * A navigation this call set off (a link click, Enter in a form) is waited
+   * for until its new document is parsed, so the next call in the batch (a
+   * screenshot, read_page) sees the new page, as a person would wait.
+   */
+  private onRequest(page: Page, request: Request): void {
+    if (!this.inCall || !request.isNavigationRequest() || request.frame() !== page.mainFrame()) return;
+    this.navigations.push(
+      new Promise<void>((resolve) => {
+        const done = (): void => {
+          clearTimeout(timer);
+          page.off('domcontentloaded', done);
+          page.off('requestfailed', failed);
+          page.off('close', done);
+          resolve();
+        };
+        const failed = (r: Request): void => {
+          if (r === request) done();
+        };
+        const timer = setTimeout(done, NAVIGATION_WAIT_MS);
+        page.on('domcontentloaded', done);
+        page.on('requestfailed', failed);
+        page.on('close', done);
+      }),
+    );
   }
 
   /** Records that a report was sent (its notices shown, its inventory known to the model). */

@@ -1,0 +1,64 @@
+/**
+ * Browser calls inside whole batches: a call waits for the navigation it set
+ * off, so the next call sees the new page; halting stays per toolset in a
+ * batch that mixes both toolsets.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import { assertApiValid } from './helpers/api-rules.ts';
+import { computerUse } from './helpers/daemon.ts';
+import { browserUse, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+
+const text = (r: BatchResult, i: number): string => {
+  const block = r.tool_results[i]!.content[0]!;
+  return block.type === 'text' ? block.text : '';
+};
+
+describe('browser calls in batches', () => {
+  let fx: BrowserFixture;
+  let n = 0;
+  const run = async (uses: ToolUse[]) => {
+    const { result } = await fx.client.batch(`batch-${n++}`, uses);
+    return assertApiValid(uses, result);
+  };
+  before(async () => {
+    fx = await startBrowserFixture();
+    fx.web.route('/a', '<title>A</title><a id="go" href="/b" style="font-size:40px">to page B</a>');
+    // Without the wait, get_page_text right after the click reads page A (checked: it fails then).
+    fx.web.route('/b', '<title>B</title><main>This is page B.</main>');
+  });
+  after(() => fx?.close());
+
+  test('a click that navigates is waited for: the next call in the batch reads the new page', async () => {
+    const r = await run([
+      browserUse('navigate', { url: `${fx.web.origin}/a` }),
+      browserUse('find', { query: 'to page B link' }),
+    ]);
+    const ref = /\[(ref_\d+)\]/.exec(text(r, 1))?.[1];
+    assert.ok(ref, text(r, 1));
+    const r2 = await run([browserUse('left_click', { target: { type: 'ref', ref } }), browserUse('get_page_text')]);
+    assert.equal(text(r2, 0), 'Clicked.');
+    assert.match(text(r2, 1), /This is page B\./);
+    const state = r2.tool_results[0]!.content.find((b) => b.type === 'browser_state');
+    assert.ok(
+      state && state.type === 'browser_state',
+      'the click changed the URL, so its result carries browser_state',
+    );
+    assert.match(state.tabs.find((t) => t.active)!.url, /\/b$/);
+  });
+
+  test('halting is per toolset: a browser failure skips later browser calls, computer calls still run', async () => {
+    const r = await run([
+      browserUse('navigate', { url: 'file:///etc/passwd' }),
+      computerUse('wait', { duration: 0 }),
+      browserUse('get_page_text'),
+    ]);
+    assert.equal(r.tool_results[0]!.is_error, true);
+    assert.match(text(r, 0), /^Refused: only http and https URLs can be opened/);
+    assert.ok(!text(r, 0).includes('/etc/passwd'), 'the refusal does not echo the path');
+    assert.equal(text(r, 1), 'Waited 0s.');
+    assert.equal(text(r, 2), 'Not executed: an earlier action in this turn failed.');
+    assert.deepEqual(r.halted, { browser: 0 });
+  });
+});
