@@ -68,6 +68,9 @@ const DIALOG_NOTICES_MAX = 3;
  */
 const POPUP_WAIT_MS = 1_500;
 const DOWNLOAD_WAIT_MS = 2_000;
+/** After an action: how long the round trip to the page may take, and the grace after it, for a navigation to start. */
+const NAVIGATION_START_WAIT_MS = 200;
+const NAVIGATION_START_GRACE_MS = 30;
 /** How long a call waits for a navigation it set off to reach DOMContentLoaded. */
 const NAVIGATION_WAIT_MS = 5_000;
 /** Console messages and requests kept per tab between reads (oldest dropped first). */
@@ -309,7 +312,14 @@ export class BrowserSession {
     try {
       const cdp = await page.context().newCDPSession(page);
       cdp.on('Page.windowOpen', () => this.popupsPending++);
+      // Sent while the click that asks for a navigation is still being dispatched, so before the
+      // click returns; the navigation's request only starts later (measured: the result of a link
+      // click still showed the old URL when only requests were watched).
+      cdp.on('Page.frameRequestedNavigation', (event) => {
+        if (event.disposition === 'currentTab' && event.frameId === mainFrameId) this.awaitDocument(page);
+      });
       await cdp.send('Page.enable');
+      const mainFrameId = (await cdp.send('Page.getFrameTree')).frameTree.frame.id;
     } catch {
       // The tab closed first.
     }
@@ -449,8 +459,8 @@ export class BrowserSession {
    * the next successful result (TOOLSET-CONTRACT C4). Either way, a browser
    * that died during the call makes the call fail with BrowserCrashedError.
    */
-  async endCall(ok: boolean): Promise<CallReport | undefined> {
-    if (ok) await this.settle();
+  async endCall(ok: boolean, acted = false): Promise<CallReport | undefined> {
+    if (ok) await this.settle(acted);
     this.inCall = false;
     const opened = this.openedDuringCall.filter((id) => this.tabs.has(id));
     this.openedDuringCall = [];
@@ -481,7 +491,15 @@ export class BrowserSession {
    * Chromium created but Playwright has not announced yet (its 'page' event
    * can come a little after a click returns), and downloads being saved.
    */
-  private async settle(): Promise<void> {
+  private async settle(acted: boolean): Promise<void> {
+    if (acted && this.navigations.length === 0) {
+      // A click or key may have asked for a navigation whose first sign (the request) is not out
+      // yet: one round trip to the page, then a short grace, lets it show up (measured: without
+      // this, 3 of 8 link clicks reported the old URL).
+      const page = this.activeId ? this.tabs.get(this.activeId)?.page : undefined;
+      await Promise.race([page?.evaluate('0').catch(() => undefined), sleep(NAVIGATION_START_WAIT_MS)]);
+      await sleep(NAVIGATION_START_GRACE_MS);
+    }
     const deadline = performance.now() + POPUP_WAIT_MS;
     while (this.popupsPending > 0 && performance.now() < deadline && this.connected()) await sleep(20);
     // A popup later than that (or one the browser blocked) is listed, without tab_opened, on a later result.
@@ -497,7 +515,12 @@ export class BrowserSession {
    * screenshot, read_page) sees the new page, as a person would wait.
    */
   private onRequest(page: Page, request: Request): void {
-    if (!this.inCall || !request.isNavigationRequest() || request.frame() !== page.mainFrame()) return;
+    if (request.isNavigationRequest() && request.frame() === page.mainFrame()) this.awaitDocument(page, request);
+  }
+
+  /** Waits (within this call) until `page` parses a new document, its navigation fails, or NAVIGATION_WAIT_MS pass. */
+  private awaitDocument(page: Page, request?: Request): void {
+    if (!this.inCall) return;
     this.navigations.push(
       new Promise<void>((resolve) => {
         const done = (): void => {
@@ -508,7 +531,7 @@ export class BrowserSession {
           resolve();
         };
         const failed = (r: Request): void => {
-          if (r === request) done();
+          if (!request || r === request) done();
         };
         const timer = setTimeout(done, NAVIGATION_WAIT_MS);
         page.on('domcontentloaded', done);

@@ -45,6 +45,45 @@ export function imageSize(data: Buffer): { width: number; height: number } {
   throw new Error('unknown image format');
 }
 
+const TAB_MEMBERS = ['new_tab', 'list_tabs', 'switch_tab', 'close_tab'];
+
+/** TOOLSET-CONTRACT C4 and F6-F7: browser_state only where allowed, and well-formed when there. */
+function checkBrowserState(
+  tu: ToolUse,
+  isError: boolean,
+  content: BatchResult['tool_results'][number]['content'],
+  i: number,
+): void {
+  const states = content.filter((c) => c.type === 'browser_state');
+  if (tu.toolset_name !== 'browser' || isError) {
+    assert.equal(states.length, 0, `result ${i}: browser_state only on successful browser results`);
+    return;
+  }
+  if (TAB_MEMBERS.includes(tu.name)) {
+    assert.equal(content.length, 1, `result ${i}: a tab member answers with exactly one block`);
+    assert.equal(states.length, 1, `result ${i}: that block is a browser_state`);
+  }
+  assert.ok(states.length <= 1, `result ${i}: at most one browser_state`);
+  const state = states[0];
+  if (!state || state.type !== 'browser_state') return;
+  const ids = state.tabs.map((t) => t.tab_id);
+  assert.equal(new Set(ids).size, ids.length, `result ${i}: no duplicate tab_id`);
+  if (ids.length) assert.equal(state.tabs.filter((t) => t.active).length, 1, `result ${i}: exactly one active tab`);
+  const downloads = new Set<string>();
+  for (const change of state.state_changes ?? []) {
+    if (change.type === 'tab_opened') assert.ok(ids.includes(change.tab_id), `result ${i}: tab_opened is in tabs`);
+    else {
+      assert.ok(!downloads.has(change.download_id), `result ${i}: one change per download`);
+      downloads.add(change.download_id);
+    }
+  }
+  if (tu.name === 'new_tab') {
+    const opened = (state.state_changes ?? []).filter((c) => c.type === 'tab_opened');
+    assert.equal(opened.length, 1, `result ${i}: new_tab reports exactly one tab_opened`);
+    assert.equal(opened[0]!.type === 'tab_opened' && opened[0]!.tab_id, state.tabs.find((t) => t.active)?.tab_id);
+  }
+}
+
 export function assertApiValid(toolUses: readonly ToolUse[], raw: unknown): BatchResult {
   const result = BatchResultSchema.parse(raw);
   const blocks: BetaToolResultBlockParam[] = result.tool_results;
@@ -80,6 +119,7 @@ export function assertApiValid(toolUses: readonly ToolUse[], raw: unknown): Batc
       }
     }
     if (block.is_error) assert.equal(block.is_error, true);
+    checkBrowserState(tu, block.is_error === true, result.tool_results[i]!.content, i);
   });
   for (const f of result.failures) {
     assert.equal(blocks[f.index]?.tool_use_id, f.tool_use_id, 'failure index points at its result');

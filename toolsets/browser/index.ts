@@ -93,7 +93,8 @@ async function aroundCall(
     await session.endCall(false);
     throw err;
   }
-  const report = await session.endCall(true);
+  // Actions (clicks, keys) may have set off a navigation that the next call must not race.
+  const report = await session.endCall(true, member.effect === 'write' && member.kind === 'ack');
   if (!report) return outputs;
   const state = {
     kind: 'browser_state' as const,
