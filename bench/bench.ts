@@ -12,6 +12,7 @@ import { launchKioskChromium } from '../test/helpers/chromium.ts';
 import { startTestDaemon, type TestClient } from '../test/helpers/daemon.ts';
 import { startTestDisplay } from '../test/helpers/display.ts';
 import { startEventPageServer } from '../test/helpers/event-page.ts';
+import { startWebServer } from '../test/helpers/web.ts';
 
 const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 40);
 const WARMUP = 5;
@@ -104,9 +105,64 @@ async function benchDisplay(width: number, height: number): Promise<Figure[]> {
   return figures;
 }
 
+/** Browser figures: headless Chromium, 1280x800 viewport, a local page. */
+async function benchBrowser(): Promise<Figure[]> {
+  const web = await startWebServer();
+  web.route('/', '<title>bench</title><button id="b" style="width:400px;height:200px">click me</button>');
+  const figures: Figure[] = [];
+  try {
+    const launches: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const daemon = await startTestDaemon({ display: undefined, browser: 'headless' });
+      try {
+        const client = await daemon.connect();
+        const t0 = performance.now();
+        await client.batch(`launch-${i}`, [busing('navigate', { url: `${web.origin}/` })]);
+        launches.push(performance.now() - t0);
+      } finally {
+        await daemon.close();
+      }
+    }
+    launches.sort((a, b) => a - b);
+    figures.push({
+      name: 'browser launch + first navigate',
+      median_ms: round(quantile(launches, 0.5)),
+      p95_ms: round(launches.at(-1)!),
+      n: 3,
+    });
+    const daemon = await startTestDaemon({ display: undefined, browser: 'headless' });
+    try {
+      const client = await daemon.connect();
+      await client.batch('warm', [busing('navigate', { url: `${web.origin}/` })]);
+      figures.push(
+        await measure(client, 'browser navigate (local page)', () => [busing('navigate', { url: `${web.origin}/` })]),
+      );
+      figures.push(
+        await measure(client, 'browser left_click (coordinate)', () => [
+          busing('left_click', { target: { type: 'coordinate', x: 100, y: 100 } }),
+        ]),
+      );
+      figures.push(await measure(client, 'browser screenshot png 1280x800', () => [busing('screenshot')]));
+    } finally {
+      await daemon.close();
+    }
+  } finally {
+    await web.close();
+  }
+  return figures;
+}
+
+const busing = (name: string, input: Record<string, unknown> = {}): ToolUse => ({
+  type: 'tool_use',
+  id: `toolu_bench_${seq++}`,
+  name,
+  toolset_name: 'browser',
+  input,
+});
+
 async function main(): Promise<void> {
   const started = performance.now();
-  const figures = [...(await benchDisplay(1280, 800)), ...(await benchDisplay(1920, 1080))];
+  const figures = [...(await benchDisplay(1280, 800)), ...(await benchDisplay(1920, 1080)), ...(await benchBrowser())];
   const width = Math.max(...figures.map((f) => f.name.length));
   console.log(`${'figure'.padEnd(width)}  median ms    p95 ms   bytes`);
   for (const f of figures) {
