@@ -8,6 +8,7 @@
  * Pure module: no Playwright import, so it is cheap to test.
  */
 import { ToolInputError } from '../errors.ts';
+import { KEYSYM_PUNCTUATION } from '../keysym-names.ts';
 
 export type Modifier = 'Alt' | 'Control' | 'Meta' | 'Shift';
 
@@ -54,43 +55,7 @@ const NAMES: ReadonlyMap<string, string> = (() => {
   add('ContextMenu', 'menu');
   for (let i = 1; i <= 12; i++) add(`F${i}`);
   // X keysym names of punctuation (the model uses them after xdotool): Playwright takes the character itself.
-  const punct: Array<[string, string]> = [
-    ['minus', '-'],
-    ['plus', '+'],
-    ['equal', '='],
-    ['comma', ','],
-    ['period', '.'],
-    ['slash', '/'],
-    ['backslash', '\\'],
-    ['semicolon', ';'],
-    ['colon', ':'],
-    ['apostrophe', "'"],
-    ['quote', "'"],
-    ['quotedbl', '"'],
-    ['grave', '`'],
-    ['backquote', '`'],
-    ['asciitilde', '~'],
-    ['bracketleft', '['],
-    ['bracketright', ']'],
-    ['braceleft', '{'],
-    ['braceright', '}'],
-    ['parenleft', '('],
-    ['parenright', ')'],
-    ['less', '<'],
-    ['greater', '>'],
-    ['question', '?'],
-    ['exclam', '!'],
-    ['at', '@'],
-    ['numbersign', '#'],
-    ['dollar', '$'],
-    ['percent', '%'],
-    ['asciicircum', '^'],
-    ['ampersand', '&'],
-    ['asterisk', '*'],
-    ['underscore', '_'],
-    ['bar', '|'],
-  ];
-  for (const [name, ch] of punct) m.set(name, ch);
+  for (const [name, ch] of KEYSYM_PUNCTUATION) m.set(name, ch);
   return m;
 })();
 

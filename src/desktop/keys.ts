@@ -9,6 +9,7 @@
  */
 import { ToolInputError } from '../errors.ts';
 import type { DriverKey } from './driver.ts';
+import { KEYSYM_PUNCTUATION } from '../keysym-names.ts';
 
 /** One key press: a DriverKey, with Shift when the character needs it. */
 export interface Stroke {
@@ -239,43 +240,7 @@ const NAMES: ReadonlyMap<string, Stroke> = (() => {
   add('NumPadEqual', false, 'kp_equal');
   for (let i = 1; i <= 24; i++) add(`F${i}`, false, `f${i}`);
   // X keysym names of punctuation (xdotool accepts these).
-  const punct: Array<[string, string]> = [
-    ['minus', '-'],
-    ['plus', '+'],
-    ['equal', '='],
-    ['comma', ','],
-    ['period', '.'],
-    ['slash', '/'],
-    ['backslash', '\\'],
-    ['semicolon', ';'],
-    ['colon', ':'],
-    ['apostrophe', "'"],
-    ['quoteright', "'"],
-    ['quotedbl', '"'],
-    ['grave', '`'],
-    ['quoteleft', '`'],
-    ['asciitilde', '~'],
-    ['bracketleft', '['],
-    ['bracketright', ']'],
-    ['braceleft', '{'],
-    ['braceright', '}'],
-    ['parenleft', '('],
-    ['parenright', ')'],
-    ['less', '<'],
-    ['greater', '>'],
-    ['question', '?'],
-    ['exclam', '!'],
-    ['at', '@'],
-    ['numbersign', '#'],
-    ['dollar', '$'],
-    ['percent', '%'],
-    ['asciicircum', '^'],
-    ['ampersand', '&'],
-    ['asterisk', '*'],
-    ['underscore', '_'],
-    ['bar', '|'],
-  ];
-  for (const [name, ch] of punct) m.set(name, US_SHIFT_MAP.get(ch)!);
+  for (const [name, ch] of KEYSYM_PUNCTUATION) m.set(name, US_SHIFT_MAP.get(ch)!);
   // Media keys (XF86 keysym names, and short forms).
   const media: Array<[DriverKey, string]> = [
     ['AudioMute', 'mute'],

@@ -1,0 +1,43 @@
+/**
+ * X keysym names of the punctuation keys, as the model writes them after
+ * xdotool (`ctrl+minus`, `shift+numbersign`), and the character each names.
+ * Shared by the desktop and the browser key parsers.
+ */
+export const KEYSYM_PUNCTUATION: ReadonlyArray<readonly [name: string, char: string]> = [
+  ['minus', '-'],
+  ['plus', '+'],
+  ['equal', '='],
+  ['comma', ','],
+  ['period', '.'],
+  ['slash', '/'],
+  ['backslash', '\\'],
+  ['semicolon', ';'],
+  ['colon', ':'],
+  ['apostrophe', "'"],
+  ['quoteright', "'"],
+  ['quote', "'"],
+  ['quotedbl', '"'],
+  ['grave', '`'],
+  ['quoteleft', '`'],
+  ['backquote', '`'],
+  ['asciitilde', '~'],
+  ['bracketleft', '['],
+  ['bracketright', ']'],
+  ['braceleft', '{'],
+  ['braceright', '}'],
+  ['parenleft', '('],
+  ['parenright', ')'],
+  ['less', '<'],
+  ['greater', '>'],
+  ['question', '?'],
+  ['exclam', '!'],
+  ['at', '@'],
+  ['numbersign', '#'],
+  ['dollar', '$'],
+  ['percent', '%'],
+  ['asciicircum', '^'],
+  ['ampersand', '&'],
+  ['asterisk', '*'],
+  ['underscore', '_'],
+  ['bar', '|'],
+];
