@@ -939,4 +939,9 @@ process.on('disconnect', () => void shutdown(0));
 process.on('SIGTERM', () => void shutdown(0));
 process.on('SIGINT', () => void shutdown(0));
 
+// Load nut-js and connect to X before saying ready, so the parent's start timeout covers that
+// (0.9-2.8 s measured) rather than the first op's deadline: with a short --call-timeout-ms the
+// first op was killed every time, and the worker never became usable. A failure here is
+// reported by the first op that needs the devices.
+await devices().catch(() => undefined);
 reply({ type: 'ready' });
