@@ -62,3 +62,42 @@ describe('browser calls in batches', () => {
     assert.deepEqual(r.halted, { browser: 0 });
   });
 });
+
+describe('URL policy with host lists', () => {
+  let fx: BrowserFixture;
+  before(async () => {
+    fx = await startBrowserFixture({
+      browserSettings: {
+        enable: [],
+        allowHosts: [],
+        denyHosts: ['localhost'],
+        uploadRoots: [],
+        downloadsDir: 'downloads',
+        viewport: { width: 1280, height: 800 },
+        executablePath: '/usr/bin/chromium',
+        launchTimeoutMs: 30_000,
+      },
+    });
+    const port = new URL(fx.web.origin).port;
+    fx.web.route('/ok', '<title>ok</title>fine');
+    fx.web.route('/redir', { status: 302, headers: { location: `http://localhost:${port}/ok` }, body: '' });
+  });
+  after(() => fx?.close());
+
+  test('a redirect from an allowed host to a refused one is refused', async () => {
+    const port = new URL(fx.web.origin).port;
+    const uses = [
+      browserUse('navigate', { url: `${fx.web.origin}/ok` }),
+      browserUse('navigate', { url: `${fx.web.origin}/redir` }),
+    ];
+    const { result } = await fx.client.batch('redir', uses);
+    assertApiValid(uses, result);
+    assert.match(text(result, 0), /^Navigated to http:\/\/127\.0\.0\.1/);
+    assert.equal(result.tool_results[1]!.is_error, true);
+    assert.equal(text(result, 1), "Refused: that host is not allowed by this browser's URL policy.");
+    const again = [browserUse('navigate', { url: `http://localhost.:${port}/ok` })];
+    const dotted = await fx.client.batch('dot', again);
+    assertApiValid(again, dotted.result);
+    assert.equal(text(dotted.result, 0), "Refused: that host is not allowed by this browser's URL policy.");
+  });
+});

@@ -73,3 +73,34 @@ test('error results are text only, never empty, cut to 4096 code points', () => 
   const long = errorResult(tu, '😀'.repeat(5000)).content[0]!;
   assert.equal(long.type === 'text' && Array.from(long.text).length, 4096);
 });
+
+test('a title cut at 4096 characters never ends in half a character', () => {
+  const r = successResult(
+    tu,
+    [state({ tabs: [{ tab_id: 'tab-1', title: `${'a'.repeat(4095)}😀`, url: '', active: true }] })],
+    BROWSER,
+    rules,
+  );
+  const block = r.content[0]!;
+  assert.ok(block.type === 'browser_state' && block.tabs[0]!.title.isWellFormed());
+});
+
+test('download URLs in state changes are cleaned like titles', () => {
+  const r = successResult(
+    tu,
+    [
+      state({
+        tabs: [tab('tab-1', true)],
+        state_changes: [
+          { type: 'download_started', download_id: 'dl-1', url: `data:text/plain,${'x'.repeat(5000)}\n` },
+        ],
+      }),
+    ],
+    BROWSER,
+    rules,
+  );
+  const block = r.content[0]!;
+  assert.ok(block.type === 'browser_state');
+  const change = block.state_changes![0]!;
+  assert.ok(change.type === 'download_started' && change.url.length === 4096 && !change.url.includes('\n'));
+});

@@ -71,6 +71,11 @@ const DOWNLOAD_WAIT_MS = 2_000;
 /** After an action: how long the round trip to the page may take, and the grace after it, for a navigation to start. */
 const NAVIGATION_START_WAIT_MS = 200;
 const NAVIGATION_START_GRACE_MS = 30;
+/** browser_state limits (TOOLSET-CONTRACT E). */
+const TABS_MAX = 100;
+const STATE_CHANGES_MAX = 200;
+/** How long the inventory waits for one tab's title. */
+const TITLE_WAIT_MS = 500;
 /** How long a call waits for a navigation it set off to reach DOMContentLoaded. */
 const NAVIGATION_WAIT_MS = 5_000;
 /** Console messages and requests kept per tab between reads (oldest dropped first). */
@@ -216,6 +221,8 @@ export class BrowserSession {
   private readonly saving = new Set<Promise<void>>();
   /** Navigations set off during the current call, each settling at DOMContentLoaded, failure or timeout. */
   private navigations: Promise<void>[] = [];
+  private callToken: object = {};
+  private droppedNotices = 0;
   private lastReported = '';
   /** The URL policy page-initiated navigations are checked against, and the context it was installed on. */
   private urlPolicy: UrlPolicy | undefined;
@@ -272,7 +279,7 @@ export class BrowserSession {
     await context.route('**/*', async (route) => {
       const request = route.request();
       if (request.isNavigationRequest() && !isAllowedUrl(new URL(request.url()), policy)) {
-        this.pendingNotices.push(REFUSED_NAVIGATION_NOTICE);
+        this.notice(REFUSED_NAVIGATION_NOTICE);
         await route.abort('blockedbyclient').catch(() => undefined);
       } else {
         await route.fallback().catch(() => undefined);
@@ -280,9 +287,39 @@ export class BrowserSession {
     });
   }
 
+  /** The host lists in force, if the operator set any. */
+  policyWithLists(): UrlPolicy | undefined {
+    const policy = this.urlPolicy ?? this.manager.options.urlPolicy;
+    return policy && (policy.allowHosts.length || policy.denyHosts.length) ? policy : undefined;
+  }
+
+  /**
+   * Where a page ended up must pass the host lists too: routing does not see
+   * HTTP redirect hops, so an allowed host could redirect to a refused one.
+   * Such a page is left for about:blank at once.
+   */
+  private checkLanding(page: Page, url: string): void {
+    const policy = this.policyWithLists();
+    if (!policy || !/^https?:/i.test(url) || isAllowedUrl(new URL(url), policy)) return;
+    this.notice(REFUSED_NAVIGATION_NOTICE);
+    void page.goto('about:blank').catch(() => undefined);
+  }
+
+  /** Keeps a notice for the model; a page looping alert() cannot grow the list without bound. */
+  private notice(text: string): void {
+    if (this.pendingNotices.length < DIALOG_NOTICES_MAX) this.pendingNotices.push(text);
+    else this.droppedNotices++;
+  }
+
   private register(page: Page): string {
     const known = this.ids.get(page);
     if (known) return known;
+    if (this.tabs.size >= TABS_MAX) {
+      // browser_state lists at most 100 tabs; a page that opens more loses the extra ones.
+      this.notice(`A tab the page opened was closed: at most ${TABS_MAX} tabs can be open.`);
+      void page.close().catch(() => undefined);
+      return '';
+    }
     const id = `tab-${this.nextTab++}`;
     const tab: Tab = { page, console: [], network: [] };
     this.ids.set(page, id);
@@ -293,6 +330,9 @@ export class BrowserSession {
     if (!this.openingTab && this.popupsPending > 0) this.popupsPending--;
     void this.watchPopups(page);
     page.on('close', () => this.forget(id));
+    page.on('framenavigated', (frame) => {
+      if (frame === page.mainFrame()) this.checkLanding(page, frame.url());
+    });
     page.on('request', (request) => this.onRequest(page, request));
     page.on('dialog', (dialog) => void this.onDialog(dialog));
     page.on('download', (download) => this.trackDownload(download));
@@ -315,11 +355,11 @@ export class BrowserSession {
       // Sent while the click that asks for a navigation is still being dispatched, so before the
       // click returns; the navigation's request only starts later (measured: the result of a link
       // click still showed the old URL when only requests were watched).
+      const mainFrameId = (await cdp.send('Page.getFrameTree')).frameTree.frame.id;
       cdp.on('Page.frameRequestedNavigation', (event) => {
         if (event.disposition === 'currentTab' && event.frameId === mainFrameId) this.awaitDocument(page);
       });
       await cdp.send('Page.enable');
-      const mainFrameId = (await cdp.send('Page.getFrameTree')).frameTree.frame.id;
     } catch {
       // The tab closed first.
     }
@@ -331,10 +371,10 @@ export class BrowserSession {
     const article = /^[aeiou]/i.test(kind) ? 'An' : 'A';
     // Leaving a page must not hang a navigation: beforeunload is accepted, every other dialog dismissed.
     if (kind === 'beforeunload') {
-      this.pendingNotices.push(`${article} ${kind} dialog "${message}" was accepted, so the page could be left.`);
+      this.notice(`${article} ${kind} dialog "${message}" was accepted, so the page could be left.`);
       await dialog.accept().catch(() => undefined);
     } else {
-      this.pendingNotices.push(`${article} ${kind} dialog "${message}" was dismissed.`);
+      this.notice(`${article} ${kind} dialog "${message}" was dismissed.`);
       await dialog.dismiss().catch(() => undefined);
     }
   }
@@ -391,6 +431,9 @@ export class BrowserSession {
 
   async newTab(): Promise<string> {
     const context = await this.contextNow();
+    if (this.tabs.size >= TABS_MAX) {
+      throw new ToolInputError(`At most ${TABS_MAX} tabs can be open; close one with close_tab first.`);
+    }
     this.openingTab = true;
     const page = await context.newPage().finally(() => (this.openingTab = false));
     // The context's 'page' event has usually registered it already; register() returns the same id then.
@@ -444,12 +487,16 @@ export class BrowserSession {
     return tab ? tab.network.splice(0) : [];
   }
 
-  beginCall(): void {
+  /** Starts a call; the token lets a timed-out call that finishes late be ignored. */
+  beginCall(): object {
+    const token = {};
+    this.callToken = token;
     this.inCall = true;
     this.generationAtBegin = this.contextGeneration;
     this.aliveAtBegin = this.context !== undefined && this.manager.alive(this.contextGeneration);
     this.openedDuringCall = [];
     this.navigations = [];
+    return token;
   }
 
   /**
@@ -459,8 +506,11 @@ export class BrowserSession {
    * the next successful result (TOOLSET-CONTRACT C4). Either way, a browser
    * that died during the call makes the call fail with BrowserCrashedError.
    */
-  async endCall(ok: boolean, acted = false): Promise<CallReport | undefined> {
+  async endCall(token: object, ok: boolean, acted = false): Promise<CallReport | undefined> {
+    // A call that timed out and finished later must not end the call that runs now.
+    if (token !== this.callToken) return undefined;
     if (ok) await this.settle(acted);
+    if (token !== this.callToken) return undefined;
     this.inCall = false;
     const opened = this.openedDuringCall.filter((id) => this.tabs.has(id));
     this.openedDuringCall = [];
@@ -472,15 +522,16 @@ export class BrowserSession {
     const tabs = await this.inventory();
     const latest = new Map<string, BrowserStateChange>();
     for (const change of this.pendingChanges) if ('download_id' in change) latest.set(change.download_id, change);
-    this.pendingChanges = [];
     const changes: BrowserStateChange[] = [
       ...opened.map((tab_id): BrowserStateChange => ({ type: 'tab_opened', tab_id })),
       ...latest.values(),
-    ];
+    ].slice(0, STATE_CHANGES_MAX);
+    // What does not fit in this block (at most 200 changes) waits for the next one.
+    const sent = new Set(changes.map((c) => ('download_id' in c ? c.download_id : '')));
+    this.pendingChanges = this.pendingChanges.filter((c) => 'download_id' in c && !sent.has(c.download_id));
     const notices = this.pendingNotices.slice(0, DIALOG_NOTICES_MAX);
-    if (this.pendingNotices.length > DIALOG_NOTICES_MAX) {
-      notices.push(`${this.pendingNotices.length - DIALOG_NOTICES_MAX} more dialogs were dismissed.`);
-    }
+    const more = this.pendingNotices.length - DIALOG_NOTICES_MAX + this.droppedNotices;
+    if (more > 0) notices.push(`${more} more notices (dialogs, refused navigations) were not shown.`);
     const signature = JSON.stringify(tabs);
     const tabsChanged = signature !== this.lastReported;
     return { tabs, changes, notices, tabsChanged };
@@ -544,13 +595,17 @@ export class BrowserSession {
   /** Records that a report was sent (its notices shown, its inventory known to the model). */
   reported(report: CallReport, noticesShown: boolean): void {
     this.lastReported = JSON.stringify(report.tabs);
-    if (noticesShown) this.pendingNotices = [];
+    if (noticesShown) {
+      this.pendingNotices = [];
+      this.droppedNotices = 0;
+    }
   }
 
   async inventory(): Promise<TabEntry[]> {
     const entries: TabEntry[] = [];
     for (const [tab_id, { page }] of this.tabs) {
-      const title = await page.title().catch(() => '');
+      // A page stuck in a script must not block every call of the session: its title is then ''.
+      const title = await Promise.race([page.title().catch(() => ''), sleep(TITLE_WAIT_MS).then(() => '')]);
       entries.push({ tab_id, title, url: page.url(), ...(tab_id === this.activeId ? { active: true } : {}) });
     }
     return entries;

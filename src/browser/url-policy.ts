@@ -4,6 +4,7 @@
  * allowlist and a denylist. A refusal is a ToolRefusedError whose text is
  * written for the model and names no host or path of ours.
  */
+import { domainToASCII } from 'node:url';
 import { ToolRefusedError } from '../errors.ts';
 
 export interface UrlPolicy {
@@ -13,15 +14,20 @@ export interface UrlPolicy {
   denyHosts: readonly string[];
 }
 
+/** Lower case, punycode, no trailing dot: `localhost.` is the same host as `localhost`. */
+function canonicalHost(host: string): string {
+  return (domainToASCII(host.replace(/^\[|\]$/g, '')) || host).toLowerCase().replace(/\.+$/, '');
+}
+
 function hostMatches(host: string, rule: string): boolean {
-  const r = rule.toLowerCase().replace(/^\*?\./, '');
+  const r = canonicalHost(rule.replace(/^\*?\./, ''));
   return host === r || host.endsWith(`.${r}`);
 }
 
 /** Whether a URL the browser is about to load passes the policy (no scheme fix-ups here). */
 export function isAllowedUrl(url: URL, policy: UrlPolicy): boolean {
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return false;
-  const host = url.hostname.toLowerCase().replace(/^\[|\]$/g, '');
+  const host = canonicalHost(url.hostname);
   if (policy.denyHosts.some((r) => hostMatches(host, r))) return false;
   return policy.allowHosts.length === 0 || policy.allowHosts.some((r) => hostMatches(host, r));
 }

@@ -8,6 +8,7 @@
 import {
   BrowserStateBlockSchema,
   type BrowserStateBlock,
+  type BrowserStateChange,
   type ImageBlock,
   type ResultBlock,
   type ToolResult,
@@ -71,8 +72,16 @@ const STATE_STRING_MAX = 4096;
 
 /** Page titles and URLs are untrusted: drop the characters the API refuses, and bound the length. */
 export function stateString(value: string): string {
-  const clean = wellFormed(value).replace(/[\p{Cc}\u2028\u2029]/gu, ' ');
-  return clean.length > STATE_STRING_MAX ? clean.slice(0, STATE_STRING_MAX) : clean;
+  // Cut first, then make well-formed: a cut between the halves of a surrogate pair leaves U+FFFD, never half a character.
+  const cut = value.length > STATE_STRING_MAX ? value.slice(0, STATE_STRING_MAX) : value;
+  return wellFormed(cut).replace(/[\p{Cc}\u2028\u2029]/gu, ' ');
+}
+
+/** Every string of a state change goes through stateString (download URLs are page-supplied too). */
+function cleanChange(change: BrowserStateChange): BrowserStateChange {
+  return Object.fromEntries(
+    Object.entries(change).map(([k, v]) => [k, typeof v === 'string' ? stateString(v) : v]),
+  ) as BrowserStateChange;
 }
 
 /** Validates a browser_state against the API's rules; a violation is the daemon's bug, never sent. */
@@ -86,7 +95,7 @@ function browserStateBlock(state: Omit<BrowserStateBlock, 'type'>): BrowserState
   const block: BrowserStateBlock = {
     type: 'browser_state',
     tabs,
-    ...(state.state_changes?.length ? { state_changes: state.state_changes } : {}),
+    ...(state.state_changes?.length ? { state_changes: state.state_changes.map(cleanChange) } : {}),
   };
   const parsed = BrowserStateBlockSchema.safeParse(block);
   if (!parsed.success) throw new ContractViolationError(`invalid browser_state: ${parsed.error.message}`);

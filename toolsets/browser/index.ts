@@ -84,17 +84,17 @@ async function aroundCall(
   run: () => Promise<MemberOutput[]>,
 ): Promise<MemberOutput[]> {
   const { session } = ctx;
-  session.beginCall();
+  const call = session.beginCall();
   let outputs: MemberOutput[];
   try {
     outputs = await run();
   } catch (err) {
     // endCall throws BrowserCrashedError itself when the browser died during the call.
-    await session.endCall(false);
+    await session.endCall(call, false);
     throw err;
   }
   // Actions (clicks, keys) may have set off a navigation that the next call must not race.
-  const report = await session.endCall(true, member.effect === 'write' && member.kind === 'ack');
+  const report = await session.endCall(call, true, member.effect === 'write' && member.kind === 'ack');
   if (!report) return outputs;
   const state = {
     kind: 'browser_state' as const,

@@ -7,8 +7,8 @@
 import type { Page, Response } from 'playwright';
 import { z } from 'zod';
 import { oneLine, type BrowserSession } from '../../src/browser/manager.ts';
-import { resolveNavigationUrl } from '../../src/browser/url-policy.ts';
-import { ModelFacingError, ToolInputError } from '../../src/errors.ts';
+import { isAllowedUrl, resolveNavigationUrl } from '../../src/browser/url-policy.ts';
+import { ModelFacingError, ToolInputError, ToolRefusedError } from '../../src/errors.ts';
 import { browserMember, tabId } from './context.ts';
 
 /** Time for the page to reach DOMContentLoaded, then extra time for 'load'; both below the 30 s call limit. */
@@ -93,6 +93,13 @@ export const navigate = browserMember({
     const { response } = outcome;
     if (target === undefined && command !== 'reload' && !response && page.url() === before) {
       throw new ToolInputError(`There is no page to go ${command} to in this tab's history.`);
+    }
+    // A redirect may have landed on a host the lists refuse (routing does not see redirect hops).
+    // The final response's URL, not page.url(): the session may already have left the refused page.
+    const landed = response?.url() ?? page.url();
+    const policy = ctx.session.policyWithLists();
+    if (policy && /^https?:/i.test(landed) && !isAllowedUrl(new URL(landed), policy)) {
+      throw new ToolRefusedError("Refused: that host is not allowed by this browser's URL policy.");
     }
     const url = oneLine(page.url()).slice(0, TEXT_URL_MAX);
     const title = oneLine(await page.title().catch(() => '')).slice(0, TEXT_TITLE_MAX);
