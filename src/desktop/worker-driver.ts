@@ -85,6 +85,8 @@ interface Child {
   hasExited: boolean;
   /** Killed or exited: never given another op, even before its 'exit' event. */
   dead: boolean;
+  /** The X screen size, once asked. */
+  size?: Size;
 }
 
 export class WorkerDesktopDriver implements DesktopDriver {
@@ -104,8 +106,18 @@ export class WorkerDesktopDriver implements DesktopDriver {
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
   }
 
-  displaySize(signal?: AbortSignal): Promise<Size> {
-    return this.call('displaySize', {}, signal);
+  /**
+   * The size is asked once per worker and kept: every coordinate call needs it, and a round trip
+   * to the worker costs more than the rest of such a call. A worker lives on one X server (the
+   * socket identity is checked here too), and Xvfb's screen size is fixed for its life.
+   */
+  async displaySize(signal?: AbortSignal): Promise<Size> {
+    if (signal?.aborted) throw cancelledBy(signal);
+    const child = this.child;
+    if (child?.size && !child.dead && (await socketIdentity(this.display)) === child.socketId) return child.size;
+    const size = await this.call<Size>('displaySize', {}, signal);
+    if (this.child) this.child.size = size;
+    return size;
   }
 
   cursorPosition(signal?: AbortSignal): Promise<Point> {
