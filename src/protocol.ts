@@ -154,6 +154,8 @@ export const ErrorInfoSchema = z.strictObject({
   timed_out: z.boolean(),
   /** Whether an unchanged retry of the call may succeed. */
   retryable: z.boolean(),
+  /** How many times in a row this exact call has now failed this way in the session (3 or more: a loop). */
+  repeated: z.number().int().min(2).optional(),
 });
 export type ErrorInfo = z.output<typeof ErrorInfoSchema>;
 

@@ -278,6 +278,37 @@ describe('shutdown', () => {
   });
 });
 
+describe('loop detection', () => {
+  test('the same call failing the same way 3 times in a row is flagged, and the model is told to change course', async () => {
+    const d = await startTestDaemon({ display: undefined, browser: 'off' });
+    try {
+      const c = await d.connect();
+      const click = computerUse('left_click', { coordinate: [5, 5] });
+      const texts: string[] = [];
+      const repeated: (number | undefined)[] = [];
+      for (let i = 0; i < 4; i++) {
+        // A different call in between does not break the streak: models take screenshots between tries.
+        const uses = [{ ...click, id: `toolu_click${i}` }, computerUse('wait', { duration: 0 })];
+        const { result } = await c.batch(`loop-${i}`, uses);
+        assertApiValid(uses, result);
+        texts.push((result.tool_results[0]!.content[0] as { text: string }).text);
+        repeated.push(result.failures[0]!.error.repeated);
+      }
+      assert.deepEqual(repeated, [undefined, 2, 3, 4]);
+      assert.equal(texts[1], "Tool 'left_click' failed with DisplayUnavailableError.");
+      assert.match(
+        texts[2]!,
+        /^Tool 'left_click' failed with DisplayUnavailableError\.\n\nThis exact call has now failed the same way 3 times in a row\. Do not repeat it unchanged/,
+      );
+      const other = [computerUse('left_click', { coordinate: [6, 5] })];
+      const { result } = await c.batch('loop-other', other);
+      assert.equal(result.failures[0]!.error.repeated, undefined, 'another input is another call');
+    } finally {
+      await d.close();
+    }
+  });
+});
+
 describe('disabled members', () => {
   test('are left out of welcome and the tools[] entry, and answered with the permission text', async () => {
     const d = await startTestDaemon({ display: undefined, disabledMembers: ['zoom', 'hold_key'] });

@@ -19,6 +19,7 @@ import { errorInfo, modelErrorText } from './failure.ts';
 import type { Lane } from './lane.ts';
 import { ContractViolationError, errorResult, successResult, type ImageRules } from './results.ts';
 import { describeZodError } from './zod-text.ts';
+import { REPEAT_ADVICE, REPEAT_THRESHOLD, type RepeatTracker } from './repeats.ts';
 import { foldName as oneLine } from '../../toolsets/text.ts';
 
 /** The SDK's fallback halt text for a family it does not know (TOOLSET-CONTRACT A5). */
@@ -47,6 +48,8 @@ export interface BatchRequest {
   /** Aborts on cancel, disconnect or shutdown. */
   signal: AbortSignal;
   emit: (event: ToolEvent) => void;
+  /** The session's memory of repeated failures (loop detection). */
+  repeats?: RepeatTracker;
 }
 
 type Outcome =
@@ -126,6 +129,7 @@ export class Executor {
         const duration_ms = Math.round((performance.now() - t0) * 100) / 100;
         switch (outcome.kind) {
           case 'succeeded': {
+            req.repeats?.succeeded(tu);
             results.push(outcome.result);
             await this.store(req, tu, outcome.outputs, screenshots, log);
             event(index, tu, 'succeeded', { duration_ms });
@@ -139,7 +143,11 @@ export class Executor {
           }
           case 'failed': {
             const error = errorInfo(outcome.error);
-            results.push(errorResult(tu, modelErrorText(tu.name, outcome.error, this.options.exposeErrorMessages)));
+            let text = modelErrorText(tu.name, outcome.error, this.options.exposeErrorMessages);
+            const repeated = req.repeats?.failed(tu, error) ?? 1;
+            if (repeated >= 2) error.repeated = repeated;
+            if (repeated >= REPEAT_THRESHOLD) text = `${text}\n\n${REPEAT_ADVICE(repeated)}`;
+            results.push(errorResult(tu, text));
             failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
             if (family !== undefined) halted.set(family, index);
             event(index, tu, 'failed', { duration_ms, error });

@@ -14,6 +14,7 @@ import { PROTOCOL_PATH, PROTOCOL_VERSION, type ToolsetInfo, type Welcome } from 
 import { isAuthorized, isOriginAllowed } from './auth.ts';
 import { Connection } from './connection.ts';
 import { Session } from './session.ts';
+import { RepeatTracker } from '../executor/repeats.ts';
 import type { Geometry } from '../geometry.ts';
 
 export interface ServerDeps {
@@ -121,6 +122,7 @@ export class DeskbatchServer {
   createSession(): Session | undefined {
     const { config, executor, log } = this.deps;
     if (this.sessions.size >= config.limits.maxSessions) return undefined;
+    const repeats = new RepeatTracker();
     const session: Session = new Session(
       { maxQueuedBatches: config.limits.maxQueuedBatches, resultCache: config.resultCache },
       (batchId, toolUses, signal) =>
@@ -130,6 +132,7 @@ export class DeskbatchServer {
           toolUses,
           signal,
           emit: (event) => session.emit?.(event),
+          repeats,
         }),
     );
     this.sessions.set(session.id, session);

@@ -1,0 +1,36 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { RepeatTracker } from '../src/executor/repeats.ts';
+import type { ErrorInfo, ToolUse } from '../src/protocol.ts';
+
+const use = (input: unknown, id = 'toolu_1'): ToolUse => ({
+  type: 'tool_use',
+  id,
+  name: 'left_click',
+  toolset_name: 'computer',
+  input,
+});
+const error = (message: string): ErrorInfo => ({ type: 'E', message, timed_out: false, retryable: false });
+
+test('a streak counts identical failures of one call, whatever its id or key order', () => {
+  const t = new RepeatTracker();
+  assert.equal(t.failed(use({ coordinate: [1, 2], text: 'shift' }, 'a'), error('x')), 1);
+  assert.equal(t.failed(use({ text: 'shift', coordinate: [1, 2] }, 'b'), error('x')), 2);
+  assert.equal(t.failed(use({ coordinate: [1, 2], text: 'shift' }, 'c'), error('x')), 3);
+});
+
+test('a success or a different error ends the streak', () => {
+  const t = new RepeatTracker();
+  t.failed(use({ a: 1 }), error('x'));
+  t.failed(use({ a: 1 }), error('x'));
+  t.succeeded(use({ a: 1 }));
+  assert.equal(t.failed(use({ a: 1 }), error('x')), 1);
+  assert.equal(t.failed(use({ a: 1 }), error('y')), 1);
+});
+
+test('memory is bounded: the oldest call is forgotten first', () => {
+  const t = new RepeatTracker();
+  t.failed(use({ first: true }), error('x'));
+  for (let i = 0; i < 64; i++) t.failed(use({ i }), error('x'));
+  assert.equal(t.failed(use({ first: true }), error('x')), 1);
+});
