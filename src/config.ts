@@ -59,6 +59,12 @@ export interface DaemonConfig {
     maxSessions: number;
     /** Longest `type` text, in UTF-16 code units. */
     maxTypeTextLength: number;
+    /** Handshakes per remote address: a burst, then this many per second. Refused with HTTP 429. */
+    handshakeBurst: number;
+    handshakesPerSecond: number;
+    /** Messages per connection: a burst, then this many per second; beyond, `rate_limited` errors. */
+    messageBurst: number;
+    messagesPerSecond: number;
   };
   /** Base time limit of one call, in ms; `wait` and `hold_key` add their duration. */
   callTimeoutMs: number;
@@ -107,6 +113,10 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     maxQueuedBatches: 8,
     maxSessions: 64,
     maxTypeTextLength: 20_000,
+    handshakeBurst: 100,
+    handshakesPerSecond: 10,
+    messageBurst: 200,
+    messagesPerSecond: 50,
   },
   callTimeoutMs: 30_000,
   exposeErrorMessages: false,

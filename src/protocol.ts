@@ -253,6 +253,7 @@ export const ERROR_CODES = [
   'session_not_found',
   'too_many_sessions',
   'shutting_down',
+  'rate_limited',
   'internal',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];

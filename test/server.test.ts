@@ -309,6 +309,44 @@ describe('loop detection', () => {
   });
 });
 
+describe('rate limits', () => {
+  test('handshakes beyond the burst get 429, before the token is even checked', async () => {
+    const d = await startTestDaemon({ display: undefined, limits: { handshakeBurst: 3, handshakesPerSecond: 1 } });
+    try {
+      const statuses: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        try {
+          (await TestClient.open(d.url, { token: i === 1 ? 'wrong-token-0123456789' : undefined })).close();
+          statuses.push(101);
+        } catch (err) {
+          statuses.push(err instanceof HandshakeError ? err.status : -1);
+        }
+      }
+      assert.deepEqual(statuses, [101, 401, 101, 429, 429]);
+    } finally {
+      await d.close();
+    }
+  });
+
+  test('messages beyond the burst get rate_limited errors; the connection stays usable', async () => {
+    const d = await startTestDaemon({ display: undefined, limits: { messageBurst: 5, messagesPerSecond: 1 } });
+    try {
+      const c = await d.connect();
+      for (let i = 0; i < 8; i++) c.send({ type: 'ping' });
+      await new Promise((r) => setTimeout(r, 300));
+      const pongs = c.messages.filter((m) => m.type === 'pong').length;
+      const limited = c.messages.filter((m) => m.type === 'error' && m.code === 'rate_limited').length;
+      assert.deepEqual([pongs, limited], [5, 3]);
+      await new Promise((r) => setTimeout(r, 1_100));
+      c.send({ type: 'ping' });
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(c.messages.filter((m) => m.type === 'pong').length, 6);
+    } finally {
+      await d.close();
+    }
+  });
+});
+
 describe('disabled members', () => {
   test('are left out of welcome and the tools[] entry, and answered with the permission text', async () => {
     const d = await startTestDaemon({ display: undefined, disabledMembers: ['zoom', 'hold_key'] });

@@ -18,6 +18,7 @@ import {
 } from '../protocol.ts';
 import { describeZodError } from '../executor/zod-text.ts';
 import type { Session } from './session.ts';
+import { TokenBucket } from './rate-limit.ts';
 
 export interface SessionRegistry {
   createSession(): Session | undefined;
@@ -44,6 +45,7 @@ export class Connection {
   /** Set when the socket closed or another connection took the session: queued messages then do nothing. */
   private done = false;
   private log: Logger;
+  private readonly messages: TokenBucket;
   /** Messages are handled one at a time, so a hello is answered before a batch sent right after it. */
   private inbox: Promise<void> = Promise.resolve();
 
@@ -52,8 +54,17 @@ export class Connection {
     private readonly deps: ConnectionDeps,
   ) {
     this.log = deps.log.child({ remote: deps.remote });
+    this.messages = new TokenBucket(deps.config.limits.messageBurst, deps.config.limits.messagesPerSecond);
     ws.on('pong', () => (this.alive = true));
     ws.on('message', (data, isBinary) => {
+      if (!this.messages.take()) {
+        // Dropped unread; the connection stays usable once the client slows down.
+        this.error(
+          'rate_limited',
+          `at most ${deps.config.limits.messagesPerSecond} messages per second, after a burst`,
+        );
+        return;
+      }
       this.inbox = this.inbox
         .then(() => this.onMessage(data, isBinary))
         .catch((err: unknown) => {

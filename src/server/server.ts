@@ -14,6 +14,7 @@ import { PROTOCOL_PATH, PROTOCOL_VERSION, type ToolsetInfo, type Welcome } from 
 import { isAuthorized, isOriginAllowed } from './auth.ts';
 import { Connection } from './connection.ts';
 import { Session } from './session.ts';
+import { KeyedBuckets } from './rate-limit.ts';
 import { RepeatTracker } from '../executor/repeats.ts';
 import type { Geometry } from '../geometry.ts';
 
@@ -34,10 +35,12 @@ export class DeskbatchServer {
   private readonly connections = new Set<Connection>();
   private heartbeat: NodeJS.Timeout | undefined;
   private state: State = 'idle';
+  private readonly handshakes: KeyedBuckets;
   private closing: Promise<void> | undefined;
 
   constructor(private readonly deps: ServerDeps) {
     const { config } = deps;
+    this.handshakes = new KeyedBuckets(config.limits.handshakeBurst, config.limits.handshakesPerSecond);
     this.http = createServer((req, res) => {
       if (req.method === 'GET' && req.url === '/healthz') {
         res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
@@ -93,6 +96,10 @@ export class DeskbatchServer {
     const path = (req.url ?? '').split('?')[0];
     if (this.state !== 'running') return this.reject(socket, 503, 'Service Unavailable');
     if (path !== PROTOCOL_PATH) return this.reject(socket, 404, 'Not Found');
+    // Before the token check, so guessing tokens is slowed down too.
+    if (!this.handshakes.take(req.socket.remoteAddress ?? '')) {
+      return this.reject(socket, 429, 'Too Many Requests', { 'retry-after': '1' });
+    }
     if (!isOriginAllowed(req, config.allowOrigins)) {
       log.warn('refused handshake: origin not allowed', { origin: String(req.headers.origin).slice(0, 200) });
       return this.reject(socket, 403, 'Forbidden');
