@@ -36,8 +36,11 @@ export const ToolUseSchema = z
     name: z.string().min(1).max(200),
     /** The toolset family for a member call; absent for plain tools. */
     toolset_name: z.string().min(1).max(64).regex(TOOLSET_NAME).nullish(),
-    /** The member's input; validated by the member's own schema, not here. */
-    input: z.unknown(),
+    /**
+     * The member's input; validated by the member's own schema, not here, so even a missing
+     * or malformed input is answered with an is_error result instead of losing the batch.
+     */
+    input: z.unknown().optional(),
   })
   .transform(({ type, id, name, toolset_name, input }) => ({ type, id, name, toolset_name, input }));
 export type ToolUse = z.output<typeof ToolUseSchema>;
