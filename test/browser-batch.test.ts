@@ -68,14 +68,7 @@ describe('URL policy with host lists', () => {
   before(async () => {
     fx = await startBrowserFixture({
       browserSettings: {
-        enable: [],
-        allowHosts: [],
         denyHosts: ['localhost'],
-        uploadRoots: [],
-        downloadsDir: 'downloads',
-        viewport: { width: 1280, height: 800 },
-        executablePath: '/usr/bin/chromium',
-        launchTimeoutMs: 30_000,
       },
     });
     const port = new URL(fx.web.origin).port;

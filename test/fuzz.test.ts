@@ -27,12 +27,6 @@ describe('fuzz', () => {
       browserSettings: {
         enable: ['javascript_exec', 'read_console', 'read_network', 'file_upload'],
         allowHosts: ['127.0.0.1'],
-        denyHosts: [],
-        uploadRoots: [],
-        downloadsDir: 'downloads',
-        viewport: { width: 1280, height: 800 },
-        executablePath: '/usr/bin/chromium',
-        launchTimeoutMs: 30_000,
       },
     });
     c = await d.connect();

@@ -20,9 +20,11 @@ import {
 
 export const TEST_TOKEN = 'test-token-0123456789abcdef';
 
-type Overrides = Partial<Omit<DaemonConfig, 'screenshot' | 'limits'>> & {
+/** Config overrides; nested settings may be partial (resolveConfig merges them over the defaults). */
+type Overrides = Partial<Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings'>> & {
   screenshot?: Partial<DaemonConfig['screenshot']>;
   limits?: Partial<DaemonConfig['limits']>;
+  browserSettings?: Partial<DaemonConfig['browserSettings']>;
 };
 
 export interface TestDaemon {
