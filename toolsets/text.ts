@@ -1,13 +1,12 @@
 /** Helpers for texts the model reads. */
+import { oneLine } from '../src/text.ts';
 
 /** Longest input value echoed into an acknowledgment (the SDK folds to one line and bounds it). */
 export const ECHO_MAX_CHARS = 200;
 
 /** Folds a value from the input into one bounded line for an acknowledgment text. */
 export function echo(value: string | number): string {
-  const line = String(value)
-    .replace(/[\p{Cc}\u2028\u2029]+/gu, ' ')
-    .trim();
+  const line = oneLine(String(value));
   return line.length > ECHO_MAX_CHARS ? `${line.slice(0, ECHO_MAX_CHARS - 1)}…` : line;
 }
 

@@ -26,6 +26,7 @@ import { ToolInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { BrowserStateChange } from '../protocol.ts';
 import { sanitizeId } from '../screenshot-store.ts';
+import { oneLine } from '../text.ts';
 import { isAllowedUrl, type UrlPolicy } from './url-policy.ts';
 
 export type BrowserMode = 'headless' | 'headful';
@@ -635,9 +636,4 @@ export function safeFileName(name: string): string {
     .replace(/^[.]+/, '')
     .slice(0, 120);
   return clean || 'download';
-}
-
-/** Control characters (C0, DEL, C1, U+2028/9) folded to spaces: one line, as browser_state strings must be. */
-export function oneLine(value: string): string {
-  return value.replace(/[\p{Cc}\u2028\u2029]+/gu, ' ').trim();
 }

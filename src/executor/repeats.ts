@@ -8,6 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { ErrorInfo, ToolUse } from '../protocol.ts';
+import { canonicalJson } from '../text.ts';
 
 /** From this many identical failures in a row on, the model is told to stop repeating. */
 export const REPEAT_THRESHOLD = 3;
@@ -18,20 +19,9 @@ export const REPEAT_ADVICE = (count: number): string =>
   `This exact call has now failed the same way ${count} times in a row. Do not repeat it unchanged: ` +
   'take a screenshot or read the page to see the current state, then try a different approach.';
 
-function canonical(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  if (value && typeof value === 'object') {
-    return `{${Object.keys(value as object)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical((value as Record<string, unknown>)[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
-}
-
 function callKey(tu: ToolUse): string {
   return createHash('sha256')
-    .update(`${tu.toolset_name ?? ''}\u0000${tu.name}\u0000${canonical(tu.input)}`)
+    .update(`${tu.toolset_name ?? ''}\u0000${tu.name}\u0000${canonicalJson(tu.input)}`)
     .digest('base64url');
 }
 

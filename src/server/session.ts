@@ -6,6 +6,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import type { BatchResult, ToolEvent, ToolUse } from '../protocol.ts';
+import { canonicalJson } from '../text.ts';
 
 export interface SessionLimits {
   maxQueuedBatches: number;
@@ -40,20 +41,8 @@ export function newSessionId(): string {
   return `s_${randomBytes(16).toString('base64url')}`;
 }
 
-/** Stable JSON: object keys sorted, so the same batch hashes the same however it was serialised. */
-function canonical(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  if (value && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>)
-      .filter(([, v]) => v !== undefined)
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
-}
-
 export function batchHash(toolUses: readonly ToolUse[]): string {
-  return createHash('sha256').update(canonical(toolUses)).digest('hex');
+  return createHash('sha256').update(canonicalJson(toolUses)).digest('hex');
 }
 
 export class Session {

@@ -6,7 +6,8 @@
  */
 import type { Page, Response } from 'playwright';
 import { z } from 'zod';
-import { oneLine, type BrowserSession } from '../../src/browser/manager.ts';
+import type { BrowserSession } from '../../src/browser/manager.ts';
+import { oneLine } from '../../src/text.ts';
 import { isAllowedUrl, resolveNavigationUrl } from '../../src/browser/url-policy.ts';
 import { ModelFacingError, ToolInputError, ToolRefusedError } from '../../src/errors.ts';
 import { browserMember, tabId } from './context.ts';

@@ -7,7 +7,7 @@ import { realpath, stat } from 'node:fs/promises';
 import { relative, isAbsolute, sep } from 'node:path';
 import type { Request } from 'playwright';
 import { z } from 'zod';
-import { oneLine } from '../../src/browser/manager.ts';
+import { oneLine } from '../../src/text.ts';
 import { refElement } from '../../src/browser/snapshot.ts';
 import { ToolInputError, ToolRefusedError } from '../../src/errors.ts';
 import { browserMember, refTarget, tabId } from './context.ts';
