@@ -7,6 +7,7 @@ import { isIP } from 'node:net';
 import type { ImageFormat } from './desktop/driver.ts';
 import type { ScreenshotLimits } from './geometry.ts';
 import type { LogLevel } from './log.ts';
+import type { BreakerSettings, RetrySettings } from './resilience.ts';
 
 export type BrowserMode = 'headless' | 'headful' | 'off';
 
@@ -80,6 +81,11 @@ export interface DaemonConfig {
   resultCache: { maxEntries: number; maxBytes: number; ttlMs: number };
   /** Hard deadline for a graceful shutdown, in ms. */
   shutdownDeadlineMs: number;
+  /**
+   * Circuit breakers around starting the desktop worker and the browser, and
+   * automatic retries of members that change nothing (src/resilience.ts).
+   */
+  resilience: { breaker: BreakerSettings; retry: RetrySettings };
   logLevel: LogLevel;
 }
 
@@ -125,6 +131,10 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
   sessionGraceMs: 120_000,
   resultCache: { maxEntries: 256, maxBytes: 32 * 1024 * 1024, ttlMs: 30 * 60_000 },
   shutdownDeadlineMs: 10_000,
+  resilience: {
+    breaker: { failures: 3, coolDownMs: 5_000 },
+    retry: { attempts: 2, initialDelayMs: 100 },
+  },
   logLevel: 'info',
 };
 
@@ -206,6 +216,9 @@ export function resolveConfig(
     ...Object.entries(config.limits).map(([k, v]): [string, number] => [`limits.${k}`, v]),
     ...Object.entries(config.retention).map(([k, v]): [string, number] => [`retention.${k}`, v]),
     ...Object.entries(config.resultCache).map(([k, v]): [string, number] => [`resultCache.${k}`, v]),
+    ['resilience.breaker.failures', config.resilience.breaker.failures],
+    ['resilience.breaker.coolDownMs', config.resilience.breaker.coolDownMs],
+    ['resilience.retry.initialDelayMs', config.resilience.retry.initialDelayMs],
   ];
   for (const [name, value] of positive) {
     if (!Number.isInteger(value) || value <= 0)
@@ -218,9 +231,15 @@ export function resolveConfig(
     ['sessionGraceMs', config.sessionGraceMs, DAY_MS],
     ['shutdownDeadlineMs', config.shutdownDeadlineMs, 10 * 60_000],
     ['resultCache.ttlMs', config.resultCache.ttlMs, DAY_MS],
+    ['resilience.breaker.coolDownMs', config.resilience.breaker.coolDownMs, HOUR_MS],
+    ['resilience.retry.initialDelayMs', config.resilience.retry.initialDelayMs, 60_000],
   ];
   for (const [name, value, max] of timers) {
     if (value > max) throw new ConfigError(`${name} must be at most ${max} ms, got ${value}`);
+  }
+  const { attempts } = config.resilience.retry;
+  if (!Number.isInteger(attempts) || attempts < 0 || attempts > 5) {
+    throw new ConfigError(`resilience.retry.attempts must be 0–5, got ${attempts}`);
   }
   const optional = ['javascript_exec', 'read_console', 'read_network', 'file_upload'];
   const notOptional = config.browserSettings.enable.filter((m) => !optional.includes(m));

@@ -17,7 +17,9 @@ import { ScreenshotStore } from './screenshot-store.ts';
 import { DeskbatchServer } from './server/server.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
 import { BROWSER_MEMBER_NAMES, createBrowserToolset } from '../toolsets/browser/index.ts';
-import { BrowserManager } from './browser/manager.ts';
+import { BrowserManager, BrowserUnavailableError } from './browser/manager.ts';
+import { DisplayUnavailableError } from './errors.ts';
+import { ResourceBreaker } from './resilience.ts';
 import { resolve } from 'node:path';
 
 export interface Daemon {
@@ -55,6 +57,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     // The driver's own deadline is a backstop that replaces a hung worker; the executor's timeout,
     // which decides what the model reads, must always fire first.
     callTimeoutMs: 2 * config.callTimeoutMs,
+    startGuard: new ResourceBreaker(
+      'desktop worker',
+      config.resilience.breaker,
+      (message) => new DisplayUnavailableError(message),
+      log.child({ component: 'desktop' }),
+    ),
   });
   // Start the desktop worker now: its first start (tsx, nut-js) takes 1–3 s, which the first batch should not wait for.
   driver.displaySize().catch((err: unknown) => log.warn('display not reachable at start', { error: String(err) }));
@@ -77,6 +85,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
             downloadsDir: resolve(config.browserSettings.downloadsDir),
             viewport: config.browserSettings.viewport,
             launchTimeoutMs: config.browserSettings.launchTimeoutMs,
+            launchGuard: new ResourceBreaker(
+              'browser',
+              config.resilience.breaker,
+              (message) => new BrowserUnavailableError(message),
+              log.child({ component: 'browser' }),
+            ),
             urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
             log: log.child({ component: 'browser' }),
           }),
@@ -93,6 +107,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     exposeErrorMessages: config.exposeErrorMessages,
     images: { limits: config.screenshot.limits, maxBase64Bytes: config.screenshot.maxBase64Bytes },
     lane: new Lane(),
+    retry: config.resilience.retry,
     store,
     log,
   });

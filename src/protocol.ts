@@ -159,6 +159,10 @@ export const ErrorInfoSchema = z.strictObject({
   retryable: z.boolean(),
   /** How many times in a row this exact call has now failed this way in the session (3 or more: a loop). */
   repeated: z.number().int().min(2).optional(),
+  /** How many times the daemon ran the call before giving up (only members that change nothing are retried). */
+  attempts: z.number().int().min(2).optional(),
+  /** An open circuit: the resource is not tried again for this long, in ms. */
+  retry_after_ms: z.number().int().nonnegative().optional(),
 });
 export type ErrorInfo = z.output<typeof ErrorInfoSchema>;
 
@@ -174,6 +178,8 @@ export const ToolEventSchema = z.strictObject({
   name: z.string(),
   phase: ToolEventPhaseSchema,
   duration_ms: z.number().nonnegative().optional(),
+  /** On `succeeded`: the call needed this many runs (automatic retries of members that change nothing). */
+  attempts: z.number().int().min(2).optional(),
   error: ErrorInfoSchema.optional(),
 });
 export type ToolEvent = z.output<typeof ToolEventSchema>;

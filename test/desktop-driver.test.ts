@@ -11,17 +11,15 @@
  */
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { setTimeout as delay } from 'node:timers/promises';
 import sharp from 'sharp';
 import { chromium, type Browser, type Page } from 'playwright';
 import { Key } from '@nut-tree-fork/shared';
 import { parseChord, parseModifiers, KEY_NAMES_HELP, KEYSYMS, checkTypeable } from '../src/desktop/keys.ts';
 import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
-import { isDisplayReachable } from '../src/desktop/display.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/errors.ts';
 import type { Point } from '../src/desktop/driver.ts';
+import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
 
 const WIDTH = 1280;
 const HEIGHT = 800;
@@ -31,53 +29,6 @@ process.on('unhandledRejection', (err) => unhandled.push(err));
 
 // ---------------------------------------------------------------------------
 // Local helpers
-
-interface Xvfb {
-  number: number;
-  display: string;
-  proc: ChildProcess;
-  stop(signal?: NodeJS.Signals): Promise<void>;
-}
-
-function pickFreeDisplay(): number {
-  const start = 50 + Math.floor(Math.random() * 50);
-  for (let i = 0; i < 50; i++) {
-    const n = 50 + ((start - 50 + i) % 50);
-    if (!existsSync(`/tmp/.X11-unix/X${n}`) && !existsSync(`/tmp/.X${n}-lock`)) return n;
-  }
-  throw new Error('no free X display number between 50 and 99');
-}
-
-/** Starts Xvfb (no window manager) and waits until its socket answers. */
-async function startXvfb(number = pickFreeDisplay()): Promise<Xvfb> {
-  const display = `:${number}`;
-  const proc = spawn('Xvfb', [display, '-screen', '0', `${WIDTH}x${HEIGHT}x24`, '-nolisten', 'tcp', '-noreset'], {
-    stdio: 'ignore',
-  });
-  let exited = false;
-  const exit = new Promise<void>((r) => proc.once('exit', () => ((exited = true), r())));
-  const deadline = Date.now() + 10_000;
-  while (!(await isDisplayReachable(display))) {
-    if (exited) throw new Error(`Xvfb ${display} exited at start`);
-    if (Date.now() > deadline) {
-      proc.kill('SIGKILL');
-      throw new Error(`Xvfb ${display} did not start`);
-    }
-    await delay(50);
-  }
-  return {
-    number,
-    display,
-    proc,
-    async stop(signal: NodeJS.Signals = 'SIGTERM') {
-      if (exited) return;
-      proc.kill(signal);
-      const timer = setTimeout(() => proc.kill('SIGKILL'), 3000);
-      await exit;
-      clearTimeout(timer);
-    },
-  };
-}
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -296,7 +247,7 @@ describe('parseChord', () => {
 });
 
 describe('WorkerDesktopDriver on Xvfb', () => {
-  let xvfb: Xvfb;
+  let xvfb: BareXvfb;
   let driver: WorkerDesktopDriver;
   let browser: Browser | undefined;
   let page: Page;
@@ -335,7 +286,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
   }
 
   before(async () => {
-    xvfb = await startXvfb();
+    xvfb = await startBareXvfb();
     driver = new WorkerDesktopDriver({
       display: xvfb.display,
       log: (level, msg, fields) => {
@@ -891,7 +842,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         driver.displaySize(),
         (e: unknown) => e instanceof DisplayUnavailableError || e instanceof DriverCrashedError,
       );
-      xvfb = await startXvfb(xvfb.number);
+      xvfb = await startBareXvfb(xvfb.number);
       assert.deepEqual(await driver.displaySize(), { width: WIDTH, height: HEIGHT });
       await driver.moveMouse({ x: 10, y: 20 });
       assert.deepEqual(await driver.cursorPosition(), { x: 10, y: 20 });
@@ -908,7 +859,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         driver.cursorPosition(),
         (e: unknown) => e instanceof DisplayUnavailableError || e instanceof DriverCrashedError,
       );
-      xvfb = await startXvfb(xvfb.number);
+      xvfb = await startBareXvfb(xvfb.number);
       await driver.moveMouse({ x: 50, y: 60 });
       assert.deepEqual(await driver.cursorPosition(), { x: 50, y: 60 });
     });
@@ -916,7 +867,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     test('X server restarted between two calls: the next call just works', async () => {
       await driver.moveMouse({ x: 7, y: 8 });
       await xvfb.stop('SIGTERM');
-      xvfb = await startXvfb(xvfb.number);
+      xvfb = await startBareXvfb(xvfb.number);
       await driver.moveMouse({ x: 70, y: 80 });
       assert.deepEqual(await driver.cursorPosition(), { x: 70, y: 80 });
     });

@@ -10,7 +10,7 @@ const use = (input: unknown, id = 'toolu_1'): ToolUse => ({
   toolset_name: 'computer',
   input,
 });
-const error = (message: string): ErrorInfo => ({ type: 'E', message, timed_out: false, retryable: false });
+const error = (type: string, message = 'm'): ErrorInfo => ({ type, message, timed_out: false, retryable: false });
 
 test('a streak counts identical failures of one call, whatever its id or key order', () => {
   const t = new RepeatTracker();
@@ -19,7 +19,13 @@ test('a streak counts identical failures of one call, whatever its id or key ord
   assert.equal(t.failed(use({ coordinate: [1, 2], text: 'shift' }, 'c'), error('x')), 3);
 });
 
-test('a success or a different error ends the streak', () => {
+test('the same error type continues a streak, whatever its message (they carry runtime data)', () => {
+  const t = new RepeatTracker();
+  t.failed(use({ a: 1 }), error('DisplayUnavailableError', 'circuit open; 900 ms left'));
+  assert.equal(t.failed(use({ a: 1 }), error('DisplayUnavailableError', 'circuit open; 400 ms left')), 2);
+});
+
+test('a success or a different error type ends the streak', () => {
   const t = new RepeatTracker();
   t.failed(use({ a: 1 }), error('x'));
   t.failed(use({ a: 1 }), error('x'));

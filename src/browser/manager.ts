@@ -24,6 +24,7 @@ import {
 } from 'playwright';
 import { ToolInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import type { StartGuard } from '../resilience.ts';
 import type { BrowserStateChange } from '../protocol.ts';
 import { sanitizeId } from '../screenshot-store.ts';
 import { oneLine } from '../text.ts';
@@ -42,12 +43,22 @@ export interface BrowserOptions {
   launchTimeoutMs: number;
   /** The URL policy, also applied to navigations pages start themselves. */
   urlPolicy?: UrlPolicy;
+  /** Guards launches: after repeated failures, calls fail at once for a cool-down (src/resilience.ts). */
+  launchGuard?: StartGuard;
   log: Logger;
 }
 
 /** The browser process went away during the call; the next call relaunches it. */
 export class BrowserCrashedError extends Error {
   override readonly name = 'BrowserCrashedError';
+  readonly retryable = true;
+  /** Its pages went with it: an automatic retry would act on a fresh, blank browser (src/resilience.ts). */
+  readonly resetsState = true;
+}
+
+/** The browser could not be started, or its circuit is open after repeated failed starts. */
+export class BrowserUnavailableError extends Error {
+  override readonly name = 'BrowserUnavailableError';
   readonly retryable = true;
 }
 
@@ -98,7 +109,10 @@ export class BrowserManager {
   /** The running browser, launching it if needed. */
   async browserNow(): Promise<Browser> {
     if (this.browser?.isConnected()) return this.browser;
-    this.launching ??= this.launch().finally(() => (this.launching = undefined));
+    const guard = this.options.launchGuard;
+    this.launching ??= (guard ? guard.run(() => this.launch()) : this.launch()).finally(
+      () => (this.launching = undefined),
+    );
     return this.launching;
   }
 
@@ -106,13 +120,18 @@ export class BrowserManager {
     const { mode, display, executablePath, launchTimeoutMs, log } = this.options;
     const headless = mode === 'headless' || !display;
     const t0 = performance.now();
-    const browser = await chromium.launch({
-      executablePath,
-      headless,
-      args: CHROMIUM_ARGS,
-      timeout: launchTimeoutMs,
-      env: { ...process.env, ...(display ? { DISPLAY: display } : {}) },
-    });
+    const browser = await chromium
+      .launch({
+        executablePath,
+        headless,
+        args: CHROMIUM_ARGS,
+        timeout: launchTimeoutMs,
+        env: { ...process.env, ...(display ? { DISPLAY: display } : {}) },
+      })
+      .catch((err: unknown) => {
+        // The caller reads the cause; the model reads only the type (paths stay out of its text).
+        throw new BrowserUnavailableError(`the browser did not start: ${err instanceof Error ? err.message : err}`);
+      });
     this.generation++;
     this.browser = browser;
     browser.on('disconnected', () => {

@@ -21,6 +21,7 @@ import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../errors.ts';
+import type { StartGuard } from '../resilience.ts';
 import { displaySocketPath, isDisplayReachable } from './display.ts';
 import type {
   CaptureOptions,
@@ -45,6 +46,11 @@ export interface WorkerDesktopDriverOptions {
    * typing get their own duration on top. Default 30 s.
    */
   callTimeoutMs?: number;
+  /**
+   * Guards getting a ready worker (probing the display, starting a child): after
+   * repeated failures, calls fail at once for a cool-down (src/resilience.ts).
+   */
+  startGuard?: StartGuard;
 }
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
@@ -93,6 +99,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
   private readonly display: string;
   private readonly log: DriverLog;
   private readonly callTimeoutMs: number;
+  private readonly startGuard: StartGuard | undefined;
   private child: Child | undefined;
   /** Serialises ops: each waits for the previous op's slot to be freed. */
   private tail: Promise<void> = Promise.resolve();
@@ -104,6 +111,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
     this.display = options.display;
     this.log = options.log ?? (() => {});
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.startGuard = options.startGuard;
   }
 
   /**
@@ -310,8 +318,12 @@ export class WorkerDesktopDriver implements DesktopDriver {
     child.proc.kill('SIGKILL');
   }
 
-  /** Returns a ready child for the current X server, starting one if needed. */
-  private async ensureChild(): Promise<Child> {
+  /** Returns a ready child for the current X server, starting one if needed, unless the start guard refuses. */
+  private ensureChild(): Promise<Child> {
+    return this.startGuard ? this.startGuard.run(() => this.readyChild()) : this.readyChild();
+  }
+
+  private async readyChild(): Promise<Child> {
     // Both checks cost ~0.1 ms; together they catch a server that died (stale socket,
     // nobody listening) or was replaced, before the child's next libnut call segfaults.
     const socketId = await socketIdentity(this.display);

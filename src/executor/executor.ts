@@ -21,6 +21,8 @@ import { ContractViolationError, errorResult, successResult, type ImageRules } f
 import { describeZodError } from './zod-text.ts';
 import { REPEAT_ADVICE, REPEAT_THRESHOLD, type RepeatTracker } from './repeats.ts';
 import { foldName as oneLine } from '../../toolsets/text.ts';
+import { readRetry, type RetrySettings } from '../resilience.ts';
+import type { RetryPolicy } from 'cockatiel';
 
 /** The SDK's fallback halt text for a family it does not know (TOOLSET-CONTRACT A5). */
 export const UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
@@ -37,6 +39,8 @@ export interface ExecutorOptions {
   images: ImageRules;
   /** The desktop lane shared by every session. */
   lane: Lane;
+  /** Automatic retries of members that change nothing, on retryable errors (src/resilience.ts). */
+  retry?: RetrySettings;
   store?: ScreenshotStore;
   log: Logger;
 }
@@ -53,15 +57,17 @@ export interface BatchRequest {
 }
 
 type Outcome =
-  | { kind: 'succeeded'; result: ToolResult; outputs: MemberOutput[] }
-  | { kind: 'failed'; error: unknown }
+  | { kind: 'succeeded'; result: ToolResult; outputs: MemberOutput[]; attempts: number }
+  | { kind: 'failed'; error: unknown; attempts: number }
   | { kind: 'cancelled' };
 
 export class Executor {
   private readonly toolsets: ReadonlyMap<string, Toolset>;
+  private readonly readRetry: RetryPolicy | undefined;
 
   constructor(private readonly options: ExecutorOptions) {
     this.toolsets = new Map(options.toolsets.map((t) => [t.name, t]));
+    this.readRetry = options.retry && options.retry.attempts > 0 ? readRetry(options.retry) : undefined;
   }
 
   /** A session ended: its toolsets release what they held for it (browser contexts). */
@@ -132,7 +138,9 @@ export class Executor {
             req.repeats?.succeeded(tu);
             results.push(outcome.result);
             await this.store(req, tu, outcome.outputs, screenshots, log);
-            event(index, tu, 'succeeded', { duration_ms });
+            const retried = outcome.attempts > 1 ? { attempts: outcome.attempts } : {};
+            if (outcome.attempts > 1) log.warn('tool call succeeded after retries', { tool_use: tu.id, ...retried });
+            event(index, tu, 'succeeded', { duration_ms, ...retried });
             break;
           }
           case 'cancelled': {
@@ -143,6 +151,7 @@ export class Executor {
           }
           case 'failed': {
             const error = errorInfo(outcome.error);
+            if (outcome.attempts > 1) error.attempts = outcome.attempts;
             let text = modelErrorText(tu.name, outcome.error, this.options.exposeErrorMessages);
             const repeated = req.repeats?.failed(tu, error) ?? 1;
             if (repeated >= 2) error.repeated = repeated;
@@ -202,7 +211,7 @@ export class Executor {
       }
       input = parsed.data;
     } catch (error) {
-      return { kind: 'failed', error };
+      return { kind: 'failed', error, attempts: 1 };
     }
 
     const timeoutMs = this.options.callTimeoutMs + member.extraTimeMs(input);
@@ -210,12 +219,14 @@ export class Executor {
     const onBatchAbort = (): void => controller.abort(new CancelledError('batch cancelled'));
     req.signal.addEventListener('abort', onBatchAbort, { once: true });
     const timer = setTimeout(() => controller.abort(new ToolTimeoutError(timeoutMs)), timeoutMs);
-    const work = member.run(input, {
-      signal: controller.signal,
-      sessionId: req.sessionId,
-      batchId: req.batchId,
-      toolUseId: tu.id,
-    });
+    const ctx = { signal: controller.signal, sessionId: req.sessionId, batchId: req.batchId, toolUseId: tu.id };
+    let attempts = 0;
+    const once = (): Promise<MemberOutput[]> => {
+      attempts++;
+      return member.run(input, ctx);
+    };
+    // Only members that change nothing are run again, and all runs share the one time limit.
+    const work = member.effect === 'read' && this.readRetry ? this.readRetry.execute(once, controller.signal) : once();
     const aborted = new Promise<never>((_, reject) => {
       const fail = (): void => reject(controller.signal.reason);
       if (controller.signal.aborted) fail();
@@ -224,15 +235,15 @@ export class Executor {
     try {
       const outputs = await Promise.race([work, aborted]);
       const result = successResult(tu, outputs, toolset.allowedBlocks, this.options.images);
-      return { kind: 'succeeded', result, outputs };
+      return { kind: 'succeeded', result, outputs, attempts };
     } catch (error) {
       if (controller.signal.aborted) {
         // Let the handler wind down (release keys, end the drag) before the next call runs.
         await Promise.race([work.catch(() => undefined), new Promise((r) => setTimeout(r, WIND_DOWN_MS).unref())]);
         const reason: unknown = controller.signal.reason;
-        return reason instanceof ToolTimeoutError ? { kind: 'failed', error: reason } : { kind: 'cancelled' };
+        return reason instanceof ToolTimeoutError ? { kind: 'failed', error: reason, attempts } : { kind: 'cancelled' };
       }
-      return { kind: 'failed', error };
+      return { kind: 'failed', error, attempts };
     } finally {
       clearTimeout(timer);
       req.signal.removeEventListener('abort', onBatchAbort);

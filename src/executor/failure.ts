@@ -6,6 +6,7 @@
  */
 import type { ErrorInfo } from '../protocol.ts';
 import { ModelFacingError, ToolTimeoutError, isRetryable } from '../errors.ts';
+import { retryAfterMs } from '../resilience.ts';
 
 /** Longest error text the model reads, in code points (the SDK's FIELD_MAX). */
 export const ERROR_TEXT_MAX_CODE_POINTS = 4096;
@@ -23,11 +24,13 @@ export function errorTypeName(err: unknown): string {
 
 export function errorInfo(err: unknown): ErrorInfo {
   const message = err instanceof Error ? err.message : String(err);
+  const coolDown = retryAfterMs(err);
   return {
     type: errorTypeName(err),
     message: message.slice(0, CALLER_MESSAGE_MAX_CHARS),
     timed_out: err instanceof ToolTimeoutError,
     retryable: isRetryable(err),
+    ...(coolDown !== undefined ? { retry_after_ms: coolDown } : {}),
   };
 }
 

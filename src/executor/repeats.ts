@@ -2,7 +2,7 @@
  * Loop detection (issue 4, promise 5): an agent that repeats a call that
  * keeps failing the same way is told to change its approach, and the caller
  * sees the repeat count. One tracker per session; the streak of a call is
- * its consecutive failures with the same error, across batches; it ends when
+ * its consecutive failures with the same error type, across batches; it ends when
  * that call succeeds or fails differently. Calls in between do not matter: a
  * model in a loop usually takes a screenshot between two tries.
  */
@@ -32,7 +32,8 @@ export class RepeatTracker {
   /** Records a failure; returns how many times in a row this call has now failed this way. */
   failed(tu: ToolUse, error: ErrorInfo): number {
     const key = callKey(tu);
-    const signature = `${error.type}\u0000${error.message}`;
+    // The type, not the message: messages carry runtime data (a pid, the ms an open circuit has left).
+    const signature = error.type;
     const previous = this.streaks.get(key);
     const count = previous?.error === signature ? previous.count + 1 : 1;
     this.streaks.delete(key);

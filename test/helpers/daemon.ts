@@ -21,8 +21,12 @@ import {
 export const TEST_TOKEN = 'test-token-0123456789abcdef';
 
 /** Config overrides; nested settings may be partial (resolveConfig merges them over the defaults). */
-type Overrides = Partial<Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings'>> & {
+type Overrides = Partial<Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience'>> & {
   screenshot?: Partial<DaemonConfig['screenshot']>;
+  resilience?: {
+    breaker?: Partial<DaemonConfig['resilience']['breaker']>;
+    retry?: Partial<DaemonConfig['resilience']['retry']>;
+  };
   limits?: Partial<DaemonConfig['limits']>;
   browserSettings?: Partial<DaemonConfig['browserSettings']>;
 };

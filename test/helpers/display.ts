@@ -10,6 +10,10 @@
  *
  *   await withDisplay({ width: 1024, height: 768 }, async (d) => { ... });
  */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { setTimeout as delay } from 'node:timers/promises';
+import { isDisplayReachable } from '../../src/desktop/display.ts';
 import { startVirtualDisplay, type VirtualDisplay } from '../../src/desktop/xvfb.ts';
 
 export { displaySize, startVirtualDisplay, type VirtualDisplay } from '../../src/desktop/xvfb.ts';
@@ -41,4 +45,55 @@ export async function withDisplay<T>(
   } finally {
     await display.stop();
   }
+}
+
+/** A bare Xvfb (no window manager) on a display number the test chooses, so it can be killed and started again. */
+export interface BareXvfb {
+  number: number;
+  display: string;
+  proc: ChildProcess;
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/** A display number between 50 and 99 with no X socket or lock file. */
+export function pickFreeDisplay(): number {
+  const start = 50 + Math.floor(Math.random() * 50);
+  for (let i = 0; i < 50; i++) {
+    const n = 50 + ((start - 50 + i) % 50);
+    if (!existsSync(`/tmp/.X11-unix/X${n}`) && !existsSync(`/tmp/.X${n}-lock`)) return n;
+  }
+  throw new Error('no free X display number between 50 and 99');
+}
+
+/** Starts Xvfb on `number` (a free one by default) and waits until its socket answers. */
+export async function startBareXvfb(
+  number = pickFreeDisplay(),
+  size: { width: number; height: number } = { width: 1280, height: 800 },
+): Promise<BareXvfb> {
+  const display = `:${number}`;
+  const screen = `${size.width}x${size.height}x24`;
+  const proc = spawn('Xvfb', [display, '-screen', '0', screen, '-nolisten', 'tcp', '-noreset'], { stdio: 'ignore' });
+  let exited = false;
+  const exit = new Promise<void>((r) => proc.once('exit', () => ((exited = true), r())));
+  const deadline = Date.now() + 10_000;
+  while (!(await isDisplayReachable(display))) {
+    if (exited) throw new Error(`Xvfb ${display} exited at start`);
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`Xvfb ${display} did not start`);
+    }
+    await delay(50);
+  }
+  return {
+    number,
+    display,
+    proc,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (exited) return;
+      proc.kill(signal);
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 3000);
+      await exit;
+      clearTimeout(timer);
+    },
+  };
 }

@@ -1,0 +1,109 @@
+/**
+ * Fault injection for tests and the soak run: find the processes a daemon
+ * started (its desktop worker, its Chromium) by walking /proc from the
+ * daemon's pid, and kill them. Only descendants of the given pid are ever
+ * touched: other people's browsers and workers run on this machine.
+ */
+import { readdir, readFile } from 'node:fs/promises';
+
+interface ProcInfo {
+  pid: number;
+  ppid: number;
+  argv: string[];
+}
+
+async function processes(): Promise<ProcInfo[]> {
+  const out: ProcInfo[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    if (!stat) continue;
+    // The command name in parentheses may hold spaces: the fields start after the last ')'.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const argv = (await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0').filter(Boolean);
+    out.push({ pid: Number(entry), ppid, argv });
+  }
+  return out;
+}
+
+/** Every live descendant of `root` (children, grandchildren, …), with its argv. */
+export async function descendants(root: number): Promise<ProcInfo[]> {
+  const all = await processes();
+  const byParent = new Map<number, ProcInfo[]>();
+  for (const p of all) byParent.set(p.ppid, [...(byParent.get(p.ppid) ?? []), p]);
+  const found: ProcInfo[] = [];
+  const queue = [root];
+  while (queue.length > 0) {
+    for (const child of byParent.get(queue.shift()!) ?? []) {
+      found.push(child);
+      queue.push(child.pid);
+    }
+  }
+  return found;
+}
+
+/** The desktop worker (nut-js child) processes under `root`. */
+export async function desktopWorkerPids(root = process.pid): Promise<number[]> {
+  return (await descendants(root))
+    .filter((p) => p.argv.some((a) => /src\/desktop\/worker\.ts$/.test(a)))
+    .map((p) => p.pid);
+}
+
+/** The Chromium browser processes (not renderers or other helpers, which carry `--type=`) under `root`. */
+export async function browserPids(root = process.pid): Promise<number[]> {
+  return (await descendants(root))
+    .filter((p) => /chromium/.test(p.argv[0] ?? '') && !p.argv.some((a) => a.startsWith('--type=')))
+    .map((p) => p.pid);
+}
+
+/**
+ * The Chromium browser processes under `root`, without its zygotes, renderers
+ * and other helpers. Chromium rewrites those helpers' command lines into one
+ * space-separated string (no NUL separators), so `--type=` is looked for
+ * inside each argument, not only at its start as `browserPids` does (which
+ * therefore also returns the zygotes and their children when `root` is not
+ * the browser's direct parent).
+ */
+export async function chromiumBrowserPids(root = process.pid): Promise<number[]> {
+  return (await descendants(root))
+    .filter((p) => /chromium/.test(p.argv[0] ?? '') && !p.argv.some((a) => /(^|\s)--type=/.test(a)))
+    .map((p) => p.pid);
+}
+
+/** SIGKILLs each pid; a pid that is already gone is not an error. Returns how many were signalled. */
+export function killAll(pids: readonly number[], signal: NodeJS.Signals = 'SIGKILL'): number {
+  let n = 0;
+  for (const pid of pids) {
+    try {
+      process.kill(pid, signal);
+      n++;
+    } catch {
+      // already exited
+    }
+  }
+  return n;
+}
+
+/** Polls `probe` every `everyMs` until it returns a value other than undefined, or throws after `timeoutMs`. */
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  timeoutMs = 30_000,
+  everyMs = 100,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+/** Resident set size and open file descriptors of a process, from /proc. */
+export async function processFootprint(pid: number): Promise<{ rssBytes: number; fds: number }> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  const rssKb = Number(/^VmRSS:\s+(\d+)\s+kB/m.exec(status)?.[1] ?? NaN);
+  const fds = (await readdir(`/proc/${pid}/fd`)).length;
+  return { rssBytes: rssKb * 1024, fds };
+}
