@@ -3,7 +3,7 @@
 #   docker build -t deskbatch .
 #   docker run --rm --shm-size=1g \
 #     -e DESKBATCH_TOKEN="$(openssl rand -base64 32)" \
-#     -p 127.0.0.1:8765:8765 -v deskbatch-shots:/home/deskbatch/screenshots deskbatch
+#     -p 127.0.0.1:8765:8765 -v deskbatch-data:/home/deskbatch/data deskbatch
 #
 # - DESKBATCH_TOKEN is REQUIRED: the container binds 0.0.0.0 (so the published
 #   port reaches it), and the daemon refuses to bind a non-loopback address
@@ -13,8 +13,10 @@
 # - No DISPLAY is set, so the daemon starts its own Xvfb + openbox (1280x800
 #   unless `--display-size WxH`). Arguments after the image name replace the
 #   whole CMD, so repeat it: `docker run … deskbatch node bin/deskbatch.js
-#   serve --host 0.0.0.0 --screenshots-dir /home/deskbatch/screenshots
-#   --display-size 1920x1080`.
+#   serve --host 0.0.0.0 --screenshots-dir /home/deskbatch/data/screenshots
+#   --downloads-dir /home/deskbatch/data/downloads --display-size 1920x1080`.
+# - Everything the daemon writes (screenshots, browser downloads) goes under
+#   /home/deskbatch/data, the one volume; the sources are read-only to it.
 # - tini is PID 1 (ENTRYPOINT): it forwards SIGTERM to node and reaps the
 #   zombies chromium leaves; `docker run --init` is then not needed.
 # - Runs as the non-root user `deskbatch`. Chromium runs without its sandbox
@@ -31,8 +33,8 @@ RUN apt-get update \
  && mkdir -p /tmp/.X11-unix && chmod 1777 /tmp/.X11-unix
 
 RUN useradd --create-home --uid 10001 --user-group --shell /bin/bash deskbatch \
- && mkdir -p /home/deskbatch/screenshots \
- && chown deskbatch:deskbatch /home/deskbatch/screenshots
+ && mkdir -p /home/deskbatch/data/screenshots /home/deskbatch/data/downloads \
+ && chown -R deskbatch:deskbatch /home/deskbatch/data
 
 # Dependencies first, for layer caching. tsx (which runs the TypeScript
 # sources) is a runtime dependency, so --omit=dev keeps everything needed.
@@ -48,7 +50,7 @@ COPY . .
 
 ENV NODE_ENV=production
 USER deskbatch
-VOLUME ["/home/deskbatch/screenshots"]
+VOLUME ["/home/deskbatch/data"]
 EXPOSE 8765
 
 # node, not curl: the image has no curl. /healthz answers 200 {"status":"ok"}.
@@ -57,4 +59,5 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
 
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["node", "bin/deskbatch.js", "serve", "--host", "0.0.0.0", "--screenshots-dir", "/home/deskbatch/screenshots"]
+CMD ["node", "bin/deskbatch.js", "serve", "--host", "0.0.0.0", \
+     "--screenshots-dir", "/home/deskbatch/data/screenshots", "--downloads-dir", "/home/deskbatch/data/downloads"]

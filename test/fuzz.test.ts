@@ -7,6 +7,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import type { BatchResult, ErrorMessage, ServerMessage } from '../src/protocol.ts';
 import { BROWSER_MEMBER_NAMES } from '../toolsets/browser/index.ts';
@@ -15,10 +17,22 @@ import { assertApiValid } from './helpers/api-rules.ts';
 import { startTestDaemon, type TestClient, type TestDaemon } from './helpers/daemon.ts';
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
+/** What the daemon's heap may keep after the whole run, beyond its bounded caches. */
+const HEAP_GROWTH_MAX_BYTES = 64 * 1024 * 1024;
+
+/** The heap in use after a full garbage collection (this process holds the daemon). */
+function heapAfterGc(): number {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+}
 
 describe('fuzz', () => {
   let d: TestDaemon;
   let c: TestClient;
+  let heapAtStart = 0;
   before(async () => {
     d = await startTestDaemon({
       display: undefined,
@@ -31,6 +45,7 @@ describe('fuzz', () => {
     });
     c = await d.connect();
     await c.hello();
+    heapAtStart = heapAfterGc();
   });
   after(() => d?.close());
 
@@ -58,6 +73,21 @@ describe('fuzz', () => {
         )
         .map((v) => JSON.stringify(v)),
       fc.string({ unit: 'binary', maxLength: 50 }),
+      // Lone surrogates (invalid UTF-16) inside an otherwise good batch.
+      fc
+        .constantFrom('\ud800', '\udfff', 'a\ud83d', '\ude00b')
+        .map((bad) => JSON.stringify({ type: 'batch', batch_id: bad, tool_uses: [computerCall({ text: bad })] })),
+      // Huge values, and more tool_uses than a batch may hold, all within the frame limit.
+      fc
+        .integer({ min: 1, max: 900_000 })
+        .map((n) =>
+          JSON.stringify({ type: 'batch', batch_id: 'big', tool_uses: [computerCall({ text: 'x'.repeat(n) })] }),
+        ),
+      fc
+        .integer({ min: 101, max: 2_000 })
+        .map((n) =>
+          JSON.stringify({ type: 'batch', batch_id: 'many', tool_uses: Array.from({ length: n }, computerCall) }),
+        ),
     );
     let sent = 0;
     await fc.assert(
@@ -77,6 +107,10 @@ describe('fuzz', () => {
     await stillUsable();
     assert.ok(sent >= RUNS);
   });
+
+  function computerCall(input: unknown = {}, i = 0): object {
+    return { type: 'tool_use', id: `toolu_x${i}`, name: 'type', toolset_name: 'computer', input };
+  }
 
   const computerNames = COMPUTER_MEMBERS.map((m) => m.name).filter((n) => n !== 'wait' && n !== 'hold_key');
   const browserNames = BROWSER_MEMBER_NAMES.filter((n) => n !== 'wait' && n !== 'hold_key');
@@ -137,4 +171,36 @@ describe('fuzz', () => {
       await stillUsable();
     });
   }
+
+  test('while one client sends garbage, another session works; memory stays bounded', async () => {
+    const good = await d.connect();
+    await good.hello();
+    let goodBatches = 0;
+    const hostile = (async () => {
+      for (let i = 0; i < RUNS; i++) {
+        c.send('{"type":"batch","tool_uses":' + '['.repeat(3_000));
+        c.send(
+          JSON.stringify({ type: 'batch', batch_id: `h${i}`, tool_uses: [computerCall({ text: 'x' })], extra: i }),
+        );
+        await stillUsable();
+        c.messages.length = 0;
+      }
+    })();
+    const worker = (async () => {
+      for (let i = 0; i < 10; i++) {
+        const uses = [
+          { type: 'tool_use' as const, id: `toolu_ok${i}`, name: 'list_tabs', toolset_name: 'browser', input: {} },
+        ];
+        const { result } = await good.batch(`good-${i}`, uses);
+        assertApiValid(uses, result);
+        assert.equal(result.failures.length, 0, JSON.stringify(result.failures));
+        goodBatches++;
+      }
+    })();
+    await Promise.all([hostile, worker]);
+    assert.equal(goodBatches, 10);
+    const growth = heapAfterGc() - heapAtStart;
+    console.log(`# heap growth over the fuzz run: ${(growth / 1024 / 1024).toFixed(1)} MiB`);
+    assert.ok(growth < HEAP_GROWTH_MAX_BYTES, `heap grew ${growth} bytes`);
+  });
 });
