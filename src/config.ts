@@ -4,7 +4,7 @@
  * the caller's; impossible combinations are refused with an exact message.
  */
 import { isIP } from 'node:net';
-import type { ImageFormat } from './desktop/driver.ts';
+import type { ImageFormat, SettleOptions } from './desktop/driver.ts';
 import type { ScreenshotLimits } from './geometry.ts';
 import type { LogLevel } from './log.ts';
 import type { BreakerSettings, RetrySettings } from './resilience.ts';
@@ -49,6 +49,8 @@ export interface DaemonConfig {
     limits: ScreenshotLimits;
     /** Largest base64 payload per image, in bytes. */
     maxBase64Bytes: number;
+    /** Desktop captures after input wait for a stable frame (docs/PERFORMANCE.md); afterInputMs 0 turns it off. */
+    settle: SettleOptions;
   };
   retention: { maxFiles: number; maxBytes: number };
   limits: {
@@ -111,6 +113,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     // 2000 px per side keeps a request with more than 20 images valid; 4784 is the visual-token limit.
     limits: { maxSidePx: 2000, maxVisualTokens: 4784 },
     maxBase64Bytes: 10 * 1024 * 1024,
+    settle: { afterInputMs: 1_000, intervalMs: 50, maxMs: 1_000 },
   },
   retention: { maxFiles: 2_000, maxBytes: 1024 * 1024 * 1024 },
   limits: {
@@ -236,6 +239,15 @@ export function resolveConfig(
   ];
   for (const [name, value, max] of timers) {
     if (value > max) throw new ConfigError(`${name} must be at most ${max} ms, got ${value}`);
+  }
+  const settle = config.screenshot.settle;
+  for (const [k, v] of Object.entries(settle)) {
+    if (!Number.isInteger(v) || v < 0 || v > 10_000) {
+      throw new ConfigError(`screenshot.settle.${k} must be 0–10000 ms, got ${String(v)}`);
+    }
+  }
+  if (settle.afterInputMs > 0 && settle.intervalMs < 1) {
+    throw new ConfigError('screenshot.settle.intervalMs must be at least 1 ms');
   }
   const { attempts } = config.resilience.retry;
   if (!Number.isInteger(attempts) || attempts < 0 || attempts > 5) {

@@ -436,6 +436,43 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       assertColor(await pixelAt(zoom.data, 540, 200), [0, 64, 255], 2);
     });
 
+    test('settle: a capture right after input waits for an animation to end; on a still screen it grabs once', async () => {
+      const settle = { afterInputMs: 1_000, intervalMs: 50, maxMs: 3_000 };
+      const output = { width: WIDTH, height: HEIGHT };
+      // A green box slides from x=100 to x=500 over 400 ms, then stays (a string: tsx would wrap a function).
+      await page.evaluate(`(() => {
+        const box = document.createElement('div');
+        box.id = 'slider';
+        box.style.cssText = 'position:fixed;top:600px;left:100px;width:40px;height:40px;background:#00ff00;z-index:99';
+        document.body.append(box);
+        const t0 = performance.now();
+        const step = () => {
+          const f = Math.min(1, (performance.now() - t0) / 400);
+          box.style.left = (100 + 400 * f) + 'px';
+          if (f < 1) requestAnimationFrame(step);
+        };
+        requestAnimationFrame(step);
+      })()`);
+      try {
+        await driver.moveMouse({ x: 5, y: 5 }); // input: the next capture settles
+        const shot = await driver.capture({ output, format: 'png', quality: 80, settle });
+        assert.ok(shot.settled, 'the settle step ran');
+        assert.equal(shot.settled.stable, true);
+        assert.ok(shot.settled.frames >= 3, `frames ${shot.settled.frames}`);
+        const end = screenOf({ x: 520, y: 620 });
+        const start = screenOf({ x: 120, y: 620 });
+        assertColor(await pixelAt(shot.data, end.x, end.y), [0, 255, 0], 2);
+        assert.notDeepEqual(await pixelAt(shot.data, start.x, start.y), [0, 255, 0]);
+        console.log(`# settle after input: ${shot.settled.ms} ms, ${shot.settled.frames} frames`);
+
+        await delay(settle.afterInputMs + 100);
+        const still = await driver.capture({ output, format: 'png', quality: 80, settle });
+        assert.equal(still.settled, undefined, 'no input for afterInputMs: one grab');
+      } finally {
+        await page.evaluate(`document.getElementById('slider')?.remove()`);
+      }
+    });
+
     test('capture: a region off the display is a ToolInputError', async () => {
       await assert.rejects(
         driver.capture({

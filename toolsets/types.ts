@@ -8,7 +8,7 @@
  * turns it into API content, enforcing the contract in one place.
  */
 import type { z } from 'zod';
-import type { CapturedImage, ImageFormat } from '../src/desktop/driver.ts';
+import type { CapturedImage, ImageFormat, SettleOptions } from '../src/desktop/driver.ts';
 import type { ScreenshotLimits } from '../src/geometry.ts';
 import type { BrowserStateBlock } from '../src/protocol.ts';
 
@@ -24,6 +24,8 @@ export interface ScreenshotSettings {
   format: ImageFormat;
   /** 1–100, for jpeg and webp. */
   quality: number;
+  /** The desktop's settle step before a capture that follows input (src/desktop/driver.ts). */
+  settle?: SettleOptions;
 }
 
 /** Everything a handler gets besides its input. */

@@ -33,9 +33,23 @@ export interface Rect extends Point, Size {}
 
 export type ImageFormat = 'png' | 'jpeg' | 'webp';
 
+/**
+ * The settle step before a capture (docs/PERFORMANCE.md): right after input,
+ * the screen may still be redrawing, so frames are grabbed `intervalMs` apart
+ * until two in a row are identical, for at most `maxMs`; the last frame is
+ * encoded. On a screen that saw no input for `afterInputMs`, one grab is all.
+ */
+export interface SettleOptions {
+  afterInputMs: number;
+  intervalMs: number;
+  maxMs: number;
+}
+
 export interface CaptureOptions {
   /** Region of the display to capture; the whole display when absent. */
   region?: Rect;
+  /** Wait for a stable frame after recent input; no settling when absent. */
+  settle?: SettleOptions;
   /** Output size in pixels. The captured pixels are resized to exactly this. */
   output: Size;
   format: ImageFormat;
@@ -49,6 +63,8 @@ export interface CapturedImage {
   mediaType: 'image/png' | 'image/jpeg' | 'image/webp';
   width: number;
   height: number;
+  /** How the settle step went, when it ran: time spent, frames grabbed, and whether the last two matched. */
+  settled?: { ms: number; frames: number; stable: boolean };
 }
 
 export interface DesktopDriver {

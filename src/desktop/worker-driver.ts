@@ -169,7 +169,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   async capture(options: CaptureOptions, signal?: AbortSignal): Promise<CapturedImage> {
-    const img = await this.call<CapturedImage>('capture', { options }, signal);
+    const img = await this.call<CapturedImage>('capture', { options }, signal, options.settle?.maxMs ?? 0);
     // With 'advanced' serialization a Buffer arrives as a plain Uint8Array.
     const data = img.data as Uint8Array;
     return { ...img, data: Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength) };

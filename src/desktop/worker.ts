@@ -722,7 +722,21 @@ async function typeItems(d: Devices, sender: KeySender, items: TypeItem[], ctx: 
   }
 }
 
-async function capture(d: Devices, options: CaptureOptions): Promise<CapturedImage> {
+/** When the last input op (pointer or keyboard) ended, for the settle step. */
+let lastInputAt = -Infinity;
+const INPUT_OPS = new Set([
+  'moveMouse',
+  'click',
+  'mouseDown',
+  'mouseUp',
+  'drag',
+  'scroll',
+  'pressKeys',
+  'holdKeys',
+  'typeText',
+]);
+
+async function capture(d: Devices, options: CaptureOptions, ctx: OpContext): Promise<CapturedImage> {
   const out = options.output;
   intIn('output.width', out?.width, 1, 16384);
   intIn('output.height', out?.height, 1, 16384);
@@ -746,9 +760,27 @@ async function capture(d: Devices, options: CaptureOptions): Promise<CapturedIma
     }
     if (x === 0 && y === 0 && width === screenSize.width && height === screenSize.height) region = undefined;
   }
-  const img = region
-    ? await d.nut.screen.grabRegion(new d.nut.Region(region.x, region.y, region.width, region.height))
-    : await d.nut.screen.grab();
+  const area = region;
+  const grab = () =>
+    area ? d.nut.screen.grabRegion(new d.nut.Region(area.x, area.y, area.width, area.height)) : d.nut.screen.grab();
+  let img = await grab();
+  let settled: CapturedImage['settled'];
+  const settle = options.settle;
+  if (settle && performance.now() - lastInputAt < settle.afterInputMs) {
+    // Grab until two frames in a row match (the app finished drawing), or the cap.
+    const t0 = performance.now();
+    let frames = 1;
+    let stable = false;
+    while (!stable && performance.now() - t0 + settle.intervalMs <= settle.maxMs) {
+      await sleep(settle.intervalMs, ctx);
+      throwIfCancelled(ctx);
+      const next = await grab();
+      frames++;
+      stable = next.data.equals(img.data);
+      img = next;
+    }
+    settled = { ms: Math.round(performance.now() - t0), frames, stable };
+  }
   const rgb = bgrxToRgb(img.data, img.width, img.height, img.byteWidth);
   sharpModule ??= (await import('sharp')).default;
   let pipeline = sharpModule(rgb, { raw: { width: img.width, height: img.height, channels: 3 } });
@@ -778,7 +810,7 @@ async function capture(d: Devices, options: CaptureOptions): Promise<CapturedIma
     default:
       throw new WorkerInputError(`unknown image format ${JSON.stringify(options.format)}`);
   }
-  return { data, mediaType, width: out.width, height: out.height };
+  return { data, mediaType, width: out.width, height: out.height, ...(settled ? { settled } : {}) };
 }
 
 /**
@@ -837,6 +869,15 @@ let chain: Promise<void> = Promise.resolve();
 let shuttingDown = false;
 
 async function run(op: string, args: Record<string, unknown>, ctx: OpContext): Promise<unknown> {
+  if (!INPUT_OPS.has(op)) return runOp(op, args, ctx);
+  try {
+    return await runOp(op, args, ctx);
+  } finally {
+    lastInputAt = performance.now();
+  }
+}
+
+async function runOp(op: string, args: Record<string, unknown>, ctx: OpContext): Promise<unknown> {
   const d = await devices();
   switch (op) {
     case 'displaySize':
@@ -864,7 +905,7 @@ async function run(op: string, args: Record<string, unknown>, ctx: OpContext): P
     case 'typeText':
       return typeText(d, args as never, ctx);
     case 'capture':
-      return capture(d, args.options as CaptureOptions);
+      return capture(d, args.options as CaptureOptions, ctx);
     case 'releaseAll':
       return releaseAll(d);
     default:

@@ -11,8 +11,8 @@ export const screenshot = computerMember({
   input: z.object({}),
   async handle(_input, ctx) {
     const g = await ctx.geometry();
-    const { format, quality } = ctx.screenshots;
-    return ctx.driver.capture({ output: g.screenshot, format, quality }, ctx.signal);
+    const { format, quality, settle } = ctx.screenshots;
+    return ctx.driver.capture({ output: g.screenshot, format, quality, settle }, ctx.signal);
   },
 });
 
@@ -24,7 +24,7 @@ export const zoom = computerMember({
   input: z.object({ region: zoomRegion }),
   async handle(input, ctx) {
     const { region, output } = planZoom(input.region, await ctx.geometry(), ctx.screenshots.limits);
-    const { format, quality } = ctx.screenshots;
-    return ctx.driver.capture({ region, output, format, quality }, ctx.signal);
+    const { format, quality, settle } = ctx.screenshots;
+    return ctx.driver.capture({ region, output, format, quality, settle }, ctx.signal);
   },
 });
