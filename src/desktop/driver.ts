@@ -77,7 +77,7 @@ export interface DesktopDriver {
    * Clicks `count` times (1–3) at the current position with `button`, holding
    * `modifiers` (DriverKeys) for the duration of the clicks only.
    */
-  click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void>;
+  click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal, at?: Point): Promise<void>;
   mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void>;
   mouseUp(button: MouseButton, signal?: AbortSignal): Promise<void>;
   /** Press at `from`, move to `to` in steps so apps see motion, release; modifiers held throughout. */

@@ -136,8 +136,8 @@ export class WorkerDesktopDriver implements DesktopDriver {
     return this.call('moveMouse', { to }, signal);
   }
 
-  click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void> {
-    return this.call('click', { button, count, modifiers }, signal);
+  click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal, at?: Point): Promise<void> {
+    return this.call('click', { button, count, modifiers, ...(at ? { at } : {}) }, signal);
   }
 
   mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void> {
@@ -324,11 +324,17 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   private async readyChild(): Promise<Child> {
-    // Both checks cost ~0.1 ms; together they catch a server that died (stale socket,
-    // nobody listening) or was replaced, before the child's next libnut call segfaults.
+    // A live child on the same X socket is its own probe: it exits (code 70) the moment its X
+    // connection closes. The stat costs ~0.03 ms and catches a server that was replaced.
     const socketId = await socketIdentity(this.display);
-    const reachable = await isDisplayReachable(this.display);
     const child = this.child;
+    if (child && !child.dead && socketId === child.socketId) {
+      await child.ready;
+      return child;
+    }
+    // Before starting a child, or when the server was replaced: is anyone listening? (~0.2 ms;
+    // a child started against a stale socket would segfault in libnut.)
+    const reachable = await isDisplayReachable(this.display);
     if (child && !child.dead && (!reachable || socketId !== child.socketId)) {
       this.log('info', 'X display went away or was restarted under the desktop worker; replacing it', {
         display: this.display,

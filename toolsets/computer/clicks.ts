@@ -19,9 +19,8 @@ function clickMember<const N extends string>(name: N, button: MouseButton, count
     async handle(input, ctx) {
       // Parse modifiers before moving, so bad input changes nothing.
       const modifiers = ctx.modifiers(input.text);
-      if (input.coordinate)
-        await ctx.driver.moveMouse(await ctx.toDisplayPoint(input.coordinate, 'coordinate'), ctx.signal);
-      await ctx.driver.click(button, count, modifiers, ctx.signal);
+      const at = input.coordinate ? await ctx.toDisplayPoint(input.coordinate, 'coordinate') : undefined;
+      await ctx.driver.click(button, count, modifiers, ctx.signal, at);
     },
   });
 }

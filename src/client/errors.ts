@@ -1,0 +1,129 @@
+/**
+ * The client's typed errors. Each says what happened to the batch it rejects:
+ * refused (nothing ran), or outcome unknown (some calls may have run, and the
+ * client will not send it again, so nothing is ever done twice).
+ */
+import type { ErrorCode } from '../protocol.ts';
+
+/** Base class of every error this client throws or rejects with. */
+export class DeskbatchError extends Error {
+  override name = 'DeskbatchError';
+}
+
+/** The daemon refused the WebSocket handshake with an HTTP status (401 token, 403 origin, 404 path, 429, 503). */
+export class HandshakeRefusedError extends DeskbatchError {
+  override name = 'HandshakeRefusedError';
+  constructor(readonly status: number) {
+    super(`the daemon refused the connection with HTTP ${status}${HANDSHAKE_HINTS[status] ?? ''}`);
+  }
+
+  /** Statuses that a retry cannot fix (a wrong token, origin or path). */
+  get permanent(): boolean {
+    return this.status === 401 || this.status === 403 || this.status === 404;
+  }
+}
+
+const HANDSHAKE_HINTS: Record<number, string> = {
+  401: ' (missing or wrong token)',
+  403: ' (Origin not allowed)',
+  404: ' (wrong path: deskbatch listens on /v1)',
+  429: ' (too many handshakes from this address)',
+  503: ' (the daemon is full or shutting down)',
+};
+
+/** The connection could not be opened or completed its hello (network error, timeout, daemon error frame). */
+export class ConnectError extends DeskbatchError {
+  override name = 'ConnectError';
+  constructor(
+    message: string,
+    /** The daemon's `error` code, when it answered hello with one. */
+    readonly code?: ErrorCode,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/**
+ * The daemon answered a batch with an `error` frame (`batch_too_large`,
+ * `queue_full`, `duplicate_tool_use_id`, `invalid_message`, …), or the client
+ * refused to send it for the same reason. The batch was not accepted: nothing ran.
+ */
+export class BatchRefusedError extends DeskbatchError {
+  override name = 'BatchRefusedError';
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly batchId: string,
+  ) {
+    super(`batch ${batchId} refused (${code}): ${message}`);
+  }
+}
+
+export type OutcomeUnknownReason = 'session_lost' | 'connection_lost' | 'session_taken' | 'closed';
+
+/**
+ * A batch ended without a `batch_result`, so which of its calls ran is not
+ * known. When `sent` is false the batch never left this client and nothing
+ * ran. The client never resends such a batch elsewhere: ask the model to look
+ * (a screenshot) before acting again.
+ */
+export class BatchOutcomeUnknownError extends DeskbatchError {
+  override name = 'BatchOutcomeUnknownError';
+  constructor(
+    readonly reason: OutcomeUnknownReason,
+    message: string,
+    readonly batchId: string,
+    /** The session the batch was sent in. */
+    readonly sessionId: string | undefined,
+    /** Whether the batch was ever sent (false: it certainly did not run). */
+    readonly sent: boolean,
+    /** The ids of the batch's tool_use blocks, to answer them yourself if you go on. */
+    readonly toolUseIds: readonly string[],
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/**
+ * The daemon no longer has the session the batch was sent in (it restarted,
+ * or the grace period for resuming ended), so its stored result is gone and
+ * its outcome is unknown. The client started a new session for later batches.
+ */
+export class SessionLostError extends BatchOutcomeUnknownError {
+  override name = 'SessionLostError';
+  constructor(batchId: string, sessionId: string | undefined, sent: boolean, toolUseIds: readonly string[]) {
+    super(
+      'session_lost',
+      `the daemon no longer has session ${sessionId ?? '(none)'} (it restarted, or the grace period ended): ` +
+        `the outcome of batch ${batchId} is unknown, some of its calls may have run; it was not sent again`,
+      batchId,
+      sessionId,
+      sent,
+      toolUseIds,
+    );
+  }
+}
+
+/** Reconnecting failed (attempts exhausted, the token refused) or another connection took the session over. */
+export class ConnectionLostError extends BatchOutcomeUnknownError {
+  override name = 'ConnectionLostError';
+}
+
+/** `close()` was called (or the client's signal aborted) while the batch had no result yet. */
+export class ClientClosedError extends BatchOutcomeUnknownError {
+  override name = 'ClientClosedError';
+}
+
+/** `mergeToolResults` found a tool_use without exactly one tool_result, or a result for no tool_use. */
+export class ToolResultMismatchError extends DeskbatchError {
+  override name = 'ToolResultMismatchError';
+  constructor(
+    readonly problem: 'missing' | 'duplicate' | 'unknown' | 'duplicate_tool_use' | 'misplaced',
+    readonly toolUseId: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}

@@ -1,0 +1,56 @@
+/**
+ * deskbatch/client: a typed client for the deskbatch daemon (docs/PROTOCOL.md).
+ *
+ *   const client = await DeskbatchClient.connect('ws://127.0.0.1:8765/v1', { token });
+ *   const msg = await anthropic.beta.messages.create({ ..., tools: [...client.tools, ...myTools] });
+ *   const { deskbatch, own } = client.splitToolUses(msg.content);
+ *   const { toolResults } = await client.runBatch(deskbatch);
+ *   const content = mergeToolResults(msg.content, toolResults, await runMyTools(own));
+ *
+ * Reconnects resume the session and send waiting batches again under the same
+ * batch id, so the daemon answers from its stored result: a dropped connection
+ * never causes a second click. The SDK is not imported; its types fit.
+ */
+export {
+  DEFAULT_RECONNECT,
+  DeskbatchClient,
+  type ClientState,
+  type ConnectOptions,
+  type DeskbatchClientEvents,
+  type ReconnectOptions,
+  type RunBatchOptions,
+  type RunBatchResult,
+  type ToolsetTool,
+} from './client.ts';
+export {
+  mergeToolResults,
+  splitToolUses,
+  type ContentBlockLike,
+  type SplitToolUses,
+  type ToolResultBlockLike,
+  type ToolUseBlockLike,
+  type ToolUseOf,
+} from './content.ts';
+export {
+  BatchOutcomeUnknownError,
+  BatchRefusedError,
+  ClientClosedError,
+  ConnectError,
+  ConnectionLostError,
+  DeskbatchError,
+  HandshakeRefusedError,
+  SessionLostError,
+  ToolResultMismatchError,
+  type OutcomeUnknownReason,
+} from './errors.ts';
+export type {
+  BatchResult,
+  ErrorCode,
+  ErrorInfo,
+  Failure,
+  ToolEvent,
+  ToolEventPhase,
+  ToolResult,
+  ToolsetInfo,
+  Welcome,
+} from '../protocol.ts';
