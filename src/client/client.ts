@@ -299,15 +299,7 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
   }
 
   private sendBatch(p: PendingBatch): void {
-    let frame = p.frame;
-    if (p.sends > 0) {
-      const alt = `${p.batchId}-r${p.sends}`;
-      frame = frame.replace(`"batch_id":"${p.batchId}"`, `"batch_id":"${alt}"`);
-      this.pending.delete(p.batchId);
-      p.batchId = alt;
-      this.pending.set(alt, p);
-    }
-    if (!this.sendFrame(frame)) return;
+    if (!this.sendFrame(p.frame)) return;
     p.sends++;
     p.sessionId = this.lastWelcome?.session_id;
     if (p.cancelRequested) this.sendFrame(JSON.stringify({ type: 'cancel', batch_id: p.batchId }));
@@ -548,15 +540,12 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     clearInterval(this.heartbeat);
     this.heartbeat = undefined;
     if (this.isClosed) return;
+    // Another connection resumed our session (4001): taking it back would make two clients fight over it.
+    const stay = code !== 4001 && this.reconnectOptions.maxAttempts > 0;
+    if (stay) this.currentState = 'reconnecting';
     this.notify('disconnect', { code, reason });
-    if (code === 4001) {
-      // Another connection resumed our session: taking it back would make two clients fight over it.
-      return this.giveUp('session_taken', 'another connection took over the session');
-    }
-    if (this.reconnectOptions.maxAttempts <= 0) {
-      return this.giveUp('connection_lost', `the connection closed (${code}) and reconnecting is off`);
-    }
-    this.currentState = 'reconnecting';
+    if (code === 4001) return this.giveUp('session_taken', 'another connection took over the session');
+    if (!stay) return this.giveUp('connection_lost', `the connection closed (${code}) and reconnecting is off`);
     void this.reconnect();
   }
 
