@@ -103,6 +103,9 @@ export class BrowserManager {
   private browserPid: number | undefined;
   /** Bumped on every launch, so a session can tell its context died with an older browser. */
   generation = 0;
+  /** Bumped whenever a browser disconnects, so a call can tell the browser died while it ran. */
+  deaths = 0;
+  private readonly deathListeners = new Set<() => void>();
 
   constructor(readonly options: BrowserOptions) {}
 
@@ -139,7 +142,9 @@ export class BrowserManager {
         this.browser = undefined;
         this.browserPid = undefined;
       }
+      this.deaths++;
       log.warn('browser disconnected', { generation: this.generation });
+      for (const listener of [...this.deathListeners]) listener();
     });
     try {
       const cdp = await browser.newBrowserCDPSession();
@@ -153,6 +158,21 @@ export class BrowserManager {
     }
     log.info('browser launched', { headless, ms: Math.round(performance.now() - t0), pid: this.browserPid });
     return browser;
+  }
+
+  /**
+   * A promise that rejects with BrowserCrashedError when a browser disconnects,
+   * until disposed. Playwright leaves some calls pending for ever when the
+   * browser dies under them (`newPage` in 1.65), so a call races this.
+   */
+  watchDeath(): { died: Promise<never>; dispose: () => void } {
+    let listener!: () => void;
+    const died = new Promise<never>((_, reject) => {
+      listener = () => reject(new BrowserCrashedError('the browser went away during the call'));
+    });
+    died.catch(() => undefined); // observed by the race; never an unhandled rejection
+    this.deathListeners.add(listener);
+    return { died, dispose: () => this.deathListeners.delete(listener) };
   }
 
   /** Whether the browser of `generation` is still the one running. */
@@ -231,9 +251,8 @@ export class BrowserSession {
   private popupsPending = 0;
   /** Set while newTab() opens a tab, so the tab is not taken for a popup. */
   private openingTab = false;
-  /** Whether the context was alive when the call began: only then can the call see it crash. */
-  private aliveAtBegin = false;
-  private generationAtBegin = -1;
+  /** Browser deaths counted when the call began: a death during the call fails it with BrowserCrashedError. */
+  private deathsAtBegin = 0;
   /** Download events not yet reported (they survive failed calls). */
   private pendingChanges: BrowserStateChange[] = [];
   private pendingNotices: string[] = [];
@@ -271,6 +290,7 @@ export class BrowserSession {
     this.tabs.clear();
     this.activeId = undefined;
     this.popupsPending = 0;
+    this.openingTab = false; // a newPage() the old browser left pending never settles
     const browser = await this.manager.browserNow();
     const context = await browser.newContext({
       viewport: this.manager.options.viewport,
@@ -456,6 +476,7 @@ export class BrowserSession {
     }
     this.openingTab = true;
     const page = await context.newPage().finally(() => (this.openingTab = false));
+    if (context !== this.context) throw new BrowserCrashedError('the browser went away while a tab opened');
     // The context's 'page' event has usually registered it already; register() returns the same id then.
     const id = this.register(page);
     this.activeId = id;
@@ -508,12 +529,16 @@ export class BrowserSession {
   }
 
   /** Starts a call; the token lets a timed-out call that finishes late be ignored. */
+  /** See BrowserManager.watchDeath. */
+  watchDeath(): { died: Promise<never>; dispose: () => void } {
+    return this.manager.watchDeath();
+  }
+
   beginCall(): object {
     const token = {};
     this.callToken = token;
     this.inCall = true;
-    this.generationAtBegin = this.contextGeneration;
-    this.aliveAtBegin = this.context !== undefined && this.manager.alive(this.contextGeneration);
+    this.deathsAtBegin = this.manager.deaths;
     this.openedDuringCall = [];
     this.navigations = [];
     return token;
@@ -534,8 +559,10 @@ export class BrowserSession {
     this.inCall = false;
     const opened = this.openedDuringCall.filter((id) => this.tabs.has(id));
     this.openedDuringCall = [];
-    const usedThisCall = this.aliveAtBegin || this.contextGeneration !== this.generationAtBegin;
-    if (this.context && usedThisCall && !this.manager.alive(this.contextGeneration)) {
+    // Whatever error the call failed with (Playwright's own, a timeout), a browser that died
+    // during it is the cause; a call that relaunched and finished on a live browser is fine.
+    const died = this.manager.deaths !== this.deathsAtBegin;
+    if (died && (!ok || !this.manager.alive(this.contextGeneration))) {
       throw new BrowserCrashedError('the browser went away during the call');
     }
     if (!ok) return undefined;

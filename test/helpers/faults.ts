@@ -62,12 +62,34 @@ export async function browserPids(root = process.pid): Promise<number[]> {
  * space-separated string (no NUL separators), so `--type=` is looked for
  * inside each argument, not only at its start as `browserPids` does (which
  * therefore also returns the zygotes and their children when `root` is not
- * the browser's direct parent).
+ * the browser's direct parent). The program must be `chromium` itself, not
+ * `chrome_crashpad_handler` beside it.
  */
 export async function chromiumBrowserPids(root = process.pid): Promise<number[]> {
   return (await descendants(root))
-    .filter((p) => /chromium/.test(p.argv[0] ?? '') && !p.argv.some((a) => /(^|\s)--type=/.test(a)))
+    .filter((p) => /(^|\/)chromium(\s|$)/.test(p.argv[0] ?? '') && !p.argv.some((a) => /(^|\s)--type=/.test(a)))
     .map((p) => p.pid);
+}
+
+/**
+ * The direct children of `root` (default: this process) whose argv matches
+ * `argv`, read from /proc/<root>/task/<tid>/children: a handful of reads, so
+ * it stays fast on a loaded machine where walking all of /proc does not (a
+ * kill loop must catch a process before it finishes starting).
+ */
+export async function childPids(argv: RegExp, root = process.pid): Promise<number[]> {
+  const tasks = await readdir(`/proc/${root}/task`).catch(() => [] as string[]);
+  const children = new Set<number>();
+  for (const tid of tasks) {
+    const text = await readFile(`/proc/${root}/task/${tid}/children`, 'utf8').catch(() => '');
+    for (const pid of text.split(' ').filter(Boolean)) children.add(Number(pid));
+  }
+  const found: number[] = [];
+  for (const pid of children) {
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (argv.test(cmdline.split('\0').join(' '))) found.push(pid);
+  }
+  return found;
 }
 
 /** SIGKILLs each pid; a pid that is already gone is not an error. Returns how many were signalled. */

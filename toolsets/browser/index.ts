@@ -85,13 +85,17 @@ async function aroundCall(
 ): Promise<MemberOutput[]> {
   const { session } = ctx;
   const call = session.beginCall();
+  const death = session.watchDeath();
   let outputs: MemberOutput[];
   try {
-    outputs = await run();
+    // A browser dying under a Playwright call can leave it pending for ever: the race ends the call.
+    outputs = await Promise.race([run(), death.died]);
   } catch (err) {
     // endCall throws BrowserCrashedError itself when the browser died during the call.
     await session.endCall(call, false);
     throw err;
+  } finally {
+    death.dispose();
   }
   // Actions (clicks, keys) may have set off a navigation that the next call must not race.
   const report = await session.endCall(call, true, member.effect === 'write' && member.kind === 'ack');
