@@ -1,184 +1,142 @@
 /**
- * `npm run bench`: end-to-end latencies through a real daemon on a real Xvfb,
- * with a real page on screen (kiosk Chromium), over a real ws client on
- * loopback. Prints median and p95 per figure and writes bench/results.json.
- * Figures, never pass/fail: these machines are shared and noisy.
+ * `npm run bench`: issue 5's figures, all measured in one run on this
+ * machine, and the ratios between them (never absolute pass/fail in tests:
+ * these machines are shared and noisy). docs/PERFORMANCE.md explains each one.
+ *
+ * For each display size (1280x800, 1920x1080) it starts a real Xvfb with a
+ * real page on screen, a floor child (bench/floor.ts: grab + RGB + encode +
+ * base64 in one process), the shell-out tools (bench/shellout.ts: scrot +
+ * convert, xdotool) and a daemon process per screenshot format
+ * (bench/daemon-process.ts), driven over a real ws client (bench/client.ts),
+ * and measures each screenshot beside its floor and the shell-out path
+ * (bench/desktop.ts). At 1280x800 it also measures the per-call overhead and
+ * pointer calls beside xdotool, 10 actions + screenshot batched versus
+ * sequential on loopback and over a 20 ms link (bench/proxy.ts), the browser
+ * (bench/browser.ts) and pieces of the per-call path alone (bench/anatomy.ts);
+ * then, on a small display of its own, memory across 1,000 screenshots
+ * (bench/memory.ts). What a ratio compares is measured interleaved, run by
+ * run, so the load of this shared machine falls on both sides alike.
+ * Prints the tables on stdout (progress on stderr) and writes
+ * bench/results.json. BENCH_ITERATIONS sets the timed iterations per figure.
  */
 import { writeFile } from 'node:fs/promises';
+import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { ImageFormat } from '../src/desktop/driver.ts';
-import type { ToolUse } from '../src/protocol.ts';
-import { launchKioskChromium } from '../test/helpers/chromium.ts';
-import { startTestDaemon, type TestClient } from '../test/helpers/daemon.ts';
-import { startTestDisplay } from '../test/helpers/display.ts';
-import { startEventPageServer } from '../test/helpers/event-page.ts';
-import { startWebServer } from '../test/helpers/web.ts';
+import { anatomyFigures } from './anatomy.ts';
+import { browserFigures, launchFigure, launchSample, withWebPage } from './browser.ts';
+import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
+import { daemonFigures, linkFigures, sizeTag, withBenchDisplay, type Bench, type Size } from './desktop.ts';
+import { FloorChild, floorFigures } from './floor.ts';
+import { machine, sourceState } from './machine.ts';
+import { MEMORY_SCREENSHOTS, memoryRun, type MemoryReport } from './memory.ts';
+import { FORMATS, ONE_WAY_MS, ratios, SIZES } from './ratios.ts';
+import { figureTable, memoryTable, ratioTable } from './report.ts';
+import { ShellOut } from './shellout.ts';
+import { ITERATIONS, progress, round2, WARMUP, type Figure } from './stats.ts';
 
-const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 40);
-const WARMUP = 5;
+/** Encoders the daemon does not use, timed in the floor child to show what the cheapest encode costs. */
+const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
-interface Figure {
-  name: string;
-  median_ms: number;
-  p95_ms: number;
-  n: number;
-  bytes?: number;
+interface Run {
+  figures: Figure[];
+  launches: number[];
+  memory?: MemoryReport;
 }
 
-function quantile(sorted: number[], q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-}
-
-let seq = 0;
-const use = (name: string, input: Record<string, unknown> = {}): ToolUse => ({
-  type: 'tool_use',
-  id: `toolu_bench_${seq++}`,
-  name,
-  toolset_name: 'computer',
-  input,
-});
-
-/** Times one-batch round trips: send → batch_result received. */
-async function measure(client: TestClient, name: string, make: () => ToolUse[]): Promise<Figure> {
-  const times: number[] = [];
-  let bytes = 0;
-  for (let i = 0; i < WARMUP + ITERATIONS; i++) {
-    const t0 = performance.now();
-    const { result } = await client.batch(`bench-${seq++}`, make());
-    const dt = performance.now() - t0;
-    if (result.failures.length) throw new Error(`${name} failed: ${JSON.stringify(result.failures[0])}`);
-    if (i < WARMUP) continue;
-    times.push(dt);
-    const block = result.tool_results[0]!.content[0]!;
-    if (block.type === 'image') bytes += Buffer.byteLength(block.source.data, 'base64');
-  }
-  times.sort((a, b) => a - b);
-  return {
-    name,
-    median_ms: round(quantile(times, 0.5)),
-    p95_ms: round(quantile(times, 0.95)),
-    n: times.length,
-    ...(bytes ? { bytes: Math.round(bytes / times.length) } : {}),
-  };
-}
-
-const round = (v: number): number => Math.round(v * 100) / 100;
-
-async function benchDisplay(width: number, height: number): Promise<Figure[]> {
-  const display = await startTestDisplay({ width, height });
-  const page = await startEventPageServer();
-  const browser = await launchKioskChromium({ display: display.display, width, height, url: page.url });
-  const figures: Figure[] = [];
-  try {
-    for (const format of ['png', 'jpeg', 'webp'] as ImageFormat[]) {
-      const daemon = await startTestDaemon({ display: display.display, screenshot: { format } });
-      try {
-        const client = await daemon.connect();
-        await client.hello();
-        const size = `${width}x${height}`;
-        if (format === 'png') {
-          figures.push(
-            await measure(client, `cursor_position (per-call overhead) ${size}`, () => [use('cursor_position')]),
-          );
-          figures.push(
-            await measure(client, `left_click ${size}`, () => [
-              use('left_click', { coordinate: [width / 2, height - 50] }),
-            ]),
-          );
-          figures.push(
-            await measure(client, `type 20 chars ${size}`, () => [
-              use('left_click', { coordinate: [100, 100] }),
-              use('type', { text: 'The quick brown fox.' }),
-            ]),
-          );
-        }
-        figures.push(await measure(client, `screenshot ${format} ${size}`, () => [use('screenshot')]));
-      } finally {
-        await daemon.close();
-      }
-    }
-  } finally {
-    await browser.close();
-    await page.close();
-    await display.stop();
-  }
-  return figures;
-}
-
-/** Browser figures: headless Chromium, 1280x800 viewport, a local page. */
-async function benchBrowser(): Promise<Figure[]> {
-  const web = await startWebServer();
-  web.route('/', '<title>bench</title><button id="b" style="width:400px;height:200px">click me</button>');
-  const figures: Figure[] = [];
-  try {
-    const launches: number[] = [];
-    for (let i = 0; i < 3; i++) {
-      const daemon = await startTestDaemon({ display: undefined, browser: 'headless' });
-      try {
-        const client = await daemon.connect();
-        const t0 = performance.now();
-        await client.batch(`launch-${i}`, [busing('navigate', { url: `${web.origin}/` })]);
-        launches.push(performance.now() - t0);
-      } finally {
-        await daemon.close();
-      }
-    }
-    launches.sort((a, b) => a - b);
-    figures.push({
-      name: 'browser launch + first navigate',
-      median_ms: round(quantile(launches, 0.5)),
-      p95_ms: round(launches.at(-1)!),
-      n: 3,
-    });
-    const daemon = await startTestDaemon({ display: undefined, browser: 'headless' });
+/**
+ * Everything measured on one display size. The first size also does the
+ * per-call, link, browser and anatomy parts (they do not depend on the size).
+ */
+async function benchSize(size: Size, first: boolean, pageUrl: string, run: Run): Promise<void> {
+  await withBenchDisplay(size, async (display) => {
+    const floor = await FloorChild.start(display.display, size);
     try {
-      const client = await daemon.connect();
-      await client.batch('warm', [busing('navigate', { url: `${web.origin}/` })]);
-      figures.push(
-        await measure(client, 'browser navigate (local page)', () => [busing('navigate', { url: `${web.origin}/` })]),
-      );
-      figures.push(
-        await measure(client, 'browser left_click (coordinate)', () => [
-          busing('left_click', { target: { type: 'coordinate', x: 100, y: 100 } }),
-        ]),
-      );
-      figures.push(await measure(client, 'browser screenshot png 1280x800', () => [busing('screenshot')]));
+      const shell = await ShellOut.open(display.display);
+      try {
+        await measureSize({ size, tag: sizeTag(size), floor, shell }, display.display, first, pageUrl, run);
+      } finally {
+        await shell.close();
+      }
     } finally {
-      await daemon.close();
+      await floor.stop();
     }
-  } finally {
-    await web.close();
-  }
-  return figures;
+  });
 }
 
-const busing = (name: string, input: Record<string, unknown> = {}): ToolUse => ({
-  type: 'tool_use',
-  id: `toolu_bench_${seq++}`,
-  name,
-  toolset_name: 'browser',
-  input,
-});
+async function measureSize(bench: Bench, display: string, first: boolean, pageUrl: string, run: Run): Promise<void> {
+  const { tag, floor } = bench;
+  for (const format of FORMATS) {
+    progress(`${tag}: starting a daemon (${format})`);
+    const daemon = await startDaemonProcess({ display, format, browser: first ? 'headless' : 'off' });
+    try {
+      run.figures.push(...(await daemonFigures(daemon, bench, format, first && format === 'png')));
+      if (first && format === 'png') run.figures.push(...(await linkFigures(daemon, bench.size, ONE_WAY_MS)));
+      if (first) await browserPart(daemon, format, pageUrl, run);
+    } finally {
+      await daemon.stop();
+    }
+  }
+  if (first) {
+    progress(`${tag}: parts of the per-call path`);
+    const pngBytes = floor.samples.get('png')?.at(-1)?.bytes ?? 65_536;
+    run.figures.push(...(await anatomyFigures(display, tag, pngBytes)));
+  }
+  progress(`${tag}: cheaper encoders on their own (floor child)`);
+  for (const name of CHEAPER_PIPELINES) await floor.alone(name);
+  run.figures.push(...floorFigures(floor, tag));
+}
+
+/** A launch sample from every daemon at 1280x800, and the per-call browser figures from the PNG one. */
+async function browserPart(daemon: DaemonProcess, format: ImageFormat, pageUrl: string, run: Run): Promise<void> {
+  progress('browser launch');
+  run.launches.push(await launchSample(daemon, pageUrl));
+  if (format !== 'png') return;
+  progress('browser calls');
+  run.figures.push(...(await browserFigures(daemon, pageUrl)));
+}
 
 async function main(): Promise<void> {
   const started = performance.now();
-  const figures = [...(await benchDisplay(1280, 800)), ...(await benchDisplay(1920, 1080)), ...(await benchBrowser())];
-  const width = Math.max(...figures.map((f) => f.name.length));
-  console.log(`${'figure'.padEnd(width)}  median ms    p95 ms   bytes`);
-  for (const f of figures) {
-    console.log(
-      `${f.name.padEnd(width)}  ${f.median_ms.toFixed(2).padStart(9)} ${f.p95_ms.toFixed(2).padStart(9)}   ${f.bytes ?? ''}`,
-    );
+  const load = os.loadavg();
+  progress(
+    `${ITERATIONS} timed iterations per figure after ${WARMUP} warm-up; load average ${load.map(round2).join(' ')}`,
+  );
+  const run: Run = { figures: [], launches: [] };
+  await withWebPage(async (url) => {
+    for (const [i, size] of SIZES.entries()) await benchSize(size, i === 0, url, run);
+  });
+  progress(`memory across ${MEMORY_SCREENSHOTS} screenshots`);
+  run.memory = await memoryRun();
+  run.figures.push(run.memory.figure);
+  if (run.launches.length) run.figures.push(launchFigure(run.launches));
+  const book = ratios(run.figures, run.memory);
+  const duration = round2((performance.now() - started) / 1000);
+  const info = machine(load);
+  const source = await sourceState();
+
+  console.log(figureTable(run.figures));
+  console.log(`\n${ratioTable(book.ratios)}`);
+  if (run.memory) console.log(`\n${memoryTable(run.memory)}`);
+  if (source) {
+    const dirty = source.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
+    console.log(`\nmeasured: commit ${source.commit}${dirty}`);
   }
+  console.log(
+    `${run.figures.length} figures, ${book.ratios.length} ratios in ${duration} s on ${info.cpus} CPUs, ` +
+      `load average ${info.loadavg_start.join(' ')} → ${info.loadavg_end.join(' ')}; written to bench/results.json`,
+  );
   const out = {
-    date: new Date().toISOString(),
-    node: process.version,
+    machine: info,
+    source,
     iterations: ITERATIONS,
-    figures,
-    duration_s: round((performance.now() - started) / 1000),
+    warmup: WARMUP,
+    duration_s: duration,
+    figures: run.figures,
+    ratios: book.ratios,
+    memory: run.memory ?? null,
   };
   await writeFile(new URL('./results.json', import.meta.url), `${JSON.stringify(out, null, 2)}\n`);
-  console.log(`\n${figures.length} figures in ${out.duration_s} s; written to bench/results.json`);
 }
 
 await main();

@@ -1,0 +1,213 @@
+/**
+ * Runs the daemon the way an operator does, as its own process
+ * (`node bin/deskbatch.js serve --port 0 ...`), so its event loop is not the
+ * bench client's and its RSS is its own. DISPLAY is set to the bench's Xvfb,
+ * so the daemon starts no display of its own; the token comes from
+ * DESKBATCH_TOKEN, so nothing is written under ~/.deskbatch.
+ *
+ * The listening URL is read from the daemon's log line
+ * "deskbatch listening on ws://…" (JSON lines on stderr). Its warnings and
+ * errors are echoed to the bench's stderr. `stop()` sends SIGTERM to the pid
+ * we started (the daemon then stops its desktop worker and browser), and
+ * SIGKILL if it has not exited in time; never anything by name.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import type { ImageFormat } from '../src/desktop/driver.ts';
+import { desktopWorkerPids, processFootprint } from '../test/helpers/faults.ts';
+import { BenchClient, nextId, toolUse } from './client.ts';
+
+export const BENCH_TOKEN = 'bench-token-0123456789abcdefghij';
+const CLI = fileURLToPath(new URL('../bin/deskbatch.js', import.meta.url));
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const START_TIMEOUT_MS = 60_000;
+const STOP_GRACE_MS = 15_000;
+const GC_PRELOAD = new URL('./gc-on-signal.mjs', import.meta.url).href;
+/** Time for a full GC to run and V8 to return pages, before RSS is read again. */
+const COLLECT_WAIT_MS = 500;
+
+export interface DaemonProcessOptions {
+  display: string;
+  format: ImageFormat;
+  browser: 'off' | 'headless';
+  /**
+   * Preload bench/gc-on-signal.mjs with --expose-gc (in NODE_OPTIONS, so the
+   * desktop worker gets it too): `footprint({ collect: true })` can then ask
+   * both processes for a full garbage collection and their heap figures.
+   */
+  gcOnSignal?: boolean;
+}
+
+/** process.memoryUsage() of a process right after a full GC, in bytes. */
+export interface HeapUsage {
+  heapUsed: number;
+  heapTotal: number;
+  external: number;
+  arrayBuffers: number;
+}
+
+export interface Footprint {
+  rss: number;
+  /** The anonymous part of RSS (heaps, malloc), from /proc/<pid>/status RssAnon; the rest is mapped files. */
+  rssAnon: number;
+  /** Only after a collection, from processes started with `gcOnSignal`. */
+  heap?: HeapUsage;
+}
+
+export interface DaemonProcess {
+  url: string;
+  pid: number;
+  /** A fresh connection (a new session). */
+  connect(): Promise<BenchClient>;
+  /** RSS of the daemon process and of its desktop worker child; with `collect`, after a full GC, and their heaps. */
+  footprint(options?: { collect?: boolean }): Promise<{ daemon: Footprint; worker: Footprint | undefined }>;
+  stop(): Promise<void>;
+}
+
+export async function startDaemonProcess(options: DaemonProcessOptions): Promise<DaemonProcess> {
+  const dir = await mkdtemp(join(tmpdir(), 'deskbatch-bench-'));
+  const args = [
+    CLI,
+    'serve',
+    ...['--host', '127.0.0.1', '--port', '0'],
+    ...['--browser', options.browser],
+    ...['--screenshot-format', options.format],
+    ...['--screenshots-dir', join(dir, 'screenshots'), '--downloads-dir', join(dir, 'downloads')],
+    ...['--log-level', 'info'],
+  ];
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      DISPLAY: options.display,
+      DESKBATCH_TOKEN: BENCH_TOKEN,
+      ...(options.gcOnSignal
+        ? { NODE_OPTIONS: withGcPreload(process.env.NODE_OPTIONS), DESKBATCH_BENCH_HEAP_DIR: dir }
+        : {}),
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const echo = { on: true };
+  const stop = once(async () => {
+    echo.on = false; // its shutdown warnings (the browser going away) are expected
+    await stopChild(child, exited);
+    await rm(dir, { recursive: true, force: true });
+  });
+  try {
+    const url = await listeningUrl(child, exited, echo);
+    const daemon: DaemonProcess = {
+      url,
+      pid: child.pid!,
+      connect: () => BenchClient.open(url, BENCH_TOKEN),
+      footprint: (opts) => footprint(child.pid!, dir, opts?.collect ?? false),
+      stop,
+    };
+    await waitForWorker(daemon);
+    return daemon;
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** Resolves with the ws URL from the "deskbatch listening on" log line; echoes warnings and errors. */
+function listeningUrl(child: ChildProcess, exited: Promise<void>, echo: { on: boolean }): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the daemon did not listen within 60 s')), START_TIMEOUT_MS);
+    void exited.then(() => reject(new Error(`the daemon exited during start (code ${child.exitCode})`)));
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      const entry = parseLogLine(line);
+      const m = /^deskbatch listening on (ws:\/\/\S+)$/.exec(entry?.msg ?? '');
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      } else if (echo.on && (!entry || entry.level === 'warn' || entry.level === 'error')) {
+        process.stderr.write(`[daemon ${child.pid}] ${line}\n`);
+      }
+    });
+  });
+}
+
+function parseLogLine(line: string): { level?: string; msg?: string } | undefined {
+  try {
+    return JSON.parse(line) as { level?: string; msg?: string };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The desktop worker starts after the daemon listens (1–3 s): one call waits for it. */
+async function waitForWorker(daemon: DaemonProcess): Promise<void> {
+  const client = await daemon.connect();
+  try {
+    await client.batch(nextId('warm'), [toolUse('computer', 'cursor_position')]);
+  } finally {
+    client.close();
+  }
+}
+
+async function footprint(
+  pid: number,
+  heapDir: string,
+  collect: boolean,
+): Promise<{ daemon: Footprint; worker: Footprint | undefined }> {
+  const [workerPid] = await desktopWorkerPids(pid);
+  const asked = collect ? [pid, workerPid].filter((p): p is number => p !== undefined && catchesSigusr2(p)) : [];
+  for (const p of asked) {
+    await rm(heapFile(heapDir, p), { force: true });
+    process.kill(p, 'SIGUSR2');
+  }
+  if (asked.length) await sleep(COLLECT_WAIT_MS);
+  const one = async (p: number): Promise<Footprint> => {
+    const rss = (await processFootprint(p)).rssBytes;
+    const rssAnon = await anonRss(p);
+    if (!asked.includes(p)) return { rss, rssAnon };
+    const heap = await readFile(heapFile(heapDir, p), 'utf8').then(
+      (text) => JSON.parse(text) as HeapUsage,
+      () => undefined,
+    );
+    return heap ? { rss, rssAnon, heap } : { rss, rssAnon };
+  };
+  return { daemon: await one(pid), worker: workerPid === undefined ? undefined : await one(workerPid) };
+}
+
+const heapFile = (dir: string, pid: number): string => join(dir, `${pid}.json`);
+
+async function anonRss(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  return Number(/^RssAnon:\s+(\d+)\s+kB/m.exec(status)?.[1] ?? NaN) * 1024;
+}
+
+/** Whether `pid` has a SIGUSR2 handler (SigCgt in /proc): the signal's default action would end the process. */
+function catchesSigusr2(pid: number): boolean {
+  try {
+    const caught = /^SigCgt:\s+([0-9a-f]+)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+    return caught !== undefined && (BigInt(`0x${caught}`) & (1n << 11n)) !== 0n; // SIGUSR2 is 12
+  } catch {
+    return false;
+  }
+}
+
+function withGcPreload(existing: string | undefined): string {
+  return [existing, '--expose-gc', `--import=${GC_PRELOAD}`].filter(Boolean).join(' ');
+}
+
+async function stopChild(child: ChildProcess, exited: Promise<void>): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
+  await exited;
+  clearTimeout(timer);
+}
+
+function once(fn: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () => (running ??= fn());
+}
