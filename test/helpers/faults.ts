@@ -49,20 +49,13 @@ export async function desktopWorkerPids(root = process.pid): Promise<number[]> {
     .map((p) => p.pid);
 }
 
-/** The Chromium browser processes (not renderers or other helpers, which carry `--type=`) under `root`. */
-export async function browserPids(root = process.pid): Promise<number[]> {
-  return (await descendants(root))
-    .filter((p) => /chromium/.test(p.argv[0] ?? '') && !p.argv.some((a) => a.startsWith('--type=')))
-    .map((p) => p.pid);
-}
-
 /**
  * The Chromium browser processes under `root`, without its zygotes, renderers
  * and other helpers. Chromium rewrites those helpers' command lines into one
  * space-separated string (no NUL separators), so `--type=` is looked for
- * inside each argument, not only at its start as `browserPids` does (which
- * therefore also returns the zygotes and their children when `root` is not
- * the browser's direct parent). The program must be `chromium` itself, not
+ * inside each argument, not only at its start (which would also return the
+ * zygotes and their children when `root` is not the browser's direct
+ * parent). The program must be `chromium` itself, not
  * `chrome_crashpad_handler` beside it.
  */
 export async function chromiumBrowserPids(root = process.pid): Promise<number[]> {
