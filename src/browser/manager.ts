@@ -201,9 +201,13 @@ export class BrowserManager {
   }
 
   async close(): Promise<void> {
-    for (const id of [...this.sessions.keys()]) await this.closeSession(id);
+    // Closing the browser closes every context with it; closing 32 contexts one by one first
+    // took 18.7 s and overran the shutdown deadline (measured by the soak run).
+    const sessions = [...this.sessions.values()];
+    this.sessions.clear();
     await this.browser?.close().catch(() => undefined);
     this.browser = undefined;
+    await Promise.all(sessions.map((s) => s.close()));
   }
 }
 
@@ -557,7 +561,7 @@ export class BrowserSession {
     if (ok) await this.settle(acted);
     if (token !== this.callToken) return undefined;
     this.inCall = false;
-    const opened = this.openedDuringCall.filter((id) => this.tabs.has(id));
+    const openedDuringCall = this.openedDuringCall;
     this.openedDuringCall = [];
     // Whatever error the call failed with (Playwright's own, a timeout), a browser that died
     // during it is the cause; a call that relaunched and finished on a live browser is fine.
@@ -567,6 +571,8 @@ export class BrowserSession {
     }
     if (!ok) return undefined;
     const tabs = await this.inventory();
+    // Only tabs still open once the inventory is taken: a popup may close while titles are read.
+    const opened = openedDuringCall.filter((id) => tabs.some((t) => t.tab_id === id));
     const latest = new Map<string, BrowserStateChange>();
     for (const change of this.pendingChanges) if ('download_id' in change) latest.set(change.download_id, change);
     const changes: BrowserStateChange[] = [
@@ -649,13 +655,20 @@ export class BrowserSession {
   }
 
   async inventory(): Promise<TabEntry[]> {
-    const entries: TabEntry[] = [];
-    for (const [tab_id, { page }] of this.tabs) {
+    const titles = new Map<string, string>();
+    for (const [tab_id, { page }] of [...this.tabs]) {
       // A page stuck in a script must not block every call of the session: its title is then ''.
-      const title = await Promise.race([page.title().catch(() => ''), sleep(TITLE_WAIT_MS).then(() => '')]);
-      entries.push({ tab_id, title, url: page.url(), ...(tab_id === this.activeId ? { active: true } : {}) });
+      titles.set(tab_id, await Promise.race([page.title().catch(() => ''), sleep(TITLE_WAIT_MS).then(() => '')]));
     }
-    return entries;
+    // Tabs may open or close while titles are read: list the tabs open now, and the active one now
+    // (a tab that closed meanwhile moved the active mark; listing it would leave no tab active).
+    if (this.activeId === undefined || !this.tabs.has(this.activeId)) this.activeId = [...this.tabs.keys()].at(-1);
+    return [...this.tabs].map(([tab_id, { page }]) => ({
+      tab_id,
+      title: titles.get(tab_id) ?? '',
+      url: page.url(),
+      ...(tab_id === this.activeId ? { active: true } : {}),
+    }));
   }
 
   async close(): Promise<void> {
