@@ -704,6 +704,34 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
     return { pid, helpers: helpers.map((p) => p.pid) };
   }
 
+  /**
+   * Runs a browser batch and SIGKILLs Chromium `afterMs` into its first call (the test stopped
+   * Chromium or its helpers so the call is stuck in `during`): that call fails retryably with
+   * BrowserCrashedError, the rest is not executed, and the next batch works again.
+   */
+  async function killChromiumMidCall(
+    c: TestClient,
+    pid: number,
+    helpers: number[],
+    afterMs: number,
+    during: string,
+  ): Promise<void> {
+    const batch = uses();
+    let r: Run;
+    try {
+      r = await run(c, batch, { fault: { index: 0, afterMs, inject: () => void killAll([pid]) } });
+    } finally {
+      killAll([pid, ...helpers]);
+    }
+    measure(`batch with Chromium killed during ${during} (${r.result.failures[0]?.error.type})`, r.ms);
+    assertRetryableFailure(batch, r.result, 0, ['BrowserCrashedError']);
+    assertHaltedAfter(batch, r.result, 0, BROWSER_NOT_EXECUTED_TEXT);
+    const back = await untilOk(c, uses, `browser batch after Chromium died during ${during}`);
+    assert.match(textOf(back.result, 1), /alpha page/);
+    await freshHello(d);
+    await assertNoStrayResults(c);
+  }
+
   test("killed while a new session's browser context is being created: the call fails with BrowserCrashedError, retryable", async () => {
     await browserUp();
     const { pid, helpers } = await theBrowser();
@@ -712,20 +740,7 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
       await c.hello();
       // Stopped, Chromium still holds its pipe: the daemon takes it for alive and asks it for the new context.
       process.kill(pid, 'SIGSTOP');
-      const batch = uses();
-      let r: Run;
-      try {
-        r = await run(c, batch, { fault: { index: 0, afterMs: 500, inject: () => void killAll([pid]) } });
-      } finally {
-        killAll([pid, ...helpers]);
-      }
-      measure(`batch with Chromium killed during newContext (${r.result.failures[0]?.error.type})`, r.ms);
-      assertRetryableFailure(batch, r.result, 0, ['BrowserCrashedError']);
-      assertHaltedAfter(batch, r.result, 0, BROWSER_NOT_EXECUTED_TEXT);
-      const back = await untilOk(c, uses, 'browser batch after Chromium died during newContext');
-      assert.match(textOf(back.result, 1), /alpha page/);
-      await freshHello(d);
-      await assertNoStrayResults(c);
+      await killChromiumMidCall(c, pid, helpers, 500, 'newContext');
     } finally {
       c.close();
     }
@@ -745,20 +760,7 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
       const { pid, helpers } = await theBrowser();
       // With its zygotes and renderers stopped, Chromium cannot finish the new tab: the kill lands mid-newPage.
       killAll(helpers, 'SIGSTOP');
-      const batch = uses();
-      let r: Run;
-      try {
-        r = await run(c, batch, { fault: { index: 0, afterMs: 2_000, inject: () => void killAll([pid]) } });
-      } finally {
-        killAll([pid, ...helpers]);
-      }
-      measure(`batch with Chromium killed during newPage (${r.result.failures[0]?.error.type})`, r.ms);
-      assertRetryableFailure(batch, r.result, 0, ['BrowserCrashedError']);
-      assertHaltedAfter(batch, r.result, 0, BROWSER_NOT_EXECUTED_TEXT);
-      const back = await untilOk(c, uses, 'browser batch after Chromium died during newPage');
-      assert.match(textOf(back.result, 1), /alpha page/);
-      await freshHello(d);
-      await assertNoStrayResults(c);
+      await killChromiumMidCall(c, pid, helpers, 2_000, 'newPage');
     } finally {
       c.close();
     }
