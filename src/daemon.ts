@@ -14,7 +14,8 @@ import { fitSize, type Geometry } from './geometry.ts';
 import type { Logger } from './log.ts';
 import { PROTOCOL_PATH } from './protocol.ts';
 import { ScreenshotStore } from './screenshot-store.ts';
-import { DeskbatchServer } from './server/server.ts';
+import { DeskbatchServer, type HttpRoute, type SocketRoute } from './server/server.ts';
+import { ActivityHub } from './activity.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
 import { BROWSER_MEMBER_NAMES, createBrowserToolset } from '../toolsets/browser/index.ts';
 import { BrowserManager, BrowserUnavailableError } from './browser/manager.ts';
@@ -29,6 +30,8 @@ export interface Daemon {
   server: DeskbatchServer;
   driver: DesktopDriver;
   store: ScreenshotStore;
+  /** Sessions, batches and calls as they happen (metrics, the viewer). */
+  activity: ActivityHub;
   /** Graceful shutdown within `config.shutdownDeadlineMs`. Idempotent. */
   close(): Promise<void>;
 }
@@ -111,10 +114,19 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     store,
     log,
   });
-  const server = new DeskbatchServer({
+  const activity = new ActivityHub((err) =>
+    log.error('activity observer failed; unsubscribed', { error: String(err) }),
+  );
+  // Endpoints beside the protocol's own, on the same port; each module adds its own.
+  const routes: HttpRoute[] = [];
+  const sockets: SocketRoute[] = [];
+  const server: DeskbatchServer = new DeskbatchServer({
     config,
     executor,
     log,
+    activity,
+    routes,
+    sockets,
     geometry: () => {
       // The worker answers one call at a time; a welcome must not wait behind a long hold_key.
       const fresh = driver.displaySize().then((display) => {
@@ -135,6 +147,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     server,
     driver,
     store,
+    activity,
     close() {
       closing ??= (async () => {
         await server.close();

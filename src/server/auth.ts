@@ -19,18 +19,21 @@ function offeredSubprotocols(req: IncomingMessage): string[] {
   return header ? header.split(',').map((p) => p.trim()) : [];
 }
 
-/** The token a client presented, if any. */
-export function presentedToken(req: IncomingMessage): string | undefined {
+/**
+ * The token a client presented, if any. The subprotocol form counts only next to the endpoint's
+ * own subprotocol (`deskbatch.v1` unless another is named).
+ */
+export function presentedToken(req: IncomingMessage, subprotocol: string = PROTOCOL_VERSION): string | undefined {
   const auth = req.headers.authorization;
   const bearer = auth && /^Bearer\s+(\S+)\s*$/i.exec(auth);
   if (bearer) return bearer[1];
   const offered = offeredSubprotocols(req);
-  if (!offered.includes(PROTOCOL_VERSION)) return undefined;
+  if (!offered.includes(subprotocol)) return undefined;
   return offered.find((p) => p.startsWith(TOKEN_SUBPROTOCOL_PREFIX))?.slice(TOKEN_SUBPROTOCOL_PREFIX.length);
 }
 
-export function isAuthorized(req: IncomingMessage, token: string): boolean {
-  const presented = presentedToken(req);
+export function isAuthorized(req: IncomingMessage, token: string, subprotocol?: string): boolean {
+  const presented = presentedToken(req, subprotocol);
   return presented !== undefined && tokensEqual(presented, token);
 }
 
@@ -39,4 +42,23 @@ export function isOriginAllowed(req: IncomingMessage, allowOrigins: readonly str
   const origin = req.headers.origin;
   if (origin === undefined) return true;
   return allowOrigins.includes(origin.toLowerCase());
+}
+
+/**
+ * A page this daemon served, connecting back: its Origin is `http://<Host>`. Only for a Host that is
+ * an IP literal or `localhost` (a DNS name could be rebound to this machine by a hostile page); the
+ * token is still required.
+ */
+export function isSameOrigin(req: IncomingMessage): boolean {
+  const { origin, host } = req.headers;
+  if (origin === undefined || host === undefined) return false;
+  let url: URL;
+  try {
+    url = new URL(origin);
+  } catch {
+    return false;
+  }
+  if (url.protocol !== 'http:' || url.host !== host.toLowerCase()) return false;
+  const name = url.hostname;
+  return name === 'localhost' || /^\d{1,3}(\.\d{1,3}){3}$/.test(name) || name.startsWith('[');
 }

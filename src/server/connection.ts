@@ -25,6 +25,8 @@ export interface SessionRegistry {
   findSession(id: string): Session | undefined;
   releaseSession(session: Session, owner: object): void;
   welcome(session: Session, resumed: boolean): Promise<Welcome>;
+  /** A resent batch_id was answered from the stored result (for observers). */
+  replayed(session: Session, batchId: string): void;
   /** False once shutdown began: no new sessions or batches. */
   accepting(): boolean;
 }
@@ -210,6 +212,7 @@ export class Connection {
       case 'queue_full':
         return this.error('queue_full', `at most ${limits.maxQueuedBatches} batches may wait in a session`, id);
       case 'replayed':
+        this.deps.sessions.replayed(session, id);
         void outcome.result.then((r) => this.send({ ...r, replayed: true }));
         return;
       case 'accepted':

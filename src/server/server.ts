@@ -3,7 +3,7 @@
  * heartbeat, limits, and an idempotent close. Tool work is delegated to the
  * Executor through Sessions; this file knows the protocol, not the tools.
  */
-import { createServer, type IncomingMessage, type Server as HttpServer } from 'node:http';
+import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -11,12 +11,46 @@ import type { DaemonConfig } from '../config.ts';
 import type { Executor } from '../executor/executor.ts';
 import type { Logger } from '../log.ts';
 import { PROTOCOL_PATH, PROTOCOL_VERSION, type ToolsetInfo, type Welcome } from '../protocol.ts';
-import { isAuthorized, isOriginAllowed } from './auth.ts';
+import { isAuthorized, isOriginAllowed, isSameOrigin } from './auth.ts';
 import { Connection } from './connection.ts';
 import { Session } from './session.ts';
 import { KeyedBuckets } from './rate-limit.ts';
 import { RepeatTracker } from '../executor/repeats.ts';
 import type { Geometry } from '../geometry.ts';
+import { ActivityHub } from '../activity.ts';
+
+/**
+ * A plain HTTP route on the daemon's port (health, metrics, the viewer page).
+ * `auth: 'token'` routes need `Authorization: Bearer <token>`; the server checks it before `handle` runs.
+ */
+export interface HttpRoute {
+  method: 'GET';
+  path: string;
+  auth: 'none' | 'token';
+  handle(req: IncomingMessage, res: ServerResponse): void | Promise<void>;
+}
+
+/**
+ * A WebSocket endpoint other than the protocol's own (the viewer's feed). The server runs the same
+ * handshake checks as for /v1: rate limit, Origin, token (header, or `deskbatch.token.<token>` offered
+ * next to `subprotocol`). With `sameOrigin`, a page served by this daemon may connect too: its Origin
+ * must name the Host it was served from.
+ */
+export interface SocketRoute {
+  path: string;
+  subprotocol: string;
+  sameOrigin?: boolean;
+  handle(ws: WebSocket, req: IncomingMessage): void;
+}
+
+/** What the daemon holds now, for readiness and metrics. */
+export interface ServerStatus {
+  accepting: boolean;
+  sessions: number;
+  connections: number;
+  /** Batches queued or running, over every session. */
+  activeBatches: number;
+}
 
 export interface ServerDeps {
   config: DaemonConfig;
@@ -24,6 +58,10 @@ export interface ServerDeps {
   log: Logger;
   /** The display and screenshot sizes now, or undefined while the display is unreachable. */
   geometry: () => Promise<Geometry | undefined>;
+  /** Where the server publishes what happens (sessions, batches, calls). */
+  activity?: ActivityHub;
+  routes?: readonly HttpRoute[];
+  sockets?: readonly SocketRoute[];
 }
 
 type State = 'idle' | 'running' | 'closing' | 'closed';
@@ -37,24 +75,74 @@ export class DeskbatchServer {
   private state: State = 'idle';
   private readonly handshakes: KeyedBuckets;
   private closing: Promise<void> | undefined;
+  readonly activity: ActivityHub;
+  private readonly routes: ReadonlyMap<string, HttpRoute>;
+  private readonly sockets: ReadonlyMap<string, { route: SocketRoute; wss: WebSocketServer }>;
 
   constructor(private readonly deps: ServerDeps) {
     const { config } = deps;
+    this.activity = deps.activity ?? new ActivityHub();
     this.handshakes = new KeyedBuckets(config.limits.handshakeBurst, config.limits.handshakesPerSecond);
-    this.http = createServer((req, res) => {
-      if (req.method === 'GET' && req.url === '/healthz') {
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
-        return;
-      }
-      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
-    });
+    const healthz: HttpRoute = {
+      method: 'GET',
+      path: '/healthz',
+      auth: 'none',
+      handle: (_req, res) => void res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}'),
+    };
+    this.routes = new Map([healthz, ...(deps.routes ?? [])].map((r) => [`${r.method} ${r.path}`, r]));
+    this.http = createServer((req, res) => void this.onRequest(req, res));
     this.wss = new WebSocketServer({
       noServer: true,
       maxPayload: config.limits.maxPayloadBytes,
       // Browser clients carry the token as a second subprotocol; we select only the version.
       handleProtocols: (protocols) => (protocols.has(PROTOCOL_VERSION) ? PROTOCOL_VERSION : false),
     });
+    this.sockets = new Map(
+      (deps.sockets ?? []).map((route) => [
+        route.path,
+        {
+          route,
+          wss: new WebSocketServer({
+            noServer: true,
+            maxPayload: 64 * 1024,
+            handleProtocols: (protocols) => (protocols.has(route.subprotocol) ? route.subprotocol : false),
+          }),
+        },
+      ]),
+    );
     this.http.on('upgrade', (req, socket, head) => this.onUpgrade(req, socket, head));
+  }
+
+  private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? '').split('?')[0] ?? '';
+    const route = this.routes.get(`${req.method} ${path}`);
+    if (!route) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
+      return;
+    }
+    if (route.auth === 'token' && !isAuthorized(req, this.deps.config.token)) {
+      res.writeHead(401, { 'content-type': 'text/plain', 'www-authenticate': 'Bearer' }).end('unauthorized\n');
+      return;
+    }
+    try {
+      await route.handle(req, res);
+    } catch (err) {
+      this.deps.log.error('http route failed', { path, error: String(err) });
+      if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
+      res.end('internal error\n');
+    }
+  }
+
+  /** Sessions, connections and batches held now. */
+  status(): ServerStatus {
+    let activeBatches = 0;
+    for (const s of this.sessions.values()) activeBatches += s.active;
+    return {
+      accepting: this.accepting(),
+      sessions: this.sessions.size,
+      connections: this.connections.size,
+      activeBatches,
+    };
   }
 
   async listen(): Promise<AddressInfo> {
@@ -93,20 +181,26 @@ export class DeskbatchServer {
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const { config, log } = this.deps;
     socket.on('error', () => socket.destroy());
-    const path = (req.url ?? '').split('?')[0];
+    const path = (req.url ?? '').split('?')[0] ?? '';
     if (this.state !== 'running') return this.reject(socket, 503, 'Service Unavailable');
-    if (path !== PROTOCOL_PATH) return this.reject(socket, 404, 'Not Found');
+    const extra = this.sockets.get(path);
+    if (path !== PROTOCOL_PATH && !extra) return this.reject(socket, 404, 'Not Found');
     // Before the token check, so guessing tokens is slowed down too.
     if (!this.handshakes.take(req.socket.remoteAddress ?? '')) {
       return this.reject(socket, 429, 'Too Many Requests', { 'retry-after': '1' });
     }
-    if (!isOriginAllowed(req, config.allowOrigins)) {
+    const sameOrigin = extra?.route.sameOrigin === true && isSameOrigin(req);
+    if (!sameOrigin && !isOriginAllowed(req, config.allowOrigins)) {
       log.warn('refused handshake: origin not allowed', { origin: String(req.headers.origin).slice(0, 200) });
       return this.reject(socket, 403, 'Forbidden');
     }
-    if (!isAuthorized(req, config.token)) {
+    if (!isAuthorized(req, config.token, extra?.route.subprotocol)) {
       log.warn('refused handshake: missing or wrong token', { remote: req.socket.remoteAddress });
       return this.reject(socket, 401, 'Unauthorized', { 'www-authenticate': 'Bearer' });
+    }
+    if (extra) {
+      extra.wss.handleUpgrade(req, socket, head, (ws) => extra.route.handle(ws, req));
+      return;
     }
     if (this.connections.size >= config.limits.maxSessions) {
       return this.reject(socket, 503, 'Service Unavailable');
@@ -130,25 +224,47 @@ export class DeskbatchServer {
     const { config, executor, log } = this.deps;
     if (this.sessions.size >= config.limits.maxSessions) return undefined;
     const repeats = new RepeatTracker();
+    const activity = this.activity;
     const session: Session = new Session(
       { maxQueuedBatches: config.limits.maxQueuedBatches, resultCache: config.resultCache },
-      (batchId, toolUses, signal) =>
-        executor.run({
-          sessionId: session.id,
+      async (batchId, toolUses, signal) => {
+        const id = session.id;
+        if (activity.observed) {
+          activity.publish({
+            type: 'batch_started',
+            session: id,
+            batch_id: batchId,
+            tool_uses: toolUses,
+            at: Date.now(),
+          });
+        }
+        const result = await executor.run({
+          sessionId: id,
           batchId,
           toolUses,
           signal,
-          emit: (event) => session.emit?.(event),
+          emit: (event) => {
+            if (activity.observed) activity.publish({ type: 'tool_event', session: id, event, at: Date.now() });
+            session.emit?.(event);
+          },
           repeats,
-        }),
+        });
+        if (activity.observed) activity.publish({ type: 'batch_finished', session: id, result, at: Date.now() });
+        return result;
+      },
     );
     this.sessions.set(session.id, session);
     log.info('session opened', { session: session.id });
+    this.activity.publish({ type: 'session_opened', session: session.id, at: Date.now() });
     return session;
   }
 
   findSession(id: string): Session | undefined {
     return this.sessions.get(id);
+  }
+
+  replayed(session: Session, batchId: string): void {
+    this.activity.publish({ type: 'batch_replayed', session: session.id, batch_id: batchId, at: Date.now() });
   }
 
   /** The connection dropped: cancel its work, keep the session for the grace period. */
@@ -158,6 +274,7 @@ export class DeskbatchServer {
       session.close();
       void this.deps.executor.closeSession(session.id);
       this.deps.log.info('session expired', { session: session.id });
+      this.activity.publish({ type: 'session_closed', session: session.id, at: Date.now(), reason: 'expired' });
     });
   }
 
@@ -223,10 +340,15 @@ export class DeskbatchServer {
       Promise.all([...this.connections].map((c) => c.close(1001, 'server shutting down'))),
       deadline,
     ]);
-    for (const s of this.sessions.values()) s.close();
+    for (const s of this.sessions.values()) {
+      s.close();
+      this.activity.publish({ type: 'session_closed', session: s.id, at: Date.now(), reason: 'shutdown' });
+    }
     this.sessions.clear();
-    for (const ws of this.wss.clients) ws.terminate();
-    this.wss.close();
+    for (const wss of [this.wss, ...[...this.sockets.values()].map((x) => x.wss)]) {
+      for (const ws of wss.clients) ws.terminate();
+      wss.close();
+    }
     // Only now: http.close() also closes "idle" connections, and Node counts upgraded WebSocket
     // sockets among them, which would cut them before their results were sent. New handshakes
     // were refused with 503 since the start of the shutdown.

@@ -1,0 +1,47 @@
+/**
+ * What happens in the daemon, as one stream of events for its observers: the
+ * metrics, the live viewer, logs. The server publishes; observers subscribe.
+ * An observer that throws is cut off, never the batch: observing must not
+ * change what the model reads.
+ */
+import type { BatchResult, ToolEvent, ToolUse } from './protocol.ts';
+
+export type Activity =
+  | { type: 'session_opened'; session: string; at: number }
+  | { type: 'session_closed'; session: string; at: number; reason: 'expired' | 'shutdown' }
+  | { type: 'batch_started'; session: string; batch_id: string; tool_uses: readonly ToolUse[]; at: number }
+  | { type: 'tool_event'; session: string; event: ToolEvent; at: number }
+  /** The full result, images included; observers must not keep more of it than they need. */
+  | { type: 'batch_finished'; session: string; result: BatchResult; at: number }
+  | { type: 'batch_replayed'; session: string; batch_id: string; at: number };
+
+export type ActivityListener = (activity: Activity) => void;
+
+/** Publishes `Activity` to its subscribers, synchronously and in order. */
+export class ActivityHub {
+  private readonly listeners = new Set<ActivityListener>();
+
+  constructor(private readonly onListenerError: (err: unknown) => void = () => undefined) {}
+
+  /** Subscribes; the returned function unsubscribes. */
+  subscribe(listener: ActivityListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** True when someone listens: publishers may skip building an event nobody reads. */
+  get observed(): boolean {
+    return this.listeners.size > 0;
+  }
+
+  publish(activity: Activity): void {
+    for (const listener of this.listeners) {
+      try {
+        listener(activity);
+      } catch (err) {
+        this.listeners.delete(listener);
+        this.onListenerError(err);
+      }
+    }
+  }
+}
