@@ -12,16 +12,7 @@
 import { mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  chromium,
-  type Browser,
-  type BrowserContext,
-  type ConsoleMessage,
-  type Dialog,
-  type Download,
-  type Page,
-  type Request,
-} from 'playwright';
+import type { Browser, BrowserContext, ConsoleMessage, Dialog, Download, Page, Request } from 'playwright';
 import { ToolInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { StartGuard } from '../resilience.ts';
@@ -123,6 +114,9 @@ export class BrowserManager {
     const { mode, display, executablePath, launchTimeoutMs, log } = this.options;
     const headless = mode === 'headless' || !display;
     const t0 = performance.now();
+    // Imported on first launch: loading Playwright takes about 2.5 s of CPU here, which a daemon
+    // started with the browser off, or one that never receives a browser call, should not pay.
+    const { chromium } = await import('playwright');
     const browser = await chromium
       .launch({
         executablePath,
