@@ -26,9 +26,22 @@ interface StoredBatch {
   bytes: number;
 }
 
-/** Rough size of a stored result: its serialised length. */
-function resultBytes(result: BatchResult): number {
-  return Buffer.byteLength(JSON.stringify(result.tool_results)) + 1024;
+/**
+ * Rough size of a stored result: its strings (image data dominates) plus a fixed share per block.
+ * Not a JSON.stringify of the result: that copied every image once more per batch, for a bound.
+ */
+export function resultBytes(result: BatchResult): number {
+  let bytes = 1024;
+  for (const r of result.tool_results) {
+    bytes += 128 + r.tool_use_id.length;
+    for (const block of r.content) {
+      bytes += 64;
+      if (block.type === 'text') bytes += block.text.length;
+      else if (block.type === 'image') bytes += block.source.data.length;
+      else bytes += JSON.stringify(block).length;
+    }
+  }
+  return bytes;
 }
 
 export type SubmitOutcome =
