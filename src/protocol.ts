@@ -51,6 +51,8 @@ export const HelloSchema = z.strictObject({
   client: z.string().max(200).optional(),
   /** Reattach to a session whose connection dropped within the grace period. */
   resume_session_id: z.string().min(1).max(128).optional(),
+  /** `false`: this connection gets no `tool_event` frames, only results (one frame per batch). Default true. */
+  events: z.boolean().optional(),
 });
 
 export const BatchSchema = z.strictObject({

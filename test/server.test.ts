@@ -242,6 +242,28 @@ describe('messages', () => {
     const welcome = c.messages.find((m): m is Welcome => m.type === 'welcome');
     assert.ok(welcome, 'welcome was sent');
   });
+
+  test('hello.events false: a batch is answered by its result frame alone; true turns events back on', async () => {
+    const c = await d.connect();
+    c.send({ type: 'hello', events: false });
+    await c.next((m): m is Welcome => m.type === 'welcome');
+    const uses = [computerUse('wait', { duration: 0 }), computerUse('key', { text: 'Return', repeat: 0 })];
+    const quiet = await c.batch('quiet', uses);
+    assert.equal(quiet.events.length, 0);
+    assert.deepEqual(
+      quiet.result.failures.map((f) => f.error.type),
+      ['ToolInputError'],
+      'the result still says what failed',
+    );
+    c.send({ type: 'hello', events: true });
+    await c.next((m): m is Welcome => m.type === 'welcome');
+    const loud = await c.batch('loud', uses);
+    assert.deepEqual(
+      loud.events.map((e) => e.phase),
+      ['started', 'succeeded', 'started', 'failed'],
+    );
+    assert.deepEqual(loud.result.tool_results, quiet.result.tool_results);
+  });
 });
 
 describe('shutdown', () => {

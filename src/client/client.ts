@@ -68,6 +68,8 @@ export interface ConnectOptions {
   reconnect?: Partial<ReconnectOptions> | false;
   /** Called with every `tool_event` (also available as `client.on('tool_event')`). */
   onToolEvent?: (event: ToolEvent) => void;
+  /** `false` asks the daemon for no `tool_event` frames at all (`hello.events`): one frame per batch. Default true. */
+  events?: boolean;
   /** Aborting it stops connecting, or closes the client once connected. */
   signal?: AbortSignal;
   /** Limit for the HTTP upgrade and, separately, for the answer to `hello`. Default 10,000 ms. */
@@ -497,6 +499,7 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
                 type: 'hello',
                 client: this.options.clientName ?? 'deskbatch-client/1',
                 ...(resume ? { resume_session_id: resume } : {}),
+                ...(this.options.events === false ? { events: false } : {}),
               };
               ws.send(JSON.stringify(hello));
             }),

@@ -48,6 +48,8 @@ export class Connection {
   private done = false;
   private log: Logger;
   private readonly messages: TokenBucket;
+  /** Whether this connection wants `tool_event` frames (`hello.events`). */
+  private events = true;
   /** Messages are handled one at a time, so a hello is answered before a batch sent right after it. */
   private inbox: Promise<void> = Promise.resolve();
 
@@ -152,6 +154,7 @@ export class Connection {
   }
 
   private async onHello(msg: HelloMessage): Promise<void> {
+    if (msg.events !== undefined) this.events = msg.events;
     if (this.session) {
       if (msg.resume_session_id && msg.resume_session_id !== this.session.id) {
         return this.error('invalid_message', 'hello with resume_session_id must be the first message');
@@ -180,7 +183,9 @@ export class Connection {
     this.log = this.deps.log.child({ remote: this.deps.remote, session: session.id });
     session.attach(
       this,
-      (event) => this.send(event),
+      (event) => {
+        if (this.events) this.send(event);
+      },
       () => {
         // Another connection resumed this session; this one no longer owns it and takes no more work.
         this.done = true;
