@@ -40,7 +40,7 @@ export async function launchSample(daemon: DaemonProcess, url: string): Promise<
 
 export function launchFigure(samples: readonly number[]): Figure {
   return figure('browser.launch', 'browser: launch + first navigate (fresh daemon)', samples, {
-    note: 'one sample per daemon started at 1280x800',
+    note: 'one sample per daemon started with a browser (PNG and JPEG, 1280x800)',
   });
 }
 

@@ -55,7 +55,7 @@ export class FloorChild {
    * information, not a side of a ratio.
    */
   async alone(pipeline: string): Promise<void> {
-    const iterations = Math.max(10, Math.round(ITERATIONS / 2));
+    const iterations = Math.max(10, Math.round(ITERATIONS / 3));
     await timeLoop((i) => this.run(pipeline, i >= WARMUP), iterations);
   }
 
