@@ -125,6 +125,12 @@ export class BenchClient {
     });
   }
 
+  /** `hello` with `events: false`: the daemon then answers a batch with its result frame only. */
+  async quiet(): Promise<BenchClient> {
+    await this.request({ type: 'hello', events: false }, (m): m is ServerMessage => m.type === 'welcome');
+    return this;
+  }
+
   ping(): Promise<Reply> {
     return this.request({ type: 'ping' }, (m): m is ServerMessage => m.type === 'pong');
   }

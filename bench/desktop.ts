@@ -147,13 +147,16 @@ async function overheadFigures(daemon: DaemonProcess, b: Bench): Promise<Figure[
   progress(`${b.tag}: per-call overhead`);
   const link = new Link(() => daemon.connect());
   const replayer = new Replayer();
+  const quietLink = new Link(async () => (await daemon.connect()).quiet());
   const cursor = new Bytes();
+  const quiet = new Bytes();
   const cursor10 = new Bytes();
   try {
     const t = await interleave({
       ping: async () => (await (await link.ready(1)).ping()).ms,
       replay: () => replayer.replay(link),
       cursor: () => cursor.batch(link, [computer('cursor_position')]),
+      quiet: () => quiet.batch(quietLink, [computer('cursor_position')]),
       cursor10: () =>
         cursor10.batch(
           link,
@@ -164,6 +167,12 @@ async function overheadFigures(daemon: DaemonProcess, b: Bench): Promise<Figure[
       figure(`ping.${b.tag}`, `ws ping → pong (loopback) ${b.tag}`, t.ping),
       figure(`replay.${b.tag}`, `replayed one-call batch (cache, nothing runs) ${b.tag}`, t.replay),
       figure(`cursor.${b.tag}`, `cursor_position, one-call batch ${b.tag}`, t.cursor, cursor.extra()),
+      figure(
+        `cursor-quiet.${b.tag}`,
+        `cursor_position, one-call batch, hello.events false ${b.tag}`,
+        t.quiet,
+        quiet.extra(),
+      ),
       figure(`cursor10.${b.tag}`, `cursor_position ×10 in one batch ${b.tag}`, t.cursor10, cursor10.extra()),
     ];
   } finally {

@@ -105,6 +105,10 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
     text: '< 1 ms',
     ok: (v) => v < 1,
   });
+  book.absolute(`per-call overhead ${t}: the same, hello.events false`, `cursor-quiet.${t}`, {
+    text: '< 1 ms',
+    ok: (v) => v < 1,
+  });
   book.difference(`per-call overhead ${t}: cursor_position − ping`, `cursor.${t}`, `ping.${t}`);
   book.difference(`per-call overhead ${t}: cursor_position − replayed batch`, `cursor.${t}`, `replay.${t}`);
   book.difference(`marginal cost of a call inside a batch ${t}`, `cursor10.${t}`, `cursor.${t}`, 9);
