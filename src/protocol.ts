@@ -53,6 +53,8 @@ export const HelloSchema = z.strictObject({
   resume_session_id: z.string().min(1).max(128).optional(),
   /** `false`: this connection gets no `tool_event` frames, only results (one frame per batch). Default true. */
   events: z.boolean().optional(),
+  /** `true`: the welcome also carries `legacy_tools` (the older computer tools' `tools[]` entries). */
+  legacy_tools: z.boolean().optional(),
 });
 
 export const BatchSchema = z.strictObject({
@@ -234,6 +236,23 @@ export type ToolsetInfo = z.output<typeof ToolsetInfoSchema>;
 
 const SizeSchema = z.strictObject({ width: z.number().int().positive(), height: z.number().int().positive() });
 
+/** Fields of a `tools[]` entry for an older computer tool; the display size is the screenshot size. */
+const legacyComputerTool = {
+  name: z.literal('computer'),
+  display_width_px: z.number().int().positive(),
+  display_height_px: z.number().int().positive(),
+};
+/** `tools[]` entries for agents on the older computer tools (docs/PROTOCOL.md "Older computer tools"). */
+export const LegacyComputerToolsSchema = z.strictObject({
+  computer_20250124: z.strictObject({ type: z.literal('computer_20250124'), ...legacyComputerTool }),
+  computer_20251124: z.strictObject({
+    type: z.literal('computer_20251124'),
+    ...legacyComputerTool,
+    enable_zoom: z.boolean().optional(),
+  }),
+});
+export type LegacyComputerTools = z.output<typeof LegacyComputerToolsSchema>;
+
 export const WelcomeSchema = z.strictObject({
   type: z.literal('welcome'),
   protocol: z.literal(PROTOCOL_VERSION),
@@ -244,6 +263,11 @@ export const WelcomeSchema = z.strictObject({
   /** Absent while the display is unreachable. */
   display: SizeSchema.optional(),
   screenshot: SizeSchema.optional(),
+  /**
+   * The entries for an agent on `computer_20250124` or `computer_20251124`: only when `hello.legacy_tools`
+   * asked for them (so a v1 client sees no field it does not know), and only while `screenshot` is known.
+   */
+  legacy_tools: LegacyComputerToolsSchema.optional(),
   limits: z.strictObject({
     max_tool_uses: z.number().int().positive(),
     max_payload_bytes: z.number().int().positive(),

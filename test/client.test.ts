@@ -582,6 +582,27 @@ const own = (id: string): BetaToolResultBlockParam => ({
 });
 
 describe('splitToolUses and mergeToolResults', () => {
+  test('split sends the older computer tool to deskbatch only when asked', () => {
+    const turn = [
+      sdkToolUse('toolu_l', 'computer', null, { action: 'screenshot' }),
+      sdkToolUse('toolu_n', 'navigate', 'browser', { url: 'https://example.com' }),
+      sdkToolUse('toolu_o', 'lookup_order', null, { order: 7 }),
+    ];
+    assert.deepEqual(
+      splitToolUses(turn, ['browser']).own.map((b) => b.id),
+      ['toolu_l', 'toolu_o'],
+    );
+    const split = splitToolUses(turn, ['browser'], { legacyComputer: true });
+    assert.deepEqual(
+      split.deskbatch.map((b) => b.id),
+      ['toolu_l', 'toolu_n'],
+    );
+    assert.deepEqual(
+      split.own.map((b) => b.id),
+      ['toolu_o'],
+    );
+  });
+
   test('split keeps order, sends served toolsets to deskbatch and everything else to the caller', () => {
     const both = splitToolUses(ASSISTANT, ['computer', 'browser']);
     assert.deepEqual(

@@ -70,6 +70,8 @@ export interface ConnectOptions {
   onToolEvent?: (event: ToolEvent) => void;
   /** `false` asks the daemon for no `tool_event` frames at all (`hello.events`): one frame per batch. Default true. */
   events?: boolean;
+  /** `true` asks for `welcome.legacy_tools`: the `tools[]` entries of the older computer tools. */
+  legacyTools?: boolean;
   /** Aborting it stops connecting, or closes the client once connected. */
   signal?: AbortSignal;
   /** Limit for the HTTP upgrade and, separately, for the answer to `hello`. Default 10,000 ms. */
@@ -241,9 +243,9 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     return [...this.pending.keys()];
   }
 
-  /** `splitToolUses` with the toolsets this daemon serves. */
+  /** `splitToolUses` with the toolsets this daemon serves (and the older `computer` tool, with `legacyTools`). */
   splitToolUses<B extends ContentBlockLike>(assistantContent: readonly B[]): SplitToolUses<ToolUseOf<B>> {
-    return splitToolUses(assistantContent, this.toolsetNames);
+    return splitToolUses(assistantContent, this.toolsetNames, { legacyComputer: this.options.legacyTools === true });
   }
 
   // ------------------------------------------------------------ batches
@@ -500,6 +502,7 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
                 client: this.options.clientName ?? 'deskbatch-client/1',
                 ...(resume ? { resume_session_id: resume } : {}),
                 ...(this.options.events === false ? { events: false } : {}),
+                ...(this.options.legacyTools ? { legacy_tools: true } : {}),
               };
               ws.send(JSON.stringify(hello));
             }),

@@ -42,6 +42,14 @@ export interface SplitToolUses<T> {
   own: T[];
 }
 
+/** The name of the older computer tools' one client tool (`computer_20250124`, `computer_20251124`). */
+export const LEGACY_COMPUTER_TOOL = 'computer';
+
+export interface SplitOptions {
+  /** Also send calls of the older `computer` tool (no `toolset_name`) to deskbatch. Default false. */
+  legacyComputer?: boolean;
+}
+
 function isToolUse<B extends ContentBlockLike>(block: B): block is B & ToolUseOf<B> {
   return block.type === 'tool_use';
 }
@@ -49,20 +57,26 @@ function isToolUse<B extends ContentBlockLike>(block: B): block is B & ToolUseOf
 /**
  * Splits an assistant message's content: `tool_use` blocks whose
  * `toolset_name` is one of `servedToolsets` (from `welcome`) go to deskbatch,
- * every other `tool_use` is the caller's own. Order is kept within each list;
+ * every other `tool_use` is the caller's own (with `legacyComputer`, calls of the
+ * older `computer` tool go to deskbatch too). Order is kept within each list;
  * blocks that are not `tool_use` (text, thinking, server tool calls) are left out.
  */
 export function splitToolUses<B extends ContentBlockLike>(
   assistantContent: readonly B[],
   servedToolsets: Iterable<string>,
+  options: SplitOptions = {},
 ): SplitToolUses<ToolUseOf<B>> {
   const served = new Set(servedToolsets);
   const out: SplitToolUses<ToolUseOf<B>> = { deskbatch: [], own: [] };
   for (const block of assistantContent) {
     if (!isToolUse(block)) continue;
-    const plain: ContentBlockLike = block;
-    const toolset = (plain as ToolUseBlockLike).toolset_name;
-    (typeof toolset === 'string' && served.has(toolset) ? out.deskbatch : out.own).push(block);
+    const plain = block as ContentBlockLike as ToolUseBlockLike;
+    const toolset = plain.toolset_name;
+    const ours =
+      typeof toolset === 'string'
+        ? served.has(toolset)
+        : options.legacyComputer === true && plain.name === LEGACY_COMPUTER_TOOL;
+    (ours ? out.deskbatch : out.own).push(block);
   }
   return out;
 }

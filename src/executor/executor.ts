@@ -23,6 +23,7 @@ import { REPEAT_ADVICE, REPEAT_THRESHOLD, type RepeatTracker } from './repeats.t
 import { foldName as oneLine } from '../../toolsets/text.ts';
 import { readRetry, type RetrySettings } from '../resilience.ts';
 import type { RetryPolicy } from 'cockatiel';
+import { createLegacyComputerTool, type LegacyComputerTool } from '../../toolsets/computer-legacy/index.ts';
 
 /** The SDK's fallback halt text for a family it does not know (TOOLSET-CONTRACT A5). */
 export const UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
@@ -64,9 +65,12 @@ type Outcome =
 export class Executor {
   private readonly toolsets: ReadonlyMap<string, Toolset>;
   private readonly readRetry: RetryPolicy | undefined;
+  /** The older `computer` tool (no toolset_name), served on top of the computer toolset. */
+  private readonly legacy: LegacyComputerTool | undefined;
 
   constructor(private readonly options: ExecutorOptions) {
     this.toolsets = new Map(options.toolsets.map((t) => [t.name, t]));
+    this.legacy = createLegacyComputerTool(this.toolsets.get('computer'));
     this.readRetry = options.retry && options.retry.attempts > 0 ? readRetry(options.retry) : undefined;
   }
 
@@ -108,7 +112,7 @@ export class Executor {
       });
 
     const cancelledText = (tu: ToolUse): string =>
-      (tu.toolset_name && this.toolsets.get(tu.toolset_name)?.cancelledText) || UNKNOWN_TOOLSET_CANCELLED_TEXT;
+      this.toolsetOf(this.familyOf(tu))?.cancelledText || UNKNOWN_TOOLSET_CANCELLED_TEXT;
 
     let release: (() => void) | undefined;
     try {
@@ -122,9 +126,9 @@ export class Executor {
           event(index, tu, 'cancelled');
           continue;
         }
-        const family = tu.toolset_name ?? undefined;
+        const family = this.familyOf(tu);
         if (family !== undefined && halted.has(family)) {
-          const text = this.toolsets.get(family)?.notExecutedText ?? UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT;
+          const text = this.toolsetOf(family)?.notExecutedText ?? UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT;
           results.push(errorResult(tu, text));
           event(index, tu, 'not_executed');
           continue;
@@ -192,7 +196,17 @@ export class Executor {
   }
 
   private usesDesktop(tu: ToolUse): boolean {
-    return tu.toolset_name != null && this.toolsets.get(tu.toolset_name)?.usesDesktop === true;
+    return this.toolsetOf(this.familyOf(tu))?.usesDesktop === true;
+  }
+
+  /** What halts together: the toolset_name, or the older `computer` tool's own family (no toolset_name). */
+  private familyOf(tu: ToolUse): string | undefined {
+    return tu.toolset_name ?? (this.legacy?.handles(tu) ? this.legacy.name : undefined);
+  }
+
+  private toolsetOf(family: string | undefined): Toolset | undefined {
+    if (family === undefined) return undefined;
+    return family === this.legacy?.name ? this.legacy : this.toolsets.get(family);
   }
 
   /** Resolves the member, validates the input, runs the handler under its time limit. Never throws. */
@@ -252,6 +266,7 @@ export class Executor {
 
   private resolve(tu: ToolUse): { toolset: Toolset; member: RunnableMember } {
     if (!tu.toolset_name) {
+      if (this.legacy?.handles(tu)) return { toolset: this.legacy, member: this.legacy.member(tu.input) };
       throw new ToolRefusedError(
         `Error: '${oneLine(tu.name)}' is not a toolset member call (it has no toolset_name); ` +
           `this executor runs only the members of: ${[...this.toolsets.keys()].join(', ')}.`,

@@ -24,11 +24,16 @@ export interface SessionRegistry {
   createSession(): Session | undefined;
   findSession(id: string): Session | undefined;
   releaseSession(session: Session, owner: object): void;
-  welcome(session: Session, resumed: boolean): Promise<Welcome>;
+  welcome(session: Session, resumed: boolean, options?: WelcomeOptions): Promise<Welcome>;
   /** A resent batch_id was answered from the stored result (for observers). */
   replayed(session: Session, batchId: string): void;
   /** False once shutdown began: no new sessions or batches. */
   accepting(): boolean;
+}
+
+/** What a `hello` asked to find in its welcome. */
+export interface WelcomeOptions {
+  legacyTools?: boolean;
 }
 
 export interface ConnectionDeps {
@@ -50,6 +55,8 @@ export class Connection {
   private readonly messages: TokenBucket;
   /** Whether this connection wants `tool_event` frames (`hello.events`). */
   private events = true;
+  /** What this connection's welcomes carry beyond the v1 fields (`hello.legacy_tools`). */
+  private welcomeOptions: WelcomeOptions = {};
   /** Messages are handled one at a time, so a hello is answered before a batch sent right after it. */
   private inbox: Promise<void> = Promise.resolve();
 
@@ -155,11 +162,12 @@ export class Connection {
 
   private async onHello(msg: HelloMessage): Promise<void> {
     if (msg.events !== undefined) this.events = msg.events;
+    if (msg.legacy_tools !== undefined) this.welcomeOptions = { legacyTools: msg.legacy_tools };
     if (this.session) {
       if (msg.resume_session_id && msg.resume_session_id !== this.session.id) {
         return this.error('invalid_message', 'hello with resume_session_id must be the first message');
       }
-      return this.send(await this.deps.sessions.welcome(this.session, false));
+      return this.send(await this.deps.sessions.welcome(this.session, false, this.welcomeOptions));
     }
     if (msg.resume_session_id) {
       const session = this.deps.sessions.findSession(msg.resume_session_id);
@@ -168,13 +176,13 @@ export class Connection {
       }
       this.attach(session);
       this.log.info('session resumed', { client: msg.client });
-      return this.send(await this.deps.sessions.welcome(session, true));
+      return this.send(await this.deps.sessions.welcome(session, true, this.welcomeOptions));
     }
     if (!this.deps.sessions.accepting()) return this.error('shutting_down', 'the daemon is shutting down');
     const session = this.deps.sessions.createSession();
     if (!session) return this.error('too_many_sessions', 'the daemon holds its maximum number of sessions');
     this.attach(session);
-    this.send(await this.deps.sessions.welcome(session, false));
+    this.send(await this.deps.sessions.welcome(session, false, this.welcomeOptions));
   }
 
   private attach(session: Session): void {

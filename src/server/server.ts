@@ -12,12 +12,13 @@ import type { Executor } from '../executor/executor.ts';
 import type { Logger } from '../log.ts';
 import { PROTOCOL_PATH, PROTOCOL_VERSION, type ToolsetInfo, type Welcome } from '../protocol.ts';
 import { isAuthorized, isOriginAllowed, isSameOrigin } from './auth.ts';
-import { Connection } from './connection.ts';
+import { Connection, type WelcomeOptions } from './connection.ts';
 import { Session } from './session.ts';
 import { KeyedBuckets } from './rate-limit.ts';
 import { RepeatTracker } from '../executor/repeats.ts';
 import type { Geometry } from '../geometry.ts';
 import { ActivityHub } from '../activity.ts';
+import { legacyComputerTools } from '../../toolsets/computer-legacy/index.ts';
 
 /**
  * A plain HTTP route on the daemon's port (health, metrics, the viewer page).
@@ -278,7 +279,7 @@ export class DeskbatchServer {
     });
   }
 
-  async welcome(session: Session, resumed: boolean): Promise<Welcome> {
+  async welcome(session: Session, resumed: boolean, options: WelcomeOptions = {}): Promise<Welcome> {
     const { config, executor } = this.deps;
     const geometry = await this.deps.geometry().catch(() => undefined);
     // A toolset with no member served is not offered: the API rejects an entry that disables every member.
@@ -304,6 +305,9 @@ export class DeskbatchServer {
         },
       };
     });
+    // Agents on computer_20250124/20251124 get their tools[] entry, sized in screenshot pixels.
+    const legacy =
+      options.legacyTools && geometry && legacyComputerTools(executor.served.get('computer'), geometry.screenshot);
     return {
       type: 'welcome',
       protocol: PROTOCOL_VERSION,
@@ -311,6 +315,7 @@ export class DeskbatchServer {
       resumed,
       toolsets,
       ...(geometry ? { display: geometry.display, screenshot: geometry.screenshot } : {}),
+      ...(legacy ? { legacy_tools: legacy } : {}),
       limits: {
         max_tool_uses: config.limits.maxToolUsesPerBatch,
         max_payload_bytes: config.limits.maxPayloadBytes,

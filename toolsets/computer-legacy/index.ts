@@ -1,0 +1,191 @@
+/**
+ * The older computer tools (`computer_20250124`, `computer_20251124`) as a
+ * Toolset-like object, so the executor runs their calls like any member call:
+ * same lane, time limits, retries of reading actions, events, halting, loop
+ * detection and result boundary.
+ *
+ * - A call is a `tool_use` named `computer` with no `toolset_name`; its input
+ *   names an `action` (actions.ts maps each to computer toolset members).
+ * - Results answer the `tool_use_id` with no `toolset_name` (the call had
+ *   none): `screenshot` and `zoom` give one image; `cursor_position` gives
+ *   `X=<x>,Y=<y>`; every other action gives the toolset's short
+ *   acknowledgment (`Clicked.`). The reference implementation adds a
+ *   screenshot after each action; this daemon never sends an image the model
+ *   did not ask for, so a model that wants to see the result asks for
+ *   `screenshot` (as it does with the toolset).
+ * - Calls of the tool run in order; after one fails, the later ones in the
+ *   batch get LEGACY_NOT_EXECUTED_TEXT. The tool is its own family: a failure
+ *   of it halts no toolset, and a toolset failure does not halt it.
+ */
+import { z } from 'zod';
+import type { Size } from '../../src/desktop/driver.ts';
+import { ToolInputError, ToolRefusedError } from '../../src/errors.ts';
+import { describeZodError } from '../../src/executor/zod-text.ts';
+import type { LegacyComputerTools } from '../../src/protocol.ts';
+import { COMPUTER_TOOLSET_TYPE } from '../computer/index.ts';
+import { foldName } from '../text.ts';
+import type { MemberOutput, RunnableMember, Toolset } from '../types.ts';
+import {
+  LEGACY_ACTION_SCHEMAS,
+  LEGACY_ACTIONS,
+  LEGACY_READ_ACTIONS,
+  legacyCursorText,
+  toMemberCalls,
+  type LegacyAction,
+  type LegacyInput,
+} from './actions.ts';
+
+export { LEGACY_ACTIONS, LegacyInputSchema, toMemberCalls, type LegacyAction, type LegacyInput } from './actions.ts';
+
+/** The tool's name in `tools[]` and in its `tool_use` blocks. */
+export const LEGACY_COMPUTER_TOOL_NAME = 'computer';
+/** The dated types this adapter serves. */
+export const LEGACY_COMPUTER_TYPES = ['computer_20250124', 'computer_20251124'] as const;
+/**
+ * The tool's key in `batch_result.halted`. No `toolset_name` can equal it
+ * (`:` is outside the API's pattern), so it never shares halting with a toolset.
+ */
+export const LEGACY_COMPUTER_FAMILY = 'legacy:computer';
+/**
+ * Calls skipped after an earlier failure of the tool. No toolset defines one
+ * for it; this is the SDK's fallback halt text (the executor's
+ * UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT), whose "action" is the older tool's own word.
+ */
+export const LEGACY_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
+/** Calls stopped by cancel or disconnect (the executor's UNKNOWN_TOOLSET_CANCELLED_TEXT). */
+export const LEGACY_CANCELLED_TEXT = 'Not completed: this turn was cancelled before this action finished.';
+
+export interface LegacyComputerTool extends Toolset {
+  /** Whether a tool_use is a call of this tool: named `computer`, without `toolset_name`. */
+  handles(toolUse: { name: string; toolset_name?: string | null | undefined }): boolean;
+  /**
+   * The member that runs this input's action, after checking the whole input
+   * (so bad input fails before anything runs). Throws ToolInputError or
+   * ToolRefusedError with the text the model reads.
+   */
+  member(input: unknown): RunnableMember;
+}
+
+interface PlannedCall {
+  member: RunnableMember;
+  input: unknown;
+}
+
+/** Whether the older tool can be served on top of this toolset: the real computer toolset, with members. */
+function canServe(computer: Toolset | undefined): computer is Toolset {
+  return computer?.type === COMPUTER_TOOLSET_TYPE && computer.members.size > 0;
+}
+
+/** The older tool on top of the computer toolset `computer`, or undefined when there is none. */
+export function createLegacyComputerTool(computer: Toolset | undefined): LegacyComputerTool | undefined {
+  if (!canServe(computer)) return undefined;
+  const servedActions = LEGACY_ACTIONS.filter((a) => computer.members.has(a));
+  const actionList = servedActions.join(', ');
+  const badInput = (problem: string) => new ToolInputError(`invalid input for the computer tool: ${problem}`);
+  const badAction = (action: LegacyAction, problem: string) =>
+    new ToolInputError(`invalid input for the computer tool's '${action}' action: ${problem}`);
+  // The SDK's texts for a disabled member and for one the driver lacks, naming the action.
+  const refused = (action: LegacyAction, member: string) =>
+    new ToolRefusedError(
+      computer.disabledMemberNames.has(member)
+        ? `The '${action}' action is not permitted by this application's permissions and cannot be used in this session.`
+        : `The computer tool's '${action}' action is not available in this environment.`,
+    );
+
+  const actionOf = (raw: unknown): LegacyAction => {
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+      throw badInput(`input: expected an object with an 'action', one of: ${actionList}.`);
+    }
+    const action = (raw as { action?: unknown }).action;
+    if (action === undefined || action === null) throw badInput(`action: required, one of: ${actionList}.`);
+    if (typeof action !== 'string') throw badInput(`action: expected a string, one of: ${actionList}.`);
+    if (!(LEGACY_ACTIONS as readonly string[]).includes(action)) {
+      throw badInput(`action: '${foldName(action)}' is not an action of this tool; the actions are: ${actionList}.`);
+    }
+    return action as LegacyAction;
+  };
+
+  /** The input checked against the action's schema, then each member call against that member's schema. */
+  const plan = (raw: unknown): PlannedCall[] => {
+    const action = actionOf(raw);
+    const parsed = LEGACY_ACTION_SCHEMAS[action].safeParse(raw);
+    if (!parsed.success) throw badAction(action, describeZodError(parsed.error, raw));
+    return toMemberCalls(parsed.data as LegacyInput).map((call) => {
+      const member = computer.members.get(call.member);
+      if (!member) throw refused(action, call.member);
+      const checked = member.input.safeParse(call.input);
+      if (!checked.success) throw badAction(action, describeZodError(checked.error, call.input));
+      return { member, input: checked.data };
+    });
+  };
+
+  const actionMember = (action: LegacyAction, main: RunnableMember): RunnableMember => ({
+    name: action,
+    // Checked by `member()` and `plan()`, with texts that name the action.
+    input: z.unknown(),
+    effect: LEGACY_READ_ACTIONS.has(action) ? 'read' : 'write',
+    kind: main.kind,
+    extraTimeMs(raw) {
+      try {
+        return plan(raw).reduce((ms, c) => ms + c.member.extraTimeMs(c.input), 0);
+      } catch {
+        return 0;
+      }
+    },
+    async run(raw, call) {
+      let outputs: MemberOutput[] = [];
+      for (const c of plan(raw)) {
+        call.signal.throwIfAborted();
+        outputs = await c.member.run(c.input, call);
+      }
+      if (action !== 'cursor_position') return outputs;
+      return outputs.map((o) => (o.kind === 'text' ? { ...o, text: legacyCursorText(o.text) } : o));
+    },
+  });
+
+  const members = new Map<string, RunnableMember>(
+    servedActions.map((a) => [a, actionMember(a, computer.members.get(a)!)]),
+  );
+  return {
+    type: LEGACY_COMPUTER_TYPES[LEGACY_COMPUTER_TYPES.length - 1]!,
+    name: LEGACY_COMPUTER_FAMILY,
+    notExecutedText: LEGACY_NOT_EXECUTED_TEXT,
+    cancelledText: LEGACY_CANCELLED_TEXT,
+    usesDesktop: true,
+    allowedBlocks: ['text', 'image'],
+    allMemberNames: LEGACY_ACTIONS,
+    disabledMemberNames: new Set(LEGACY_ACTIONS.filter((a) => !members.has(a))),
+    members,
+    handles: (tu) => !tu.toolset_name && tu.name === LEGACY_COMPUTER_TOOL_NAME,
+    member(input) {
+      const action = actionOf(input);
+      const member = members.get(action);
+      if (!member) throw refused(action, action);
+      plan(input);
+      return member;
+    },
+  };
+}
+
+/**
+ * The `tools[]` entries an agent on an older computer tool sends, for
+ * `welcome.legacy_tools`: the display size the model sees is the screenshot
+ * size, since coordinates are screenshot pixels. Undefined when the older
+ * tool is not served.
+ */
+export function legacyComputerTools(computer: Toolset | undefined, screenshot: Size): LegacyComputerTools | undefined {
+  if (!canServe(computer)) return undefined;
+  const common = {
+    name: LEGACY_COMPUTER_TOOL_NAME,
+    display_width_px: screenshot.width,
+    display_height_px: screenshot.height,
+  } as const;
+  return {
+    computer_20250124: { type: 'computer_20250124', ...common },
+    computer_20251124: {
+      type: 'computer_20251124',
+      ...common,
+      ...(computer.members.has('zoom') ? { enable_zoom: true } : {}),
+    },
+  };
+}
