@@ -22,6 +22,7 @@ import { BrowserManager, BrowserUnavailableError } from './browser/manager.ts';
 import { DisplayUnavailableError } from './errors.ts';
 import { ResourceBreaker } from './resilience.ts';
 import { resolve } from 'node:path';
+import { createViewer } from './viewer/index.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -120,6 +121,10 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // Endpoints beside the protocol's own, on the same port; each module adds its own.
   const routes: HttpRoute[] = [];
   const sockets: SocketRoute[] = [];
+  // The live viewer: GET /viewer (the page) and its feed /viewer/feed (docs/VIEWER.md).
+  const viewer = createViewer({ activity, log: log.child({ component: 'viewer' }) });
+  routes.push(...viewer.routes);
+  sockets.push(viewer.socket);
   const server: DeskbatchServer = new DeskbatchServer({
     config,
     executor,

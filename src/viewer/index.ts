@@ -1,0 +1,101 @@
+/**
+ * The live viewer (docs/VIEWER.md): a read-only page on the daemon's own port
+ * where an operator watches the desktop and each session's batches.
+ *
+ * - `GET /viewer`, `/viewer/app.js`, `/viewer/app.css`: static files read at
+ *   start, served without a token (they hold no data and no secrets) under a
+ *   strict Content-Security-Policy: scripts and styles only from this origin,
+ *   no inline code, images only from data: and blob: URLs, no framing.
+ * - `/viewer/feed`: the WebSocket the page reads (feed.ts), behind the usual
+ *   handshake checks plus a same-origin exception for the page itself; the
+ *   token travels as the `deskbatch.token.<token>` subprotocol.
+ */
+import { readFileSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ActivityHub } from '../activity.ts';
+import type { Logger } from '../log.ts';
+import type { HttpRoute, SocketRoute } from '../server/server.ts';
+import { VIEWER_FEED_PATH, VIEWER_SUBPROTOCOL, ViewerFeed, type ViewerLimits } from './feed.ts';
+
+export { VIEWER_FEED_PATH, VIEWER_SUBPROTOCOL, ViewerFeed } from './feed.ts';
+export type { FeedMessage, ImageView, SessionView, TimelineEntry, ViewerLimits } from './feed.ts';
+
+export const VIEWER_PATH = '/viewer';
+
+/** A Host header we are willing to write into the CSP: a host name or IP literal and a port, nothing else. */
+const PLAIN_HOST = /^(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/;
+
+/**
+ * The page's policy. `connect-src 'self'` already covers ws://<same host> in CSP Level 3 browsers; the
+ * explicit ws:/wss: source for the request's own host is for browsers that predate that rule (and is
+ * narrower than a bare `ws:`, which would allow any host).
+ */
+export function contentSecurityPolicy(host: string | undefined): string {
+  const socket = host && PLAIN_HOST.test(host) ? ` ws://${host.toLowerCase()} wss://${host.toLowerCase()}` : '';
+  return [
+    "default-src 'none'",
+    "script-src 'self'",
+    "style-src 'self'",
+    'img-src data: blob:',
+    `connect-src 'self'${socket}`,
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+  ].join('; ');
+}
+
+function securityHeaders(req: IncomingMessage, contentType: string): Record<string, string> {
+  return {
+    'content-type': contentType,
+    'content-security-policy': contentSecurityPolicy(req.headers.host),
+    'x-frame-options': 'DENY',
+    'referrer-policy': 'no-referrer',
+    'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
+    'cross-origin-opener-policy': 'same-origin',
+    'cross-origin-resource-policy': 'same-origin',
+  };
+}
+
+export interface ViewerDeps {
+  activity: ActivityHub;
+  log: Logger;
+  limits?: Partial<ViewerLimits>;
+}
+
+export interface Viewer {
+  feed: ViewerFeed;
+  /** Push onto the daemon's `routes`. */
+  routes: HttpRoute[];
+  /** Push onto the daemon's `sockets`. */
+  socket: SocketRoute;
+  close(): void;
+}
+
+const ASSETS = [
+  { path: VIEWER_PATH, file: 'page.html', type: 'text/html; charset=utf-8' },
+  { path: `${VIEWER_PATH}/app.js`, file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  { path: `${VIEWER_PATH}/app.css`, file: 'app.css', type: 'text/css; charset=utf-8' },
+] as const;
+
+/** Reads the page's files (once, here) and starts observing the activity hub. */
+export function createViewer(deps: ViewerDeps): Viewer {
+  const feed = new ViewerFeed(deps);
+  const routes = ASSETS.map(({ path, file, type }): HttpRoute => {
+    const body = readFileSync(new URL(file, import.meta.url));
+    return {
+      method: 'GET',
+      path,
+      auth: 'none',
+      handle: (req: IncomingMessage, res: ServerResponse) =>
+        void res.writeHead(200, securityHeaders(req, type)).end(body),
+    };
+  });
+  const socket: SocketRoute = {
+    path: VIEWER_FEED_PATH,
+    subprotocol: VIEWER_SUBPROTOCOL,
+    sameOrigin: true,
+    handle: (ws, req) => feed.attach(ws, req),
+  };
+  return { feed, routes, socket, close: () => feed.close() };
+}
