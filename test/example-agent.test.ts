@@ -20,14 +20,22 @@ import { DeskbatchClient } from '../src/client/index.ts';
 import { imageSize } from './helpers/api-rules.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { loadTurns, startMessagesApi, type ApiRequest, type MessagesApi } from './helpers/messages-api.ts';
+import {
+  EXAMPLE_PAGE,
+  EXAMPLE_PAGE_TITLE,
+  EXAMPLE_TASK,
+  loadTurns,
+  startMessagesApi,
+  type ApiRequest,
+  type MessagesApi,
+} from './helpers/messages-api.ts';
 import { startWebServer, type WebServer } from './helpers/web.ts';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
 const API_KEY = 'sk-ant-test-not-a-real-key';
-const PAGE_TITLE = 'Deskbatch test page';
-const PAGE = `<!doctype html><title>${PAGE_TITLE}</title><main><h1>Pelican report</h1><p>The secret word is pelican.</p></main>`;
-const TASK = 'Open the test page and tell me its secret word.';
+const PAGE_TITLE = EXAMPLE_PAGE_TITLE;
+const PAGE = EXAMPLE_PAGE;
+const TASK = EXAMPLE_TASK;
 const COMPUTER_NOT_EXECUTED = 'Not executed: an earlier computer action in this turn failed.';
 
 type Block = Record<string, unknown> & { type: string };
@@ -422,11 +430,11 @@ describe('examples/agent.ts drives a real daemon through the Messages API loop',
   });
 
   /** Runs the CLI; the environment carries nothing of the caller's Anthropic or deskbatch settings. */
-  async function cli(args: string[], env: Record<string, string>) {
+  async function cli(args: string[], env: Record<string, string>, script = 'examples/agent.ts') {
     const clean = Object.fromEntries(
       Object.entries(process.env).filter(([k]) => !k.startsWith('ANTHROPIC_') && !k.startsWith('DESKBATCH_')),
     );
-    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/agent.ts', ...args], {
+    const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
       cwd: REPO,
       env: { ...clean, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -445,6 +453,22 @@ describe('examples/agent.ts drives a real daemon through the Messages API loop',
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     }
   }
+
+  test('npm run example:replay (examples/replay.ts) runs the recorded conversation on the daemon, no key', async () => {
+    const { code, stdout, stderr } = await cli(
+      [],
+      { DESKBATCH_URL: daemon.url, DESKBATCH_TOKEN: TEST_TOKEN },
+      'examples/replay.ts',
+    );
+    assert.equal(code, 0, `exit ${code}\nstdout:\n${stdout}\nstderr:\n${stderr}`);
+    assert.match(stdout, /^replaying 3 recorded turns from a stand-in Messages API at http:\/\/127\.0\.0\.1:\d+$/m);
+    assert.match(
+      stdout,
+      /^turn 2: 3 calls \(computer 3\), 1 failed \(mouse_move: ToolInputError\), 1 not run, \d+ ms$/m,
+    );
+    assert.match(stdout, /^every request \(3\) followed the Messages API's rules$/m);
+    assert.match(stdout, /secret word is pelican/);
+  });
 
   test('the CLI (node --import tsx examples/agent.ts) runs the same conversation', async () => {
     const api = await startMessagesApi({ turns, apiKey: API_KEY });

@@ -24,6 +24,11 @@ import { ApiRuleError, assertMessagesRequestValid } from './api-rules.ts';
 
 export const AGENT_FIXTURES = new URL('../fixtures/agent/', import.meta.url);
 
+/** The page and task the `example-*` fixtures were recorded against (the test and examples/replay.ts). */
+export const EXAMPLE_PAGE_TITLE = 'Deskbatch test page';
+export const EXAMPLE_PAGE = `<!doctype html><title>${EXAMPLE_PAGE_TITLE}</title><main><h1>Pelican report</h1><p>The secret word is pelican.</p></main>`;
+export const EXAMPLE_TASK = 'Open the test page and tell me its secret word.';
+
 /** One request the stand-in received, with what it answered. */
 export interface ApiRequest {
   method: string;

@@ -1,0 +1,50 @@
+/**
+ * The example agent without an API key: a local stand-in for the Messages API
+ * (test/helpers/messages-api.ts, on 127.0.0.1) answers with recorded assistant
+ * turns, and checks every request the agent sends against the API's rules.
+ * The calls in those turns run for real on your daemon: the browser opens a
+ * small page served here, the desktop is captured, one call fails on purpose.
+ *
+ *   npm start                       # in another terminal
+ *   npm run example:replay          # or: node --import tsx examples/replay.ts [--url URL] [--token TOKEN]
+ *
+ * Exit status: the agent's (0 when it finished), or 4 when a request broke a
+ * rule of the API.
+ */
+import { pathToFileURL } from 'node:url';
+import { realpath } from 'node:fs/promises';
+import { EXAMPLE_PAGE, EXAMPLE_TASK, loadTurns, startMessagesApi } from '../test/helpers/messages-api.ts';
+import { startWebServer } from '../test/helpers/web.ts';
+import { main as agent } from './agent.ts';
+
+/** Runs the recorded conversation; `args` are agent.ts flags (--url, --token). */
+export async function replay(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const web = await startWebServer();
+  try {
+    web.route('/report', EXAMPLE_PAGE);
+    const turns = await loadTurns('example', { PAGE_URL: `${web.origin}/report` });
+    const api = await startMessagesApi({ turns });
+    try {
+      console.log(`replaying ${turns.length} recorded turns from a stand-in Messages API at ${api.baseURL}`);
+      const code = await agent([...args, EXAMPLE_TASK], {
+        ...env,
+        ANTHROPIC_API_KEY: 'replay-no-key',
+        ANTHROPIC_BASE_URL: api.baseURL,
+      });
+      if (api.violations.length) {
+        for (const v of api.violations) console.error(`API rule broken: ${v}`);
+        return 4;
+      }
+      console.log(`every request (${api.requests.length}) followed the Messages API's rules`);
+      return code;
+    } finally {
+      await api.close();
+    }
+  } finally {
+    await web.close();
+  }
+}
+
+if (process.argv[1] && pathToFileURL(await realpath(process.argv[1])).href === import.meta.url) {
+  process.exitCode = await replay(process.argv.slice(2));
+}
