@@ -12,7 +12,7 @@ import { ConfigError, DEFAULT_CONFIG, resolveConfig, type BrowserMode } from './
 import { startDaemon } from './daemon.ts';
 import type { ImageFormat } from './desktop/driver.ts';
 import { startVirtualDisplay, type VirtualDisplay } from './desktop/xvfb.ts';
-import { LOG_LEVELS, createLogger, type LogLevel } from './log.ts';
+import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel } from './log.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
 
@@ -36,6 +36,7 @@ Options:
   --upload-root DIR        folder file_upload may read from; repeatable (default: none)
   --downloads-dir DIR      where browser downloads are saved (default downloads)
   --log-level LEVEL        debug | info | warn | error (default ${DEFAULT_CONFIG.logLevel})
+  --log-format FORMAT      json | pretty (default: pretty when stderr is a terminal, else json)
 
 Environment:
   DESKBATCH_TOKEN   bearer token clients present; when unset, one is generated and
@@ -86,6 +87,7 @@ async function serve(argv: string[]): Promise<void> {
       'upload-root': { type: 'string', multiple: true },
       'downloads-dir': { type: 'string' },
       'log-level': { type: 'string' },
+      'log-format': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -95,7 +97,8 @@ async function serve(argv: string[]): Promise<void> {
   }
   const level = (values['log-level'] ?? DEFAULT_CONFIG.logLevel) as LogLevel;
   if (!LOG_LEVELS.includes(level)) throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
-  const log = createLogger(level);
+  const format = (values['log-format'] ?? (process.stderr.isTTY ? 'pretty' : 'json')) as LogFormat;
+  if (!LOG_FORMATS.includes(format)) throw new ConfigError(`--log-format must be one of ${LOG_FORMATS.join(', ')}`);
   // Only plain decimal integers: Number('') would be 0, a silent port 0.
   const num = (v: string | undefined): number | undefined =>
     v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
@@ -105,6 +108,8 @@ async function serve(argv: string[]): Promise<void> {
   delete process.env.DESKBATCH_TOKEN;
   const tokenPath = join(homedir(), '.deskbatch', 'token');
   const token = envToken || (await loadOrCreateToken(tokenPath));
+  // The logger knows the token only to keep it out of every line (src/log.ts).
+  const log = createLogger(level, undefined, {}, { format, secrets: [token] });
 
   let display = process.env.DISPLAY || undefined;
   let xvfb: VirtualDisplay | undefined;

@@ -16,6 +16,7 @@ import { PROTOCOL_PATH } from './protocol.ts';
 import { ScreenshotStore } from './screenshot-store.ts';
 import { DeskbatchServer, type HttpRoute, type SocketRoute } from './server/server.ts';
 import { ActivityHub } from './activity.ts';
+import { createOps } from './ops/index.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
 import { BROWSER_MEMBER_NAMES, createBrowserToolset } from '../toolsets/browser/index.ts';
 import { BrowserManager, BrowserUnavailableError } from './browser/manager.ts';
@@ -78,6 +79,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     maxTypeTextLength: config.limits.maxTypeTextLength,
     disabled: config.disabledMembers,
   });
+  const browserGuard = new ResourceBreaker(
+    'browser',
+    config.resilience.breaker,
+    (message) => new BrowserUnavailableError(message),
+    log.child({ component: 'browser' }),
+  );
   const browser =
     config.browser === 'off'
       ? undefined
@@ -89,12 +96,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
             downloadsDir: resolve(config.browserSettings.downloadsDir),
             viewport: config.browserSettings.viewport,
             launchTimeoutMs: config.browserSettings.launchTimeoutMs,
-            launchGuard: new ResourceBreaker(
-              'browser',
-              config.resilience.breaker,
-              (message) => new BrowserUnavailableError(message),
-              log.child({ component: 'browser' }),
-            ),
+            launchGuard: browserGuard,
             urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
             log: log.child({ component: 'browser' }),
           }),
@@ -125,6 +127,15 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const viewer = createViewer({ activity, log: log.child({ component: 'viewer' }) });
   routes.push(...viewer.routes);
   sockets.push(viewer.socket);
+  // /metrics and /readyz (docs/OPERATIONS.md); `server` is read only when a request comes.
+  const ops = createOps({
+    activity,
+    executor,
+    driver,
+    status: () => server.status(),
+    browserCircuit: browser ? { open: () => browserGuard.state === 'open' } : undefined,
+  });
+  routes.push(...ops.routes);
   const server: DeskbatchServer = new DeskbatchServer({
     config,
     executor,
@@ -156,6 +167,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     close() {
       closing ??= (async () => {
         await server.close();
+        ops.metrics.close();
         await executor.close();
         await driver.close();
       })();

@@ -230,18 +230,45 @@ export class Connection {
         return;
       case 'accepted':
         void outcome.result.then((r) => {
-          this.logBatch(r);
+          this.logBatch(r, msg.tool_uses);
           this.send(r);
         });
         return;
     }
   }
 
-  private logBatch(r: BatchResult): void {
+  /**
+   * One line per batch: its session (bound), id, the members it asked for, how many failed and
+   * with which error types, and how long it took. Names are the client's: at most 12 distinct ones
+   * and 5 failures are named.
+   */
+  private logBatch(r: BatchResult, toolUses: readonly { name: string; toolset_name?: string | null }[]): void {
     const failed = r.failures.length;
-    this.log.info(
-      `batch ${r.batch_id}: ${r.tool_results.length} calls, ${failed} failed${r.cancelled ? ', cancelled' : ''}, ${r.duration_ms} ms`,
-      { batch: r.batch_id, calls: r.tool_results.length, failed, cancelled: r.cancelled, duration_ms: r.duration_ms },
-    );
+    // Names are not cut (a cut could leave part of a secret the logger would no longer recognise).
+    const counts = new Map<string, number>();
+    for (const tu of toolUses) counts.set(tu.name, (counts.get(tu.name) ?? 0) + 1);
+    const members = [...counts].map(([n, c]) => (c > 1 ? `${n} x${c}` : n));
+    const shown = members.length > 12 ? [...members.slice(0, 12), `+${members.length - 12} more`] : members;
+    // Calls of a halted toolset after its failure were not executed.
+    const notExecuted = toolUses.filter((tu, i) => {
+      const at = tu.toolset_name && Object.hasOwn(r.halted, tu.toolset_name) ? r.halted[tu.toolset_name] : undefined;
+      return at !== undefined && i > at;
+    }).length;
+    const errors = r.failures.map((f) => `${f.name}: ${f.error.type}`);
+    const text =
+      `batch ${r.batch_id}: ${r.tool_results.length} calls (${shown.join(', ')}), ${failed} failed` +
+      (failed ? ` (${errors.slice(0, 5).join(', ')}${failed > 5 ? ', ...' : ''})` : '') +
+      (notExecuted ? `, ${notExecuted} not executed` : '') +
+      `${r.cancelled ? ', cancelled' : ''}, ${r.duration_ms} ms`;
+    this.log.info(text, {
+      batch: r.batch_id,
+      calls: r.tool_results.length,
+      members: shown,
+      failed,
+      not_executed: notExecuted,
+      cancelled: r.cancelled,
+      duration_ms: r.duration_ms,
+      error_types: [...new Set(r.failures.map((f) => f.error.type))],
+    });
   }
 }

@@ -1,0 +1,34 @@
+/**
+ * The operations endpoints of a daemon (docs/OPERATIONS.md): `GET /metrics`
+ * (bearer token) and `GET /readyz` (no token). `/healthz` is the server's own.
+ */
+import type { ActivityHub } from '../activity.ts';
+import type { Executor } from '../executor/executor.ts';
+import type { HttpRoute, ServerStatus } from '../server/server.ts';
+import { createReadiness, type BrowserCircuitView } from './health.ts';
+import { createMetrics, type Metrics } from './metrics.ts';
+
+export interface OpsDeps {
+  activity: ActivityHub;
+  executor: Pick<Executor, 'served'>;
+  driver: { displaySize(): Promise<{ width: number; height: number }> };
+  /** The server's status(); read lazily, so the server may be built after the routes. */
+  status: () => ServerStatus;
+  /** The browser's launch circuit; undefined when the daemon serves no browser. */
+  browserCircuit: BrowserCircuitView | undefined;
+}
+
+export interface Ops {
+  metrics: Metrics;
+  routes: HttpRoute[];
+}
+
+export function createOps(deps: OpsDeps): Ops {
+  const metrics = createMetrics({ activity: deps.activity, served: deps.executor.served, status: deps.status });
+  const readiness = createReadiness({
+    status: deps.status,
+    displaySize: () => deps.driver.displaySize(),
+    browser: deps.browserCircuit,
+  });
+  return { metrics, routes: [metrics.route, readiness.route] };
+}

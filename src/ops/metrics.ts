@@ -1,0 +1,242 @@
+/**
+ * Prometheus metrics (docs/OPERATIONS.md): counters and histograms fed by the
+ * ActivityHub, gauges read from the server at scrape time, and Node's process
+ * metrics, all on a registry of this daemon's own (never prom-client's global
+ * one: one process may hold several daemons).
+ *
+ * Label values are bounded: toolset and member names come from clients, so
+ * only names the daemon defines are used, anything else reads "unknown";
+ * error types outside the daemon's own read "other".
+ */
+import { LEGACY_COMPUTER_TOOL_NAME } from '../../toolsets/computer-legacy/index.ts';
+import { readFileSync } from 'node:fs';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, exponentialBuckets } from 'prom-client';
+import type { Activity, ActivityHub } from '../activity.ts';
+import type { BatchResult, ToolEvent } from '../protocol.ts';
+import { PROTOCOL_VERSION } from '../protocol.ts';
+import type { HttpRoute, ServerStatus } from '../server/server.ts';
+import type { Toolset } from '../../toolsets/types.ts';
+
+/** Error types the daemon, its drivers and toolsets raise (docs/PROTOCOL.md "Results"); others read "other". */
+export const KNOWN_ERROR_TYPES: ReadonlySet<string> = new Set([
+  'ToolInputError',
+  'ToolRefusedError',
+  'TimeoutError',
+  'DisplayUnavailableError',
+  'DriverCrashedError',
+  'CancelledError',
+  'BrowserUnavailableError',
+  'BrowserCrashedError',
+  'ContractViolationError',
+  'NavigationError',
+  'Error',
+]);
+
+/** Call latencies: 1 ms to 60 s (a `wait` or `hold_key` may run for most of a minute). */
+export const CALL_DURATION_BUCKETS = [
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+] as const;
+/** Batches: up to 100 calls each, so up to a few minutes. */
+export const BATCH_DURATION_BUCKETS = [
+  0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+] as const;
+/** Base64 image sizes: 1 KiB to 16 MiB, doubling. */
+export const IMAGE_SIZE_BUCKETS = exponentialBuckets(1024, 2, 15);
+
+const UNKNOWN = 'unknown';
+/** The `toolset` label of the older computer tool's calls. */
+const LEGACY_TOOLSET_LABEL = 'computer_legacy';
+
+export interface MetricsDeps {
+  activity: ActivityHub;
+  /** The toolsets the daemon serves (Executor.served): the only toolset and member names used as labels. */
+  served: ReadonlyMap<string, Toolset>;
+  /** Read at scrape time. */
+  status: () => ServerStatus;
+  /** deskbatch's version, for deskbatch_build_info; default: package.json's. */
+  version?: string;
+}
+
+export interface Metrics {
+  registry: Registry;
+  /** `GET /metrics`, behind the bearer token. */
+  route: HttpRoute;
+  /** Stops observing the activity stream and empties the registry. */
+  close(): void;
+}
+
+function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      version?: unknown;
+    };
+    return typeof pkg.version === 'string' ? pkg.version : UNKNOWN;
+  } catch {
+    return UNKNOWN;
+  }
+}
+
+/** Outcome label of a batch: any failure makes it failed; else a cancel makes it cancelled. */
+export function batchOutcome(result: BatchResult): 'ok' | 'failed' | 'cancelled' {
+  if (result.failures.length > 0) return 'failed';
+  return result.cancelled ? 'cancelled' : 'ok';
+}
+
+export function createMetrics(deps: MetricsDeps): Metrics {
+  const registry = new Registry();
+  const registers = [registry];
+  collectDefaultMetrics({ register: registry });
+
+  // A tool_use without toolset_name reads "computer_legacy" when it is the older `computer` tool
+  // (toolsets/computer-legacy), else "none" (a plain tool, refused).
+  const toolsetLabel = (name: string | null | undefined, member?: string): string =>
+    name === null || name === undefined
+      ? member === LEGACY_COMPUTER_TOOL_NAME
+        ? LEGACY_TOOLSET_LABEL
+        : 'none'
+      : deps.served.has(name)
+        ? name
+        : UNKNOWN;
+  const memberLabel = (toolset: string, name: string): string => {
+    if (toolset === LEGACY_TOOLSET_LABEL) return LEGACY_COMPUTER_TOOL_NAME;
+    const t = deps.served.get(toolset);
+    return t && (t.members.has(name) || t.allMemberNames.includes(name)) ? name : UNKNOWN;
+  };
+  const errorLabel = (type: string | undefined): string =>
+    type !== undefined && KNOWN_ERROR_TYPES.has(type) ? type : 'other';
+
+  new Gauge({
+    name: 'deskbatch_build_info',
+    help: 'Always 1; the labels name the running deskbatch version and protocol.',
+    labelNames: ['version', 'protocol', 'node_version'],
+    registers,
+  }).set({ version: deps.version ?? packageVersion(), protocol: PROTOCOL_VERSION, node_version: process.version }, 1);
+
+  const batches = new Counter({
+    name: 'deskbatch_batches_total',
+    help: 'Batches run to their batch_result, by outcome: ok, failed (any call failed), cancelled.',
+    labelNames: ['outcome'],
+    registers,
+  });
+  const replays = new Counter({
+    name: 'deskbatch_batch_replays_total',
+    help: 'Resent batches answered from the stored result (nothing ran again).',
+    registers,
+  });
+  const batchDuration = new Histogram({
+    name: 'deskbatch_batch_duration_seconds',
+    help: 'Time from the start of a batch to its batch_result, by outcome.',
+    labelNames: ['outcome'],
+    buckets: [...BATCH_DURATION_BUCKETS],
+    registers,
+  });
+  const calls = new Counter({
+    name: 'deskbatch_calls_total',
+    help: 'Member calls answered, by toolset, member and outcome (succeeded, failed, not_executed, cancelled).',
+    labelNames: ['toolset', 'member', 'outcome'],
+    registers,
+  });
+  const callDuration = new Histogram({
+    name: 'deskbatch_call_duration_seconds',
+    help: 'Run time of member calls that succeeded or failed, by toolset and member.',
+    labelNames: ['toolset', 'member'],
+    buckets: [...CALL_DURATION_BUCKETS],
+    registers,
+  });
+  const failures = new Counter({
+    name: 'deskbatch_call_failures_total',
+    help: 'Failed member calls, by toolset and error type (the daemon’s own types; anything else is "other").',
+    labelNames: ['toolset', 'error_type'],
+    registers,
+  });
+  const imageBytes = new Counter({
+    name: 'deskbatch_screenshot_bytes_total',
+    help: 'Base64 bytes of image blocks returned in batch results (screenshots and zooms), by toolset and media type.',
+    labelNames: ['toolset', 'media_type'],
+    registers,
+  });
+  const imageSize = new Histogram({
+    name: 'deskbatch_screenshot_size_bytes',
+    help: 'Base64 size of each image block returned, by toolset and media type.',
+    labelNames: ['toolset', 'media_type'],
+    buckets: IMAGE_SIZE_BUCKETS,
+    registers,
+  });
+  const gauge = (name: string, help: string, read: (s: ServerStatus) => number): void => {
+    new Gauge({
+      name,
+      help,
+      registers,
+      collect() {
+        this.set(read(deps.status()));
+      },
+    });
+  };
+  gauge('deskbatch_sessions', 'Sessions held now, attached or within their resume grace period.', (s) => s.sessions);
+  gauge('deskbatch_connections', 'Open protocol WebSocket connections.', (s) => s.connections);
+  gauge(
+    'deskbatch_active_batches',
+    'Batches queued or running, over every session (queue depth).',
+    (s) => s.activeBatches,
+  );
+  gauge('deskbatch_accepting', '1 while the daemon accepts sessions and batches, 0 once shutdown began.', (s) =>
+    s.accepting ? 1 : 0,
+  );
+
+  const onToolEvent = (event: ToolEvent): void => {
+    if (event.phase === 'started') return;
+    const toolset = toolsetLabel(event.toolset_name, event.name);
+    const member = memberLabel(toolset, event.name);
+    calls.inc({ toolset, member, outcome: event.phase });
+    if ((event.phase === 'succeeded' || event.phase === 'failed') && event.duration_ms !== undefined) {
+      callDuration.observe({ toolset, member }, event.duration_ms / 1000);
+    }
+    if (event.phase === 'failed') failures.inc({ toolset, error_type: errorLabel(event.error?.type) });
+  };
+
+  const onBatchFinished = (result: BatchResult): void => {
+    const outcome = batchOutcome(result);
+    batches.inc({ outcome });
+    batchDuration.observe({ outcome }, result.duration_ms / 1000);
+    for (const r of result.tool_results) {
+      for (const block of r.content) {
+        if (block.type !== 'image') continue;
+        // Only member results and the older computer tool's (no toolset_name) can hold images.
+        const toolset = toolsetLabel(r.toolset_name, LEGACY_COMPUTER_TOOL_NAME);
+        const labels = { toolset, media_type: block.source.media_type };
+        imageBytes.inc(labels, block.source.data.length);
+        imageSize.observe(labels, block.source.data.length);
+      }
+    }
+  };
+
+  const unsubscribe = deps.activity.subscribe((a: Activity) => {
+    switch (a.type) {
+      case 'tool_event':
+        return onToolEvent(a.event);
+      case 'batch_finished':
+        return onBatchFinished(a.result);
+      case 'batch_replayed':
+        return void replays.inc();
+      default:
+        return;
+    }
+  });
+
+  return {
+    registry,
+    route: {
+      method: 'GET',
+      path: '/metrics',
+      auth: 'token',
+      async handle(_req, res) {
+        const body = await registry.metrics();
+        res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' }).end(body);
+      },
+    },
+    close() {
+      unsubscribe();
+      registry.clear();
+    },
+  };
+}
