@@ -81,6 +81,11 @@ describe('handshake', () => {
     const res = await fetch(d.url.replace('ws:', 'http:').replace('/v1', '/healthz'));
     assert.equal(res.status, 200);
     assert.deepEqual(await res.json(), { status: 'ok' });
+    const head = await fetch(d.url.replace('ws:', 'http:').replace('/v1', '/healthz'), { method: 'HEAD' });
+    assert.equal(head.status, 200, 'HEAD is answered like GET');
+    assert.equal(await head.text(), '');
+    const post = await fetch(d.url.replace('ws:', 'http:').replace('/v1', '/healthz'), { method: 'POST' });
+    assert.equal(post.status, 404);
   });
 
   test('binding a non-loopback address without a configured token is refused at start', () => {

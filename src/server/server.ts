@@ -116,7 +116,8 @@ export class DeskbatchServer {
 
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '').split('?')[0] ?? '';
-    const route = this.routes.get(`${req.method} ${path}`);
+    // HEAD is answered as GET; Node leaves the body out.
+    const route = this.routes.get(`${req.method === 'HEAD' ? 'GET' : req.method} ${path}`);
     if (!route) {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
       return;
