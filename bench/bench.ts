@@ -49,12 +49,12 @@ interface Run {
  * per-call, link, browser and anatomy parts (they do not depend on the size).
  */
 async function benchSize(size: Size, first: boolean, pageUrl: string, run: Run): Promise<void> {
-  await withBenchDisplay(size, async (display) => {
+  await withBenchDisplay(size, async (display, kiosk) => {
     const floor = await FloorChild.start(display.display, size);
     try {
       const shell = await ShellOut.open(display.display);
       try {
-        await measureSize({ size, tag: sizeTag(size), floor, shell }, display.display, first, pageUrl, run);
+        await measureSize({ size, tag: sizeTag(size), floor, shell, kiosk }, display.display, first, pageUrl, run);
       } finally {
         await shell.close();
       }

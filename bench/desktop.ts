@@ -21,6 +21,7 @@
  * the daemon's message-rate limit would otherwise be reached
  * (bench/client.ts): reconnecting happens between timed runs, never inside.
  */
+import type { Page } from 'playwright';
 import { performance } from 'node:perf_hooks';
 import type { ToolUse } from '../src/protocol.ts';
 import type { VirtualDisplay } from '../src/desktop/xvfb.ts';
@@ -59,17 +60,22 @@ export interface Bench {
   tag: string;
   floor: FloorChild;
   shell: ShellOut;
+  /** The kiosk page on the display (the settle figure adds an animation to it). */
+  kiosk: Page;
 }
 
 /** Starts Xvfb (+ openbox), the event page and a kiosk Chromium showing it; stops them all afterwards. */
-export async function withBenchDisplay<T>(size: Size, fn: (display: VirtualDisplay) => Promise<T>): Promise<T> {
+export async function withBenchDisplay<T>(
+  size: Size,
+  fn: (display: VirtualDisplay, kiosk: Page) => Promise<T>,
+): Promise<T> {
   const display = await startTestDisplay(size);
   try {
     const page = await startEventPageServer();
     try {
       const browser = await launchKioskChromium({ display: display.display, ...size, url: page.url });
       try {
-        return await fn(display);
+        return await fn(display, browser.page);
       } finally {
         await browser.close();
       }
@@ -266,7 +272,7 @@ export async function daemonFigures(
   const out: Figure[] = [];
   if (perCall) out.push(...(await overheadFigures(daemon, b)), ...(await pointerFigures(daemon, b)));
   out.push(...(await screenshotFigures(daemon, b, format)));
-  if (perCall) out.push(await afterInputFigure(daemon, b, format));
+  if (perCall) out.push(await afterInputFigure(daemon, b, format), await afterChangeFigure(daemon, b, format));
   return out;
 }
 
@@ -295,6 +301,62 @@ async function afterInputFigure(daemon: DaemonProcess, b: Bench, format: string)
     );
   } finally {
     link.close();
+  }
+}
+
+/** How long the box added by ANIMATED_BOX slides after a click, in ms. */
+export const SLIDE_MS = 300;
+/**
+ * A box fixed near the top right corner of the kiosk page; a click on it slides a bar across the
+ * page for SLIDE_MS, drawn frame by frame (a string: tsx would wrap a function passed to evaluate).
+ */
+const ANIMATED_BOX = `(() => {
+  document.getElementById('bench-slide-box')?.remove();
+  const box = document.createElement('div');
+  box.id = 'bench-slide-box';
+  box.style.cssText = 'position:fixed;top:20px;right:20px;width:120px;height:60px;background:#335;z-index:99';
+  const bar = document.createElement('div');
+  bar.style.cssText = 'position:fixed;top:100px;left:0;width:40px;height:40px;background:#0c0;z-index:99';
+  box.addEventListener('mousedown', () => {
+    const t0 = performance.now();
+    const step = () => {
+      const f = Math.min(1, (performance.now() - t0) / ${SLIDE_MS});
+      bar.style.left = Math.round((innerWidth - 40) * f) + 'px';
+      if (f < 1) requestAnimationFrame(step);
+    };
+    requestAnimationFrame(step);
+  });
+  document.body.append(box, bar);
+  return { x: innerWidth - 80, y: 50 };
+})()`;
+
+/**
+ * A click that changes the page, then a screenshot, in one batch: the settle step waits until
+ * the SLIDE_MS animation has ended. Minus the same batch with a `mouse_move` that changes nothing,
+ * it is the time to a stable frame after such a click.
+ */
+async function afterChangeFigure(daemon: DaemonProcess, b: Bench, format: string): Promise<Figure> {
+  progress(`${b.tag}: left_click that starts a ${SLIDE_MS} ms animation + screenshot ${format} in one batch`);
+  const at = (await b.kiosk.evaluate(ANIMATED_BOX)) as { x: number; y: number };
+  const link = new Link(() => daemon.connect());
+  const bytes = new Bytes();
+  try {
+    const t = await interleave(
+      {
+        clickThenShot: () =>
+          bytes.batch(link, [computer('left_click', { coordinate: [at.x, at.y] }), computer('screenshot')]),
+      },
+      Math.max(10, Math.round(ITERATIONS / 3)),
+    );
+    return figure(
+      `click-anim-shot.${format}.${b.tag}`,
+      `left_click starting a ${SLIDE_MS} ms animation + screenshot ${format} in one batch ${b.tag}`,
+      t.clickThenShot,
+      bytes.extra(),
+    );
+  } finally {
+    link.close();
+    await b.kiosk.evaluate(`document.getElementById('bench-slide-box')?.remove()`).catch(() => undefined);
   }
 }
 

@@ -3,7 +3,7 @@
  * same run, plus the lines shown for information beside them. A ratio whose
  * figures could not be measured is NaN ("n/a"), never a pass.
  */
-import { sizeTag, type Size } from './desktop.ts';
+import { SLIDE_MS, sizeTag, type Size } from './desktop.ts';
 import { cheapestFloor } from './floor.ts';
 import { MEMORY_SCREENSHOTS, type MemoryReport, type RssSample } from './memory.ts';
 import { round2, type Figure } from './stats.ts';
@@ -117,6 +117,15 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
     const [both, move, shot] = afterInput.map(m) as [number, number, number];
     return both - move - shot;
   });
+  const afterChange = [`click-anim-shot.png.${t}`, `click.${t}`, `shot.png.${t}`];
+  book.derived(
+    `screenshot after a click starting a ${SLIDE_MS} ms animation ${t}: extra time (settle step)`,
+    afterChange,
+    (m) => {
+      const [both, click, shot] = afterChange.map(m) as [number, number, number];
+      return both - click - shot;
+    },
+  );
   const link = `${2 * ONE_WAY_MS}ms-link`;
   book.quotient(
     `10 actions + screenshot ${t}, ${link}: 11 round trips / 1 batch`,
