@@ -1,27 +1,57 @@
 # deskbatch desktop image: Xvfb + openbox + Debian chromium + the daemon.
 #
-#   docker build -t deskbatch .
-#   docker run --rm --shm-size=1g \
-#     -e DESKBATCH_TOKEN="$(openssl rand -base64 32)" \
-#     -p 127.0.0.1:8765:8765 -v deskbatch-data:/home/deskbatch/data deskbatch
+#   docker build -t deskbatch:0.1.0 .
+#   export DESKBATCH_TOKEN="$(openssl rand -hex 32)"
+#   docker run --rm --shm-size=1g --stop-timeout=30 \
+#     --read-only --tmpfs /tmp:size=1g -e DESKBATCH_TOKEN \
+#     -p 127.0.0.1:8765:8765 -v deskbatch-data:/home/deskbatch/data deskbatch:0.1.0
+#
+# docs/DEPLOY.md has the whole story (one desktop, Compose, a Kubernetes fleet);
+# deploy/ has the files. This Dockerfile has never been built on the machine
+# that wrote it (no Docker engine there): test/dockerfile.test.ts checks its
+# promises as text.
 #
 # - DESKBATCH_TOKEN is REQUIRED: the container binds 0.0.0.0 (so the published
 #   port reaches it), and the daemon refuses to bind a non-loopback address
-#   without a configured token. Clients send it as `Authorization: Bearer …`.
-# - Publish the port on 127.0.0.1 unless other machines should reach it.
+#   without a configured token. The token may hold only letters, digits and
+#   . _ ~ - (hex is fine; base64 is not). Clients send it as
+#   `Authorization: Bearer …`. It is never baked into the image.
+# - Publish the port on 127.0.0.1 unless other machines should reach it; the
+#   daemon speaks plain ws:// and http://, so anything beyond one host needs TLS
+#   in front (docs/DEPLOY.md).
+# - Endpoints on the same port (docs/OPERATIONS.md): /v1 (the protocol, token),
+#   /healthz (liveness, no token), /readyz (readiness, no token), /metrics
+#   (Prometheus, token), /viewer (the live viewer page; docs/VIEWER.md). The
+#   viewer opened as http://127.0.0.1:PORT/viewer needs no --allow-origin; one
+#   opened through a host name (an ingress) needs `--allow-origin` with the
+#   exact origin the browser shows.
 # - --shm-size=1g (or --ipc=host): chromium crashes tabs with Docker's 64 MB /dev/shm.
+# - --stop-timeout=30: on SIGTERM the daemon cancels running batches, sends
+#   their results and exits within its shutdown deadline (10 s by default, plus
+#   a 2 s hard margin). Docker's default stop timeout is 10 s, shorter than that.
+# - --read-only works: everything else the processes write goes to /tmp (Xvfb
+#   sockets, Chromium's profile and download staging, tsx's compile cache), so
+#   give /tmp a tmpfs; HOME stays read-only.
 # - No DISPLAY is set, so the daemon starts its own Xvfb + openbox (1280x800
 #   unless `--display-size WxH`). Arguments after the image name replace the
-#   whole CMD, so repeat it: `docker run … deskbatch node bin/deskbatch.js
+#   whole CMD, so repeat it: `docker run … deskbatch:0.1.0 node bin/deskbatch.js
 #   serve --host 0.0.0.0 --screenshots-dir /home/deskbatch/data/screenshots
 #   --downloads-dir /home/deskbatch/data/downloads --display-size 1920x1080`.
-# - Everything the daemon writes (screenshots, browser downloads) goes under
+# - Everything the daemon keeps (screenshots, browser downloads) goes under
 #   /home/deskbatch/data, the one volume; the sources are read-only to it.
-# - tini is PID 1 (ENTRYPOINT): it forwards SIGTERM to node and reaps the
-#   zombies chromium leaves; `docker run --init` is then not needed.
-# - Runs as the non-root user `deskbatch`. Chromium runs without its sandbox
-#   (Playwright's default), as in most containers.
+# - tini is PID 1 (ENTRYPOINT, exec form): it forwards SIGTERM to node (the
+#   CMD is exec form too, so no shell sits in between) and reaps the zombies
+#   chromium leaves; `docker run --init` is then not needed.
+# - Runs as uid:gid 10001:10001 (the user `deskbatch`), numeric so that
+#   Kubernetes' runAsNonRoot can verify it. Chromium runs without its sandbox
+#   (Playwright's default), as in most containers: no capability is needed.
 FROM node:20-bookworm-slim
+
+LABEL org.opencontainers.image.title="deskbatch" \
+      org.opencontainers.image.description="Desktop (Xvfb, openbox, Chromium) with the deskbatch daemon: batches of Claude computer and browser toolset calls over WebSocket" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.base.name="docker.io/library/node:20-bookworm-slim"
 
 # The ONE package list, shared with scripts/setup.sh; tini is container-only.
 ARG DEBIAN_FRONTEND=noninteractive
@@ -44,16 +74,18 @@ COPY package.json package-lock.json ./
 RUN PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund \
  && npm cache clean --force
 
-# The sources (.dockerignore keeps out tests, docs, node_modules, artifacts).
-# Owned by root and read-only for the daemon's user.
+# The sources (.dockerignore keeps out tests, docs, deploy/, node_modules,
+# artifacts). Owned by root and read-only for the daemon's user.
 COPY . .
 
 ENV NODE_ENV=production
-USER deskbatch
+USER 10001:10001
 VOLUME ["/home/deskbatch/data"]
 EXPOSE 8765
 
-# node, not curl: the image has no curl. /healthz answers 200 {"status":"ok"}.
+# Liveness: /healthz answers 200 {"status":"ok"} while the process serves HTTP.
+# Readiness (/readyz) is for orchestrators (deploy/compose.yaml, deploy/k8s/).
+# node, not curl: the image has no curl.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
   CMD ["node", "-e", "const r = require('http').get('http://127.0.0.1:8765/healthz', (res) => process.exit(res.statusCode === 200 ? 0 : 1)); r.on('error', () => process.exit(1)); r.setTimeout(4000, () => process.exit(1));"]
 

@@ -2,11 +2,19 @@
  * The container image's promises, read from the Dockerfile (this machine has
  * no Docker engine to build it): the daemon runs as a non-root user, writes
  * only inside its volume, gets its packages from the one shared list, carries
- * no token, and has a health check and a PID 1 that forwards signals.
+ * no token, and has a health check and a PID 1 that forwards signals; it binds
+ * beyond loopback, so it cannot start without DESKBATCH_TOKEN; its build
+ * context holds what it runs and nothing else (no tests, no deploy files, no
+ * .env files).
  */
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
+import { readFile, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { ConfigError, DEFAULT_CONFIG, isLoopback, resolveConfig } from '../src/config.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 interface Instruction {
   op: string;
@@ -64,4 +72,163 @@ test('packages from the shared list, a health check, tini as PID 1, no token bak
   assert.match(last(stage, 'ENTRYPOINT') ?? '', /tini/);
   assert.equal(last(stage, 'STOPSIGNAL'), 'SIGTERM');
   assert.ok(!stage.some((i) => (i.op === 'ENV' || i.op === 'ARG') && /TOKEN/i.test(i.args)), 'no token in ENV or ARG');
+});
+
+/** An exec-form (JSON array) argument list, or a failed assertion. */
+function execForm(args: string | undefined, what: string): string[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(args ?? '');
+  } catch {
+    assert.fail(`${what} is in exec form (a JSON array), not shell form: ${args}`);
+  }
+  assert.ok(Array.isArray(parsed) && parsed.every((a) => typeof a === 'string'), `${what} is a JSON array of strings`);
+  return parsed as string[];
+}
+
+test('signals reach node: tini is PID 1 and runs node directly, no shell in between', async () => {
+  const stage = await lastStage();
+  assert.deepEqual(execForm(last(stage, 'ENTRYPOINT'), 'ENTRYPOINT'), ['/usr/bin/tini', '--']);
+  const cmd = execForm(last(stage, 'CMD'), 'CMD');
+  assert.deepEqual(cmd.slice(0, 3), ['node', 'bin/deskbatch.js', 'serve']);
+});
+
+test("the health check is liveness: /healthz on the daemon's port, exec form, within its interval", async () => {
+  const stage = await lastStage();
+  assert.equal(last(stage, 'EXPOSE'), String(DEFAULT_CONFIG.port), "EXPOSE is the daemon's default port");
+  const cmd = execForm(last(stage, 'CMD'), 'CMD');
+  assert.ok(!cmd.includes('--port'), 'the CMD keeps the default port');
+  const health = last(stage, 'HEALTHCHECK') ?? '';
+  const m = /^((?:--[a-z-]+=\S+\s+)*)CMD\s+(\[.*\])$/.exec(health);
+  assert.ok(m, `HEALTHCHECK [OPTIONS] CMD [exec form]: ${health}`);
+  const options = Object.fromEntries([...m[1]!.matchAll(/--([a-z-]+)=(\d+)s/g)].map((o) => [o[1], Number(o[2])]));
+  assert.ok(options.timeout! < options.interval!, 'the timeout is shorter than the interval');
+  const probe = execForm(m[2], 'HEALTHCHECK CMD');
+  assert.equal(probe[0], 'node', 'node probes it: the image has no curl');
+  assert.ok(probe.join(' ').includes(`'http://127.0.0.1:${DEFAULT_CONFIG.port}/healthz'`), 'it asks /healthz');
+});
+
+test('the image binds beyond loopback, so the daemon refuses to start without DESKBATCH_TOKEN', async () => {
+  const cmd = execForm(last(await lastStage(), 'CMD'), 'CMD');
+  const host = cmd[cmd.indexOf('--host') + 1];
+  assert.ok(
+    cmd.includes('--host') && host !== undefined && !isLoopback(host),
+    `--host ${host} reaches a published port`,
+  );
+  const token = 'a'.repeat(32);
+  assert.throws(
+    () => resolveConfig({ host, token, tokenConfigured: false }),
+    (err: unknown) => {
+      return err instanceof ConfigError && /DESKBATCH_TOKEN/.test(err.message);
+    },
+  );
+  assert.equal(resolveConfig({ host, token, tokenConfigured: true }).host, host);
+});
+
+test('the user is numeric (so runAsNonRoot can verify it): uid 10001, the user useradd creates', async () => {
+  const stage = await lastStage();
+  const run = stage.filter((i) => i.op === 'RUN').map((i) => i.args);
+  // `useradd … --uid 10001 … deskbatch`: the user the volume is chowned to (the test above) has this uid.
+  assert.ok(
+    run.some((r) => /useradd\b[^&]*--uid 10001\b[^&]*\sdeskbatch(\s|$)/.test(r)),
+    'useradd creates deskbatch with uid 10001',
+  );
+  assert.match(last(stage, 'USER') ?? '', /^10001(:10001)?$/);
+});
+
+test("the image's OCI labels: title, and the version is package.json's", async () => {
+  const stage = await lastStage();
+  const labels = Object.fromEntries(
+    stage
+      .filter((i) => i.op === 'LABEL')
+      .flatMap((i) => [...i.args.matchAll(/([\w.-]+)="([^"]*)"/g)].map((m) => [m[1], m[2]])),
+  );
+  const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+  assert.equal(labels['org.opencontainers.image.title'], 'deskbatch');
+  assert.equal(labels['org.opencontainers.image.version'], pkg.version);
+});
+
+/**
+ * Whether .dockerignore keeps `path` out of the build context, as Docker reads
+ * it: patterns relative to the context root, `*` within one path segment, `**`
+ * across segments, a match on a folder covers everything in it, the last
+ * matching pattern wins, `!` re-includes.
+ */
+function ignored(path: string, patterns: string[]): boolean {
+  let out = false;
+  for (const raw of patterns) {
+    const negate = raw.startsWith('!');
+    const pattern = (negate ? raw.slice(1) : raw).replace(/^\/+|\/+$/g, '');
+    const source = pattern
+      .split('**/')
+      .map((part) =>
+        part
+          .split('**')
+          .map((p) =>
+            p
+              .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+              .replace(/\*/g, '[^/]*')
+              .replace(/\?/g, '[^/]'),
+          )
+          .join('.*'),
+      )
+      .join('(?:.*/)?');
+    const re = new RegExp(`^${source}(?:/.*)?$`);
+    if (re.test(path)) out = !negate;
+  }
+  return out;
+}
+
+async function files(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const entry of await readdir(join(ROOT, dir), { withFileTypes: true })) {
+    const path = `${dir}/${entry.name}`;
+    if (entry.isDirectory()) out.push(...(await files(path)));
+    else out.push(path);
+  }
+  return out;
+}
+
+test('.dockerignore: the context holds what the image runs, and no tests, docs, deploy files or .env files', async () => {
+  const patterns = (await readFile(join(ROOT, '.dockerignore'), 'utf8'))
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
+  const needed = [
+    'package.json',
+    'package-lock.json',
+    'scripts/system-packages.txt',
+    ...(await files('bin')),
+    ...(await files('src')),
+    ...(await files('toolsets')),
+  ];
+  assert.ok(needed.includes('src/cli.ts') && needed.some((p) => p.startsWith('src/viewer/')));
+  for (const path of needed) assert.ok(!ignored(path, patterns), `${path} is in the build context`);
+  const unwanted = [
+    '.git/HEAD',
+    '.env',
+    'deploy/.env',
+    'src/.env',
+    'deploy/compose.yaml',
+    'deploy/k8s/statefulset.yaml',
+    'node_modules/ws/package.json',
+    'test/dockerfile.test.ts',
+    'test-artifacts/viewer.png',
+    'docs/DEPLOY.md',
+    'README.md',
+    'bench/bench.ts',
+    'examples/agent.ts',
+    'screenshots/s_1/a.png',
+    'downloads/s_1/file.pdf',
+    '.deskbatch/token',
+  ];
+  for (const path of unwanted) assert.ok(ignored(path, patterns), `${path} is kept out of the build context`);
+  // The matcher itself: a folder pattern covers its contents, `*` stays in one segment, `!` re-includes.
+  assert.ok(ignored('a/b/c', ['a']) && !ignored('ab', ['a']) && !ignored('d/x.md', ['*.md']));
+  assert.ok(ignored('d/x.md', ['**/*.md']) && !ignored('a/keep', ['a', '!a/keep']));
+  // The files named above exist, so the lists are not checking paths that were renamed away.
+  const present = new Set([...(await files('src')), ...(await files('deploy')), ...(await files('test'))]);
+  for (const path of ['deploy/compose.yaml', 'deploy/k8s/statefulset.yaml', 'test/dockerfile.test.ts']) {
+    assert.ok(present.has(path), `${path} exists`);
+  }
 });

@@ -1,0 +1,669 @@
+/**
+ * The deployment files' promises (docs/DEPLOY.md), read as data: every YAML
+ * file under deploy/ parses; the Kubernetes desktops probe /healthz and
+ * /readyz on the daemon's port, run as the image's non-root uid with a
+ * read-only root, no capabilities and memory for /dev/shm, have resources,
+ * outlive the daemon's shutdown deadline, take the token from a Secret and are
+ * reachable only from the orchestrator's namespace; the Compose desktop is
+ * published on the host's 127.0.0.1 only; no token is written anywhere; the
+ * kustomization lists every manifest.
+ *
+ * There is no cluster and no Docker engine on the machine these tests run on:
+ * these checks are all the validation the files get here. The last test breaks
+ * each promise on a copy and shows that its check fails.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFile, readdir } from 'node:fs/promises';
+import { join, relative, sep } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { parseAllDocuments } from 'yaml';
+import { DEFAULT_CONFIG, isLoopback } from '../src/config.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const DEPLOY = join(ROOT, 'deploy');
+const PORT = DEFAULT_CONFIG.port;
+
+// ---------------------------------------------------------------- the model
+
+interface YamlFile {
+  /** Relative to deploy/, with forward slashes. */
+  path: string;
+  text: string;
+  docs: unknown[];
+}
+
+/** What the image promises, read from the Dockerfile. */
+interface Image {
+  uid: number;
+  volume: string;
+}
+
+interface Deploy {
+  files: YamlFile[];
+  image: Image;
+  /** src/cli.ts exits this long after the shutdown deadline if the graceful path has not finished. */
+  hardExitMarginMs: number;
+}
+
+async function yamlFiles(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const full = join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...(await yamlFiles(full)));
+    else if (/\.ya?ml$/.test(entry.name)) out.push(full);
+  }
+  return out.sort();
+}
+
+async function load(): Promise<Deploy> {
+  const files: YamlFile[] = [];
+  for (const full of await yamlFiles(DEPLOY)) {
+    const path = relative(DEPLOY, full).split(sep).join('/');
+    const text = await readFile(full, 'utf8');
+    const parsed = parseAllDocuments(text);
+    const docs: unknown[] = [];
+    for (const doc of parsed) {
+      assert.deepEqual(
+        doc.errors.map((e) => e.message),
+        [],
+        `${path} parses`,
+      );
+      assert.deepEqual(
+        doc.warnings.map((e) => e.message),
+        [],
+        `${path} parses without warnings`,
+      );
+      docs.push(doc.toJS());
+    }
+    assert.ok(docs.length > 0 && docs.every((d) => d !== null), `${path} holds at least one non-empty document`);
+    files.push({ path, text, docs });
+  }
+
+  const dockerfile = await readFile(join(ROOT, 'Dockerfile'), 'utf8');
+  const uid = /useradd\b[^\n]*--uid (\d+)/.exec(dockerfile)?.[1];
+  const volume = /^VOLUME \["([^"]+)"\]/m.exec(dockerfile)?.[1];
+  assert.ok(uid && volume, 'the Dockerfile creates a user with --uid and declares one VOLUME');
+
+  const cli = await readFile(join(ROOT, 'src', 'cli.ts'), 'utf8');
+  const margin = /config\.shutdownDeadlineMs \+ ([\d_]+)/.exec(cli)?.[1];
+  assert.ok(margin, 'src/cli.ts sets its hard exit at shutdownDeadlineMs + a margin');
+
+  return {
+    files,
+    image: { uid: Number(uid), volume },
+    hardExitMarginMs: Number(margin.replace(/_/g, '')),
+  };
+}
+
+// Typed views of the few fields the checks read (kubectl and Compose accept far more).
+
+interface HttpProbe {
+  httpGet?: { path?: string; port?: number | string };
+  periodSeconds?: number;
+  failureThreshold?: number;
+}
+interface SecurityContext {
+  runAsNonRoot?: boolean;
+  runAsUser?: number;
+  runAsGroup?: number;
+  allowPrivilegeEscalation?: boolean;
+  readOnlyRootFilesystem?: boolean;
+  privileged?: boolean;
+  capabilities?: { drop?: string[]; add?: string[] };
+  seccompProfile?: { type?: string };
+}
+interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { secretKeyRef?: { name?: string; key?: string } };
+}
+interface Container {
+  name: string;
+  image?: string;
+  command?: string[];
+  args?: string[];
+  env?: EnvVar[];
+  ports?: { name?: string; containerPort: number }[];
+  startupProbe?: HttpProbe;
+  livenessProbe?: HttpProbe;
+  readinessProbe?: HttpProbe;
+  resources?: { requests?: Record<string, string | number>; limits?: Record<string, string | number> };
+  securityContext?: SecurityContext;
+  volumeMounts?: { name: string; mountPath: string }[];
+}
+interface PodSpec {
+  containers: Container[];
+  securityContext?: SecurityContext & { fsGroup?: number };
+  automountServiceAccountToken?: boolean;
+  hostNetwork?: boolean;
+  hostPID?: boolean;
+  hostIPC?: boolean;
+  terminationGracePeriodSeconds?: number;
+  volumes?: { name: string; emptyDir?: { medium?: string; sizeLimit?: string } }[];
+}
+type Labels = Record<string, string>;
+interface K8sObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: { name?: string; labels?: Labels; annotations?: Record<string, string> };
+  spec?: Record<string, unknown>;
+  data?: unknown;
+  stringData?: unknown;
+  resources?: unknown;
+}
+interface StatefulSet extends K8sObject {
+  spec: {
+    serviceName?: string;
+    selector?: { matchLabels?: Labels };
+    template: { metadata?: { labels?: Labels; annotations?: Record<string, string> }; spec: PodSpec };
+  };
+}
+interface NetworkPeer {
+  namespaceSelector?: unknown;
+  podSelector?: unknown;
+  ipBlock?: { cidr: string; except?: string[] };
+}
+interface NetworkPolicy extends K8sObject {
+  spec: {
+    podSelector?: { matchLabels?: Labels };
+    policyTypes?: string[];
+    ingress?: { from?: NetworkPeer[]; ports?: { port?: number | string }[] }[];
+    egress?: { to?: NetworkPeer[]; ports?: { port?: number | string }[] }[];
+  };
+}
+interface ComposeService {
+  image?: string;
+  user?: string;
+  ports?: (string | { published?: string | number; target?: number; host_ip?: string })[];
+  environment?: Record<string, string> | string[];
+  env_file?: unknown;
+  volumes?: (string | { type?: string; source?: string; target?: string })[];
+  shm_size?: string | number;
+  ipc?: string;
+  read_only?: boolean;
+  tmpfs?: string | string[];
+  cap_drop?: string[];
+  cap_add?: string[];
+  privileged?: boolean;
+  network_mode?: string;
+  restart?: string;
+  stop_grace_period?: string;
+  healthcheck?: { test?: string | string[]; disable?: boolean };
+  command?: string | string[];
+}
+interface Compose {
+  services?: Record<string, ComposeService>;
+  volumes?: Record<string, unknown>;
+}
+
+const k8sFiles = (d: Deploy) => d.files.filter((f) => f.path.startsWith('k8s/'));
+const k8sObjects = (d: Deploy) => k8sFiles(d).flatMap((f) => f.docs as K8sObject[]);
+
+function one<T extends K8sObject = K8sObject>(d: Deploy, kind: string): T {
+  const found = k8sObjects(d).filter((o) => o.kind === kind);
+  assert.equal(found.length, 1, `exactly one ${kind} under deploy/k8s`);
+  return found[0] as T;
+}
+
+function compose(d: Deploy): { file: Compose; service: ComposeService } {
+  const f = d.files.find((x) => x.path === 'compose.yaml');
+  assert.ok(f, 'deploy/compose.yaml exists');
+  const file = f.docs[0] as Compose;
+  const services = Object.values(file.services ?? {});
+  assert.equal(services.length, 1, 'compose.yaml runs one desktop service');
+  return { file, service: services[0]! };
+}
+
+function desktop(d: Deploy): { set: StatefulSet; pod: PodSpec; container: Container } {
+  const set = one<StatefulSet>(d, 'StatefulSet');
+  const pod = set.spec.template.spec;
+  assert.equal(pod.containers.length, 1, 'one container per desktop pod');
+  return { set, pod, container: pod.containers[0]! };
+}
+
+// ---------------------------------------------------------------- units
+
+/** Kubernetes quantities: 500m, 2, 1Gi, 512Mi, 1G … in base units. */
+function quantity(v: string | number | undefined, what: string): number {
+  assert.ok(v !== undefined, `${what} is set`);
+  const m = /^(\d+(?:\.\d+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/.exec(String(v));
+  assert.ok(m, `${what} is a quantity: ${v}`);
+  const unit: Record<string, number> = {
+    m: 1e-3,
+    k: 1e3,
+    M: 1e6,
+    G: 1e9,
+    T: 1e12,
+    Ki: 2 ** 10,
+    Mi: 2 ** 20,
+    Gi: 2 ** 30,
+    Ti: 2 ** 40,
+  };
+  return Number(m[1]) * (m[2] ? unit[m[2]]! : 1);
+}
+
+/** Compose byte sizes: 1gb, 512m, 1073741824 (Docker counts k/m/g in powers of 1024). */
+function byteSize(v: string | number | undefined, what: string): number {
+  assert.ok(v !== undefined, `${what} is set`);
+  const m = /^(\d+(?:\.\d+)?)\s*(b|k|kb|m|mb|g|gb)?$/i.exec(String(v));
+  assert.ok(m, `${what} is a byte size: ${v}`);
+  const power = { b: 0, k: 1, m: 2, g: 3 }[(m[2] ?? 'b')[0]!.toLowerCase() as 'b' | 'k' | 'm' | 'g'];
+  return Number(m[1]) * 1024 ** power;
+}
+
+/** Compose durations: 30s, 1m30s, 1500ms. */
+function durationMs(v: string | undefined, what: string): number {
+  assert.ok(v !== undefined && /^(\d+(\.\d+)?(ms|s|m|h))+$/.test(v), `${what} is a duration: ${v}`);
+  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+  let total = 0;
+  for (const [, n, u] of v.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h)/g)) total += Number(n) * unit[u as keyof typeof unit];
+  return total;
+}
+
+const subset = (sel: Labels | undefined, labels: Labels | undefined) =>
+  sel !== undefined && Object.keys(sel).length > 0 && Object.entries(sel).every(([k, v]) => labels?.[k] === v);
+
+/** The longest the daemon can take from SIGTERM to exit. */
+const shutdownMs = (d: Deploy) => DEFAULT_CONFIG.shutdownDeadlineMs + d.hardExitMarginMs;
+
+// ---------------------------------------------------------------- the checks
+
+function checkKustomization(d: Deploy): void {
+  const k = d.files.find((f) => f.path === 'k8s/kustomization.yaml');
+  assert.ok(k, 'deploy/k8s/kustomization.yaml exists');
+  const listed = ((k.docs[0] as K8sObject).resources ?? []) as string[];
+  assert.equal(new Set(listed).size, listed.length, 'no manifest is listed twice');
+  const manifests = k8sFiles(d)
+    .map((f) => f.path.slice('k8s/'.length))
+    .filter((p) => p !== 'kustomization.yaml');
+  assert.deepEqual([...listed].sort(), manifests.sort(), 'the kustomization lists every manifest, and only those');
+}
+
+function checkProbes(d: Deploy): void {
+  const { container } = desktop(d);
+  const ports = container.ports ?? [];
+  assert.deepEqual(
+    ports.map((p) => p.containerPort),
+    [PORT],
+    `the container exposes the daemon's port ${PORT}`,
+  );
+  const portOf = (p: number | string | undefined) =>
+    typeof p === 'string' ? ports.find((x) => x.name === p)?.containerPort : p;
+  const probes: [string, HttpProbe | undefined, string][] = [
+    ['startupProbe', container.startupProbe, '/healthz'],
+    ['livenessProbe', container.livenessProbe, '/healthz'],
+    ['readinessProbe', container.readinessProbe, '/readyz'],
+  ];
+  for (const [name, probe, path] of probes) {
+    assert.equal(probe?.httpGet?.path, path, `${name} asks ${path}`);
+    assert.equal(portOf(probe?.httpGet?.port), PORT, `${name} asks the container port`);
+  }
+}
+
+function checkNonRoot(d: Deploy): void {
+  const { pod, container } = desktop(d);
+  const eff = <K extends keyof SecurityContext>(k: K) => container.securityContext?.[k] ?? pod.securityContext?.[k];
+  assert.equal(eff('runAsNonRoot'), true, 'runAsNonRoot');
+  assert.equal(eff('runAsUser'), d.image.uid, `runs as the image's uid ${d.image.uid}`);
+  assert.notEqual(eff('runAsUser'), 0);
+  assert.notEqual(eff('runAsGroup'), 0, 'not the root group');
+  assert.equal(container.securityContext?.allowPrivilegeEscalation, false, 'no privilege escalation');
+  assert.notEqual(container.securityContext?.privileged, true, 'not privileged');
+  assert.equal(container.securityContext?.readOnlyRootFilesystem, true, 'read-only root filesystem');
+  assert.deepEqual(container.securityContext?.capabilities?.drop, ['ALL'], 'every capability dropped');
+  assert.deepEqual(container.securityContext?.capabilities?.add ?? [], [], 'none added');
+  assert.equal(eff('seccompProfile')?.type, 'RuntimeDefault', 'seccomp RuntimeDefault');
+  assert.equal(pod.automountServiceAccountToken, false, 'no service account token in the pod');
+  assert.ok(!pod.hostNetwork && !pod.hostPID && !pod.hostIPC, 'no host namespaces');
+  // With a read-only root, these are the only places anything is written (Xvfb, Chromium, tsx; screenshots, downloads).
+  const mounts = (container.volumeMounts ?? []).map((m) => m.mountPath);
+  for (const path of ['/tmp', d.image.volume]) assert.ok(mounts.includes(path), `${path} is a writable volume`);
+}
+
+function checkShm(d: Deploy): void {
+  const { pod, container } = desktop(d);
+  const mount = container.volumeMounts?.find((m) => m.mountPath === '/dev/shm');
+  assert.ok(mount, '/dev/shm is mounted');
+  const volume = pod.volumes?.find((v) => v.name === mount.name);
+  assert.equal(volume?.emptyDir?.medium, 'Memory', '/dev/shm is a memory-backed emptyDir');
+  assert.ok(quantity(volume?.emptyDir?.sizeLimit, '/dev/shm sizeLimit') >= 2 ** 29, '/dev/shm holds at least 512 MiB');
+}
+
+function checkResources(d: Deploy): void {
+  const { pod, container } = desktop(d);
+  for (const r of ['cpu', 'memory']) {
+    const request = quantity(container.resources?.requests?.[r], `requests.${r}`);
+    const limit = quantity(container.resources?.limits?.[r], `limits.${r}`);
+    assert.ok(request > 0 && request <= limit, `${r}: 0 < request <= limit`);
+  }
+  const shm = pod.volumes?.find((v) => v.emptyDir?.medium === 'Memory')?.emptyDir?.sizeLimit;
+  if (shm !== undefined) {
+    assert.ok(
+      quantity(container.resources?.limits?.memory, 'limits.memory') > quantity(shm, 'shm'),
+      'the memory limit leaves room beyond /dev/shm, which counts against it',
+    );
+  }
+}
+
+function checkShutdown(d: Deploy): void {
+  const { pod } = desktop(d);
+  const grace = pod.terminationGracePeriodSeconds;
+  assert.ok(grace !== undefined, 'terminationGracePeriodSeconds is set');
+  assert.ok(grace * 1000 > shutdownMs(d), `grace ${grace} s outlasts the daemon's shutdown (${shutdownMs(d)} ms)`);
+}
+
+function checkTokenFromSecret(d: Deploy): void {
+  const { container } = desktop(d);
+  const env = container.env?.filter((e) => e.name === 'DESKBATCH_TOKEN') ?? [];
+  assert.equal(env.length, 1, 'DESKBATCH_TOKEN is set once');
+  assert.equal(env[0]!.value, undefined, 'DESKBATCH_TOKEN has no literal value');
+  assert.ok(env[0]!.valueFrom?.secretKeyRef?.name && env[0]!.valueFrom.secretKeyRef.key, 'it comes from a Secret');
+  for (const o of k8sObjects(d).filter((x) => x.kind === 'Secret')) {
+    assert.ok(o.data === undefined && o.stringData === undefined, `Secret ${o.metadata?.name} carries no data`);
+  }
+  // The image's CMD binds 0.0.0.0; an override must too, or the probes and clients cannot reach it.
+  const argv = [...(container.command ?? []), ...(container.args ?? [])];
+  if (argv.length) {
+    const host = argv[argv.indexOf('--host') + 1];
+    assert.ok(argv.includes('--host') && host && !isLoopback(host), 'an overriding command binds beyond loopback');
+  }
+}
+
+function checkSelectors(d: Deploy): void {
+  const { set } = desktop(d);
+  const labels = set.spec.template.metadata?.labels;
+  assert.ok(subset(set.spec.selector?.matchLabels, labels), 'the StatefulSet selects its own pods');
+  const services = k8sObjects(d).filter((o) => o.kind === 'Service');
+  const headless = services.find((s) => s.metadata?.name === set.spec.serviceName);
+  assert.ok(headless, `the Service ${set.spec.serviceName} named by serviceName exists`);
+  assert.equal(headless.spec?.clusterIP, 'None', 'it is headless: one DNS name per pod');
+  assert.ok(subset(headless.spec?.selector as Labels, labels), 'it selects the desktops');
+  const pdb = one(d, 'PodDisruptionBudget');
+  assert.ok(subset((pdb.spec?.selector as { matchLabels?: Labels })?.matchLabels, labels), 'the PDB covers them');
+  const np = one<NetworkPolicy>(d, 'NetworkPolicy');
+  assert.ok(subset(np.spec.podSelector?.matchLabels, labels), 'the NetworkPolicy covers them');
+}
+
+function checkNetworkPolicy(d: Deploy): void {
+  const np = one<NetworkPolicy>(d, 'NetworkPolicy');
+  assert.ok(np.spec.policyTypes?.includes('Ingress') && np.spec.policyTypes.includes('Egress'), 'ingress and egress');
+  const ingress = np.spec.ingress ?? [];
+  assert.ok(ingress.length > 0, 'some ingress is allowed (else nothing reaches the daemon)');
+  for (const rule of ingress) {
+    assert.ok(rule.from?.length, 'every ingress rule names its sources (an empty one allows everyone)');
+    for (const peer of rule.from) {
+      assert.ok(peer.namespaceSelector && !peer.ipBlock, 'sources are namespaces, never address blocks');
+      const labels = (peer.namespaceSelector as { matchLabels?: Labels }).matchLabels;
+      assert.ok(labels && Object.keys(labels).length > 0, 'the namespace selector names a namespace');
+    }
+    assert.deepEqual(
+      rule.ports?.map((p) => p.port),
+      [PORT],
+      "only the daemon's port",
+    );
+  }
+  for (const rule of np.spec.egress ?? []) {
+    for (const peer of rule.to ?? [{}]) {
+      if (!peer.ipBlock && !peer.namespaceSelector && !peer.podSelector)
+        assert.fail('an egress rule allows everything');
+      if (peer.ipBlock?.cidr === '0.0.0.0/0') {
+        for (const net of ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16']) {
+          assert.ok(peer.ipBlock.except?.includes(net), `egress to ${net} (cluster, metadata) is refused`);
+        }
+      }
+    }
+  }
+}
+
+function checkPrometheus(d: Deploy): void {
+  const { set } = desktop(d);
+  const a = set.spec.template.metadata?.annotations ?? {};
+  assert.equal(a['prometheus.io/path'], '/metrics');
+  assert.equal(Number(a['prometheus.io/port']), PORT, 'metrics are on the daemon port');
+}
+
+function checkCompose(d: Deploy): void {
+  const { file, service } = compose(d);
+  assert.ok(service.ports?.length, 'the port is published');
+  for (const p of service.ports) {
+    const m = typeof p === 'string' ? /^(\d+\.\d+\.\d+\.\d+):(\d+):(\d+)(\/tcp)?$/.exec(p) : null;
+    assert.ok(m, `ports use HOST_IP:HOST_PORT:CONTAINER_PORT: ${JSON.stringify(p)}`);
+    assert.equal(m[1], '127.0.0.1', "published on the host's 127.0.0.1 only");
+    assert.equal(Number(m[3]), PORT, "to the daemon's port");
+  }
+  assert.ok(!service.network_mode?.startsWith('host'), 'not on the host network');
+  const env = service.environment;
+  assert.ok(env && !Array.isArray(env), 'environment is a map');
+  assert.match(env.DESKBATCH_TOKEN ?? '', /^\$\{DESKBATCH_TOKEN:\?[^}]+\}$/, 'the token is required from outside');
+  assert.ok(service.user === undefined || !/^(root|0)(:|$)/.test(service.user), 'not root');
+  assert.ok(service.privileged !== true && !service.cap_add?.length, 'no privileges added');
+  assert.deepEqual(service.cap_drop, ['ALL'], 'every capability dropped');
+  assert.ok(
+    service.ipc === 'host' || byteSize(service.shm_size, 'shm_size') >= 2 ** 29,
+    'Chromium gets at least 512 MiB of /dev/shm',
+  );
+  assert.equal(service.read_only, true, 'read-only root filesystem');
+  const tmpfs = [service.tmpfs ?? []].flat().map((t) => t.split(':')[0]);
+  assert.ok(tmpfs.includes('/tmp'), '/tmp is a tmpfs');
+  const data = service.volumes?.find((v) => (typeof v === 'string' ? v.split(':')[1] : v.target) === d.image.volume);
+  const source = typeof data === 'string' ? data.split(':')[0] : data?.source;
+  assert.ok(source && file.volumes && source in file.volumes, `a named volume holds ${d.image.volume}`);
+  assert.ok(['always', 'unless-stopped', 'on-failure'].includes(service.restart ?? ''), 'a restart policy');
+  assert.ok(
+    durationMs(service.stop_grace_period, 'stop_grace_period') > shutdownMs(d),
+    "stop_grace_period outlasts the daemon's shutdown",
+  );
+  const probe = [service.healthcheck?.test ?? []].flat().join(' ');
+  assert.ok(!service.healthcheck?.disable, 'the health check is on');
+  assert.match(probe, new RegExp(`http://127\\.0\\.0\\.1:${PORT}/(readyz|healthz)\\b`), 'it asks the daemon');
+}
+
+/** Strings the daemon would take as a token (16+ of its characters) that look random: digits and letters mixed. */
+function tokenLike(text: string): string[] {
+  return [...text.matchAll(/[A-Za-z0-9._~-]{16,}/g)]
+    .map((m) => m[0])
+    .filter((s) => (s.match(/\d/g) ?? []).length >= 4 && (s.match(/[A-Za-z]/g) ?? []).length >= 4)
+    .filter((s) => !/^\d+\.\d+\.\d+\.\d+/.test(s));
+}
+
+function checkNoToken(d: Deploy): void {
+  for (const f of d.files) assert.deepEqual(tokenLike(f.text), [], `no token-like string in deploy/${f.path}`);
+}
+
+const CHECKS: Record<string, (d: Deploy) => void> = {
+  checkKustomization,
+  checkProbes,
+  checkNonRoot,
+  checkShm,
+  checkResources,
+  checkShutdown,
+  checkTokenFromSecret,
+  checkSelectors,
+  checkNetworkPolicy,
+  checkPrometheus,
+  checkCompose,
+  checkNoToken,
+};
+
+// ---------------------------------------------------------------- the tests
+
+test('every YAML file under deploy/ parses, and the kustomization lists every manifest', async () => {
+  const d = await load();
+  assert.ok(d.files.some((f) => f.path === 'compose.yaml'));
+  assert.ok(k8sFiles(d).length >= 2);
+  for (const o of k8sObjects(d)) assert.ok(o.apiVersion && o.kind, 'every document has apiVersion and kind');
+  checkKustomization(d);
+});
+
+test('desktop pods: /healthz for startup and liveness, /readyz for readiness, on the container port', async () => {
+  checkProbes(await load());
+});
+
+test("desktop pods run as the image's non-root uid, read-only, without capabilities or an API token", async () => {
+  checkNonRoot(await load());
+});
+
+test('desktop pods: /dev/shm in memory, resources set, a grace period longer than the shutdown deadline', async () => {
+  const d = await load();
+  checkShm(d);
+  checkResources(d);
+  checkShutdown(d);
+});
+
+test('the token comes from a Secret and is written in no file under deploy/', async () => {
+  const d = await load();
+  checkTokenFromSecret(d);
+  checkNoToken(d);
+});
+
+test('selectors, the per-pod Service, the NetworkPolicy and the metrics annotations agree with the pods', async () => {
+  const d = await load();
+  checkSelectors(d);
+  checkNetworkPolicy(d);
+  checkPrometheus(d);
+});
+
+test('compose: host 127.0.0.1 only, the token required, /dev/shm, read-only, a health check and a restart policy', async () => {
+  checkCompose(await load());
+});
+
+test('each check fails on a copy that breaks its promise', async () => {
+  const d = await load();
+  const token = randomBytes(32).toString('hex');
+  const mutations: [string, keyof typeof CHECKS, (c: Deploy) => void][] = [
+    [
+      'a manifest left out of the kustomization',
+      'checkKustomization',
+      (c) => {
+        c.files.push({ path: 'k8s/extra.yaml', text: '', docs: [{ apiVersion: 'v1', kind: 'ConfigMap' }] });
+      },
+    ],
+    [
+      'liveness on /readyz',
+      'checkProbes',
+      (c) => {
+        desktop(c).container.livenessProbe!.httpGet!.path = '/readyz';
+      },
+    ],
+    [
+      'readiness on another port',
+      'checkProbes',
+      (c) => {
+        desktop(c).container.readinessProbe!.httpGet!.port = PORT + 1;
+      },
+    ],
+    [
+      'running as root',
+      'checkNonRoot',
+      (c) => {
+        const { pod, container } = desktop(c);
+        delete container.securityContext!.runAsUser;
+        pod.securityContext!.runAsUser = 0;
+      },
+    ],
+    [
+      'a writable root',
+      'checkNonRoot',
+      (c) => {
+        desktop(c).container.securityContext!.readOnlyRootFilesystem = false;
+      },
+    ],
+    [
+      '/dev/shm on disk',
+      'checkShm',
+      (c) => {
+        for (const v of desktop(c).pod.volumes ?? []) if (v.emptyDir?.medium) delete v.emptyDir.medium;
+      },
+    ],
+    [
+      'no memory limit',
+      'checkResources',
+      (c) => {
+        delete desktop(c).container.resources!.limits!.memory;
+      },
+    ],
+    [
+      'the default grace period is kept short',
+      'checkShutdown',
+      (c) => {
+        desktop(c).pod.terminationGracePeriodSeconds = DEFAULT_CONFIG.shutdownDeadlineMs / 1000;
+      },
+    ],
+    [
+      'a literal token in the pod',
+      'checkTokenFromSecret',
+      (c) => {
+        const env = desktop(c).container.env!.find((e) => e.name === 'DESKBATCH_TOKEN')!;
+        env.value = token;
+        delete env.valueFrom;
+      },
+    ],
+    [
+      'a token pasted into a file',
+      'checkNoToken',
+      (c) => {
+        c.files[0]!.text += `\n# DESKBATCH_TOKEN=${token}\n`;
+      },
+    ],
+    [
+      'a Service selecting other pods',
+      'checkSelectors',
+      (c) => {
+        const s = k8sObjects(c).find((o) => o.kind === 'Service')!;
+        s.spec!.selector = { app: 'other' };
+      },
+    ],
+    [
+      'ingress from anywhere',
+      'checkNetworkPolicy',
+      (c) => {
+        one<NetworkPolicy>(c, 'NetworkPolicy').spec.ingress!.push({ from: [{ ipBlock: { cidr: '0.0.0.0/0' } }] });
+      },
+    ],
+    [
+      'egress to the metadata endpoint',
+      'checkNetworkPolicy',
+      (c) => {
+        for (const r of one<NetworkPolicy>(c, 'NetworkPolicy').spec.egress ?? []) {
+          for (const p of r.to ?? []) if (p.ipBlock) p.ipBlock.except = [];
+        }
+      },
+    ],
+    [
+      'metrics on another port',
+      'checkPrometheus',
+      (c) => {
+        desktop(c).set.spec.template.metadata!.annotations!['prometheus.io/port'] = '9090';
+      },
+    ],
+    [
+      'compose published on every interface',
+      'checkCompose',
+      (c) => {
+        compose(c).service.ports = [`${PORT}:${PORT}`];
+      },
+    ],
+    [
+      'compose without the token required',
+      'checkCompose',
+      (c) => {
+        (compose(c).service.environment as Record<string, string>).DESKBATCH_TOKEN = '${DESKBATCH_TOKEN}';
+      },
+    ],
+    [
+      "compose stops faster than the daemon's deadline",
+      'checkCompose',
+      (c) => {
+        compose(c).service.stop_grace_period = '10s';
+      },
+    ],
+  ];
+  for (const [what, check, mutate] of mutations) {
+    const copy = structuredClone(d);
+    CHECKS[check]!(copy); // passes before the change
+    mutate(copy);
+    assert.throws(() => CHECKS[check]!(copy), assert.AssertionError, `${check} catches ${what}`);
+  }
+});
