@@ -96,9 +96,10 @@ export async function timeLoop(
  * Runs every variant once per iteration, each iteration starting with the
  * next variant in turn, so load that drifts during the run falls on all of
  * them alike: the ratios between them are then fair on a shared machine.
- * A variant may time itself (return ms). `i` counts warm-up iterations too.
+ * A variant may time itself (return ms), or sit an iteration out (return
+ * null: nothing is recorded). `i` counts warm-up iterations too.
  */
-export type Variant = (i: number) => Promise<number | void>;
+export type Variant = (i: number) => Promise<number | void | null>;
 
 export async function interleave<K extends string>(
   variants: Record<K, Variant>,
@@ -112,7 +113,7 @@ export async function interleave<K extends string>(
       const name = names[(i + k) % names.length]!;
       const t0 = performance.now();
       const own = await variants[name](i);
-      if (i >= warmup) times[name].push(typeof own === 'number' ? own : performance.now() - t0);
+      if (i >= warmup && own !== null) times[name].push(typeof own === 'number' ? own : performance.now() - t0);
     }
   }
   return times;
