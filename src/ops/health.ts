@@ -51,8 +51,8 @@ export function createReadiness(deps: ReadinessDeps): ReadinessCheck {
   const probeDisplay = async (): Promise<DisplayCheck> => {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<'late'>((resolve) => {
+      // Not unref'd: it is cleared below, and the probe's caller waits for it.
       timer = setTimeout(() => resolve('late'), timeoutMs);
-      timer.unref();
     });
     // No AbortSignal: cancelling a worker op may end with the worker killed. A late answer is left to finish.
     const size = deps.displaySize().then(
