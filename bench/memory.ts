@@ -24,6 +24,7 @@
  * preloaded with --expose-gc into this run's daemon only), which is what
  * growth is judged on.
  */
+import { resultBytes } from '../src/server/session.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DEFAULT_CONFIG } from '../src/config.ts';
 import { nextId, toolUse } from './client.ts';
@@ -115,8 +116,8 @@ async function measure(daemon: DaemonProcess): Promise<MemoryReport> {
     const client = clients[i % clients.length]!;
     await client.paceFor(1);
     const reply = await client.batch(nextId('m'), [toolUse('computer', 'screenshot')]);
-    // What the session's result cache counts for this result (src/server/session.ts resultBytes).
-    const cached = Buffer.byteLength(JSON.stringify(reply.message.tool_results)) + 1024;
+    // What the session's result cache counts for this result.
+    const cached = resultBytes(reply.message);
     return { ms: reply.ms, bytes: reply.bytes, cached };
   };
   try {
