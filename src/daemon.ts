@@ -133,7 +133,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     executor,
     driver,
     status: () => server.status(),
-    browserCircuit: browser ? { open: () => browserGuard.state === 'open' } : undefined,
+    browserCircuit: browser ? { open: () => browserGuard.coolingDown } : undefined,
   });
   routes.push(...ops.routes);
   const server: DeskbatchServer = new DeskbatchServer({
@@ -168,6 +168,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       closing ??= (async () => {
         await server.close();
         ops.metrics.close();
+        viewer.close();
         await executor.close();
         await driver.close();
       })();

@@ -99,6 +99,16 @@ export class ResourceBreaker implements StartGuard {
     }
   }
 
+  /**
+   * True while an open circuit refuses starts: from the break until the cool-down ends. Unlike
+   * `state`, which stays 'open' after the cool-down until the next start is tried (cockatiel moves
+   * to half-open only inside `execute`), this turns false on time, so readiness does not stay
+   * down for a resource nobody asks for.
+   */
+  get coolingDown(): boolean {
+    return this.policy.state === CircuitState.Open && performance.now() - this.openedAt < this.settings.coolDownMs;
+  }
+
   /** Runs `start` unless the circuit is open; an open circuit throws the resource's unavailable error at once. */
   async run<T>(start: () => Promise<T>): Promise<T> {
     try {

@@ -410,6 +410,33 @@ describe('metrics and readiness on a daemon with a display', () => {
       await rm(dir, { recursive: true, force: true });
     }
   });
+
+  test('/readyz: ready again once the browser circuit cooled down, with no browser call in between', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'deskbatch-nobrowser-'));
+    const b = await startTestDaemon({
+      display: display.display,
+      browser: 'headless',
+      browserSettings: { executablePath: join(dir, 'no-chromium') },
+      resilience: { breaker: { failures: 1, coolDownMs: 400 } },
+    });
+    try {
+      const c = await b.connect();
+      await c.hello();
+      const first = await c.batch('launch-1', [browserUse('navigate', { url: 'http://127.0.0.1:9/' })]);
+      assert.equal(first.result.failures[0]?.error.type, 'BrowserUnavailableError');
+      // The circuit stays open in cockatiel until the next start is tried; readiness must not wait for one.
+      let r = await readyz(b);
+      for (let i = 0; i < 100 && r.status !== 200; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        r = await readyz(b);
+      }
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.body.browser, 'ok');
+    } finally {
+      await b.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 // ---------------------------------------------------------------- a daemon without its display
