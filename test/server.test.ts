@@ -355,6 +355,24 @@ describe('rate limits', () => {
     }
   });
 
+  test('token-guarded HTTP routes spend the same budget: /metrics guesses get 429 too', async () => {
+    const d = await startTestDaemon({ display: undefined, limits: { handshakeBurst: 3, handshakesPerSecond: 1 } });
+    try {
+      const metrics = d.url.replace('ws:', 'http:').replace('/v1', '/metrics');
+      const statuses: number[] = [];
+      for (let i = 0; i < 4; i++) {
+        const res = await fetch(metrics, { headers: { authorization: 'Bearer wrong-token-0123456789' } });
+        await res.arrayBuffer();
+        statuses.push(res.status);
+      }
+      assert.deepEqual(statuses, [401, 401, 401, 429]);
+      const health = await fetch(d.url.replace('ws:', 'http:').replace('/v1', '/healthz'));
+      assert.equal(health.status, 200, 'routes without a token are not limited');
+    } finally {
+      await d.close();
+    }
+  });
+
   test('messages beyond the burst get rate_limited errors; the connection stays usable', async () => {
     const d = await startTestDaemon({ display: undefined, limits: { messageBurst: 5, messagesPerSecond: 1 } });
     try {

@@ -122,9 +122,17 @@ export class DeskbatchServer {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
       return;
     }
-    if (route.auth === 'token' && !isAuthorized(req, this.deps.config.token)) {
-      res.writeHead(401, { 'content-type': 'text/plain', 'www-authenticate': 'Bearer' }).end('unauthorized\n');
-      return;
+    if (route.auth === 'token') {
+      // The handshake budget, before the token check: a scraper's requests count like handshakes, so
+      // /metrics is no faster a way to guess the token than /v1.
+      if (!this.handshakes.take(req.socket.remoteAddress ?? '')) {
+        res.writeHead(429, { 'content-type': 'text/plain', 'retry-after': '1' }).end('too many requests\n');
+        return;
+      }
+      if (!isAuthorized(req, this.deps.config.token)) {
+        res.writeHead(401, { 'content-type': 'text/plain', 'www-authenticate': 'Bearer' }).end('unauthorized\n');
+        return;
+      }
     }
     try {
       await route.handle(req, res);
