@@ -82,10 +82,25 @@ export function batchOutcome(result: BatchResult): 'ok' | 'failed' | 'cancelled'
   return result.cancelled ? 'cancelled' : 'ok';
 }
 
+let processMetrics: Registry | undefined;
+
+/**
+ * Node's process metrics (`process_*`, `nodejs_*`), collected once per process: they describe the
+ * process, not a daemon, and each collector starts an event-loop monitor and a GC observer that a
+ * registry's clear() does not stop, so one per daemon would pile up where a process starts many
+ * (tests, embedding).
+ */
+function processRegistry(): Registry {
+  if (!processMetrics) {
+    processMetrics = new Registry();
+    collectDefaultMetrics({ register: processMetrics });
+  }
+  return processMetrics;
+}
+
 export function createMetrics(deps: MetricsDeps): Metrics {
   const registry = new Registry();
   const registers = [registry];
-  collectDefaultMetrics({ register: registry });
 
   // A tool_use without toolset_name reads "computer_legacy" when it is the older `computer` tool
   // (toolsets/computer-legacy), else "none" (a plain tool, refused).
@@ -116,6 +131,11 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     name: 'deskbatch_batches_total',
     help: 'Batches run to their batch_result, by outcome: ok, failed (any call failed), cancelled.',
     labelNames: ['outcome'],
+    registers,
+  });
+  const errors = new Counter({
+    name: 'deskbatch_metrics_errors_total',
+    help: 'Activity events the metrics could not count (a bug in deskbatch; the event is skipped).',
     registers,
   });
   const replays = new Counter({
@@ -210,7 +230,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     }
   };
 
-  const unsubscribe = deps.activity.subscribe((a: Activity) => {
+  const observe = (a: Activity): void => {
     switch (a.type) {
       case 'tool_event':
         return onToolEvent(a.event);
@@ -221,6 +241,14 @@ export function createMetrics(deps: MetricsDeps): Metrics {
       default:
         return;
     }
+  };
+  // A throwing observer is unsubscribed by the hub for good; one odd event must not end the metrics.
+  const unsubscribe = deps.activity.subscribe((a: Activity) => {
+    try {
+      observe(a);
+    } catch {
+      errors.inc();
+    }
   });
 
   return {
@@ -230,7 +258,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
       path: '/metrics',
       auth: 'token',
       async handle(_req, res) {
-        const body = await registry.metrics();
+        const body = `${await registry.metrics()}\n${await processRegistry().metrics()}`;
         res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' }).end(body);
       },
     },
