@@ -4,6 +4,7 @@
  * session, and forwards events and results. A frame over `maxPayload` is
  * closed by ws with 1009, as the protocol says.
  */
+import { LEGACY_COMPUTER_FAMILY, LEGACY_COMPUTER_TOOL_NAME } from '../../toolsets/computer-legacy/index.ts';
 import type { RawData, WebSocket } from 'ws';
 import type { DaemonConfig } from '../config.ts';
 import type { Logger } from '../log.ts';
@@ -251,7 +252,9 @@ export class Connection {
     const shown = members.length > 12 ? [...members.slice(0, 12), `+${members.length - 12} more`] : members;
     // Calls of a halted toolset after its failure were not executed.
     const notExecuted = toolUses.filter((tu, i) => {
-      const at = tu.toolset_name && Object.hasOwn(r.halted, tu.toolset_name) ? r.halted[tu.toolset_name] : undefined;
+      // The older `computer` tool (no toolset_name) halts under a family of its own.
+      const family = tu.toolset_name ?? (tu.name === LEGACY_COMPUTER_TOOL_NAME ? LEGACY_COMPUTER_FAMILY : undefined);
+      const at = family && Object.hasOwn(r.halted, family) ? r.halted[family] : undefined;
       return at !== undefined && i > at;
     }).length;
     const errors = r.failures.map((f) => `${f.name}: ${f.error.type}`);
