@@ -11,7 +11,6 @@ import type {
   BetaToolComputerUse20250124,
   BetaToolComputerUse20251124,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { UNKNOWN_TOOLSET_CANCELLED_TEXT, UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT } from '../src/executor/executor.ts';
 import type { BatchResult, ToolEvent, ToolUse, Welcome } from '../src/protocol.ts';
 import {
   LEGACY_ACTIONS,
@@ -120,9 +119,9 @@ describe('the mapping of every action (no desktop)', () => {
     for (const a of LEGACY_ACTIONS) assert.ok(members.includes(a), `${a} is a computer toolset member`);
   });
 
-  test('the texts for skipped and cancelled calls are the SDK fallback texts', () => {
-    assert.equal(LEGACY_NOT_EXECUTED_TEXT, UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT);
-    assert.equal(LEGACY_CANCELLED_TEXT, UNKNOWN_TOOLSET_CANCELLED_TEXT);
+  test('the texts for skipped and cancelled calls are the SDK fallback texts, word for word', () => {
+    assert.equal(LEGACY_NOT_EXECUTED_TEXT, 'Not executed: an earlier action in this turn failed.');
+    assert.equal(LEGACY_CANCELLED_TEXT, 'Not completed: this turn was cancelled before this action finished.');
   });
 });
 

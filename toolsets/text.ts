@@ -14,3 +14,8 @@ export function echo(value: string | number): string {
 export function foldName(value: string): string {
   return echo(value).replace(/['\s]+/g, ' ');
 }
+
+/** The SDK's fallback halt text for a family it does not know (TOOLSET-CONTRACT A5). */
+export const FALLBACK_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
+/** The SDK's fallback text for a call a cancel stopped, for a family it does not know. */
+export const FALLBACK_CANCELLED_TEXT = 'Not completed: this turn was cancelled before this action finished.';

@@ -20,14 +20,14 @@ import type { Lane } from './lane.ts';
 import { ContractViolationError, errorResult, successResult, type ImageRules } from './results.ts';
 import { describeZodError } from './zod-text.ts';
 import { REPEAT_ADVICE, REPEAT_THRESHOLD, type RepeatTracker } from './repeats.ts';
-import { foldName as oneLine } from '../../toolsets/text.ts';
+import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT, foldName as oneLine } from '../../toolsets/text.ts';
 import { readRetry, type RetrySettings } from '../resilience.ts';
 import type { RetryPolicy } from 'cockatiel';
 import { createLegacyComputerTool, type LegacyComputerTool } from '../../toolsets/computer-legacy/index.ts';
 
-/** The SDK's fallback halt text for a family it does not know (TOOLSET-CONTRACT A5). */
-export const UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
-export const UNKNOWN_TOOLSET_CANCELLED_TEXT = 'Not completed: this turn was cancelled before this action finished.';
+/** The SDK's fallback texts for a family it does not know (TOOLSET-CONTRACT A5). */
+export const UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT = FALLBACK_NOT_EXECUTED_TEXT;
+export const UNKNOWN_TOOLSET_CANCELLED_TEXT = FALLBACK_CANCELLED_TEXT;
 /** How long a cancelled or timed-out handler may take to wind down before the lane moves on. */
 const WIND_DOWN_MS = 2_000;
 

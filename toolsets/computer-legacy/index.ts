@@ -17,6 +17,7 @@
  *   batch get LEGACY_NOT_EXECUTED_TEXT. The tool is its own family: a failure
  *   of it halts no toolset, and a toolset failure does not halt it.
  */
+import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../text.ts';
 import { z } from 'zod';
 import type { Size } from '../../src/desktop/driver.ts';
 import { ToolInputError, ToolRefusedError } from '../../src/errors.ts';
@@ -51,9 +52,9 @@ export const LEGACY_COMPUTER_FAMILY = 'legacy:computer';
  * for it; this is the SDK's fallback halt text (the executor's
  * UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT), whose "action" is the older tool's own word.
  */
-export const LEGACY_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
+export const LEGACY_NOT_EXECUTED_TEXT = FALLBACK_NOT_EXECUTED_TEXT;
 /** Calls stopped by cancel or disconnect (the executor's UNKNOWN_TOOLSET_CANCELLED_TEXT). */
-export const LEGACY_CANCELLED_TEXT = 'Not completed: this turn was cancelled before this action finished.';
+export const LEGACY_CANCELLED_TEXT = FALLBACK_CANCELLED_TEXT;
 
 export interface LegacyComputerTool extends Toolset {
   /** Whether a tool_use is a call of this tool: named `computer`, without `toolset_name`. */
