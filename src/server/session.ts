@@ -27,7 +27,8 @@ interface StoredBatch {
 }
 
 /**
- * Rough size of a stored result: its strings (image data dominates) plus a fixed share per block.
+ * Size of a stored result: the bytes of its strings (image data, ASCII base64, dominates) plus a
+ * fixed share per block.
  * Not a JSON.stringify of the result: that copied every image once more per batch, for a bound.
  */
 export function resultBytes(result: BatchResult): number {
@@ -36,7 +37,7 @@ export function resultBytes(result: BatchResult): number {
     bytes += 128 + r.tool_use_id.length;
     for (const block of r.content) {
       bytes += 64;
-      if (block.type === 'text') bytes += block.text.length;
+      if (block.type === 'text') bytes += Buffer.byteLength(block.text);
       else if (block.type === 'image') bytes += block.source.data.length;
       else bytes += JSON.stringify(block).length;
     }
