@@ -233,12 +233,22 @@ const TEXT_MEMBERS: ReadonlySet<string> = new Set([
 ]);
 
 /** What the daemon last reported about the tabs, for the SDK's `browserState` (called after every call). */
+/** How many held-back daemon lines a browser toolset keeps for the next text result. */
+const MAX_CARRIED_LINES = 20;
+
 class TabMirror {
   tabs: BetaBrowserStateTabEntry[] = [];
   /** This call's state changes, handed to the SDK once. */
   changes: BetaBrowserStateChange[] = [];
   /** Daemon lines a result kind could not hold (after `navigate` or a screenshot), for the next one that can. */
-  carried: string[] = [];
+  private carriedLines: string[] = [];
+
+  /** Keeps at most the newest MAX_CARRIED_LINES: a run of calls with no text result must not grow it. */
+  carry(lines: readonly string[]): void {
+    this.carriedLines.push(...lines);
+    if (this.carriedLines.length > MAX_CARRIED_LINES)
+      this.carriedLines.splice(0, this.carriedLines.length - MAX_CARRIED_LINES);
+  }
 
   update(result: ToolResult): void {
     const block = result.content.find((b) => b.type === 'browser_state');
@@ -254,8 +264,8 @@ class TabMirror {
   }
 
   takeCarried(): string[] {
-    const lines = this.carried;
-    this.carried = [];
+    const lines = this.carriedLines;
+    this.carriedLines = [];
     return lines;
   }
 
@@ -325,14 +335,13 @@ export class DeskbatchBrowserToolset extends BetaAbstractBrowserToolset20260801 
       case 'navigate': {
         const match = NAVIGATED.exec(texts[0] ?? '');
         // A navigation that only started a download reads as a navigation to where the tab still is.
-        if (!match) mirror.carried.push(...texts);
-        else mirror.carried.push(...texts.slice(1));
+        mirror.carry(match ? texts.slice(1) : texts);
         if (!match) return { url: mirror.active?.url ?? '' };
         return { url: match[1]!, title: match[2], status: match[3] === undefined ? undefined : Number(match[3]) };
       }
       case 'screenshot':
       case 'zoom':
-        mirror.carried.push(...texts);
+        mirror.carry(texts);
         return screenshotOf(name, result);
       case 'new_tab':
       case 'switch_tab': {
