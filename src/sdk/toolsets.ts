@@ -160,6 +160,21 @@ const extraLine = (texts: readonly string[]): string | undefined => texts.slice(
 
 // ---------------------------------------------------------------- computer
 
+/** Connects a client for a toolset that owns it; the client is closed again if building the toolset throws. */
+async function connectOwned<T>(
+  url: string,
+  connect: Omit<DeskbatchConnectOptions, 'url'>,
+  make: (client: DeskbatchClient) => T,
+): Promise<T> {
+  const client = await DeskbatchClient.connect(url, { clientName: 'deskbatch-sdk/1', ...connect });
+  try {
+    return make(client);
+  } catch (err) {
+    await client.close();
+    throw err;
+  }
+}
+
 /**
  * The computer toolset (`computer_toolset_20260801`) of a deskbatch daemon.
  * Every member the daemon serves is offered; `configs` can switch more off.
@@ -182,15 +197,11 @@ export class DeskbatchComputerToolset extends BetaAbstractComputerToolset2026080
     options: DeskbatchConnectOptions & BetaComputerToolsetOptions,
   ): Promise<DeskbatchComputerToolset> {
     const { url, configs, confirm, toolConfigs, ...connect } = options;
-    const client = await DeskbatchClient.connect(url, { clientName: 'deskbatch-sdk/1', ...connect });
-    try {
+    return connectOwned(url, connect, (client) => {
       const toolset = new DeskbatchComputerToolset(client, { configs, confirm, toolConfigs });
       toolset.#ownsClient = true;
       return toolset;
-    } catch (err) {
-      await client.close();
-      throw err;
-    }
+    });
   }
 
   /** Sends the call to the daemon as a batch of one (see the module comment). */
@@ -309,15 +320,11 @@ export class DeskbatchBrowserToolset extends BetaAbstractBrowserToolset20260801 
     options: DeskbatchConnectOptions & DeskbatchBrowserToolsetOptions,
   ): Promise<DeskbatchBrowserToolset> {
     const { url, configs, confirm, toolConfigs, urlPolicy, filePolicy, ...connect } = options;
-    const client = await DeskbatchClient.connect(url, { clientName: 'deskbatch-sdk/1', ...connect });
-    try {
+    return connectOwned(url, connect, (client) => {
       const toolset = new DeskbatchBrowserToolset(client, { configs, confirm, toolConfigs, urlPolicy, filePolicy });
       toolset.#ownsClient = true;
       return toolset;
-    } catch (err) {
-      await client.close();
-      throw err;
-    }
+    });
   }
 
   /** Sends the call to the daemon as a batch of one (see the module comment). */
