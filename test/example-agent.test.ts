@@ -17,6 +17,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { runAgent } from '../examples/agent.ts';
 import { DeskbatchClient } from '../src/client/index.ts';
+import { BROWSER_MEMBER_NAMES, BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
 import { imageSize } from './helpers/api-rules.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
@@ -33,6 +34,7 @@ import { startWebServer, type WebServer } from './helpers/web.ts';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
 const API_KEY = 'sk-ant-test-not-a-real-key';
+const optional: readonly string[] = BROWSER_OPTIONAL_MEMBERS;
 const PAGE_TITLE = EXAMPLE_PAGE_TITLE;
 const PAGE = EXAMPLE_PAGE;
 const TASK = EXAMPLE_TASK;
@@ -266,19 +268,9 @@ describe('the stand-in Messages API rejects what the API rejects', () => {
         body(results(), [
           {
             type: 'browser_toolset_20260801',
+            // Every member on by default switched off (the optional ones are off already).
             configs: Object.fromEntries(
-              ['navigate', 'list_tabs', 'new_tab', 'switch_tab', 'close_tab', 'read_page', 'find', 'get_page_text']
-                .concat(['screenshot', 'zoom', 'form_input', 'scroll_to', 'left_click', 'right_click', 'middle_click'])
-                .concat([
-                  'double_click',
-                  'triple_click',
-                  'hover',
-                  'left_click_drag',
-                  'left_mouse_down',
-                  'left_mouse_up',
-                ])
-                .concat(['mouse_move', 'scroll', 'type', 'key', 'hold_key', 'wait'])
-                .map((m) => [m, { enabled: false }]),
+              BROWSER_MEMBER_NAMES.filter((m) => !optional.includes(m)).map((m) => [m, { enabled: false }]),
             ),
           },
         ]),
