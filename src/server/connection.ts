@@ -4,14 +4,12 @@
  * session, and forwards events and results. A frame over `maxPayload` is
  * closed by ws with 1009, as the protocol says.
  */
-import { LEGACY_COMPUTER_FAMILY, LEGACY_COMPUTER_TOOL_NAME } from '../../toolsets/computer-legacy/index.ts';
 import type { RawData, WebSocket } from 'ws';
 import type { DaemonConfig } from '../config.ts';
 import type { Logger } from '../log.ts';
 import {
   ClientMessageSchema,
   type BatchMessage,
-  type BatchResult,
   type ErrorCode,
   type HelloMessage,
   type ServerMessage,
@@ -230,48 +228,8 @@ export class Connection {
         void outcome.result.then((r) => this.send({ ...r, replayed: true }));
         return;
       case 'accepted':
-        void outcome.result.then((r) => {
-          this.logBatch(r, msg.tool_uses);
-          this.send(r);
-        });
+        void outcome.result.then((r) => this.send(r));
         return;
     }
-  }
-
-  /**
-   * One line per batch: its session (bound), id, the members it asked for, how many failed and
-   * with which error types, and how long it took. Names are the client's: at most 12 distinct ones
-   * and 5 failures are named.
-   */
-  private logBatch(r: BatchResult, toolUses: readonly { name: string; toolset_name?: string | null }[]): void {
-    const failed = r.failures.length;
-    // Names are not cut (a cut could leave part of a secret the logger would no longer recognise).
-    const counts = new Map<string, number>();
-    for (const tu of toolUses) counts.set(tu.name, (counts.get(tu.name) ?? 0) + 1);
-    const members = [...counts].map(([n, c]) => (c > 1 ? `${n} x${c}` : n));
-    const shown = members.length > 12 ? [...members.slice(0, 12), `+${members.length - 12} more`] : members;
-    // Calls of a halted toolset after its failure were not executed.
-    const notExecuted = toolUses.filter((tu, i) => {
-      // The older `computer` tool (no toolset_name) halts under a family of its own.
-      const family = tu.toolset_name ?? (tu.name === LEGACY_COMPUTER_TOOL_NAME ? LEGACY_COMPUTER_FAMILY : undefined);
-      const at = family && Object.hasOwn(r.halted, family) ? r.halted[family] : undefined;
-      return at !== undefined && i > at;
-    }).length;
-    const errors = r.failures.map((f) => `${f.name}: ${f.error.type}`);
-    const text =
-      `batch ${r.batch_id}: ${r.tool_results.length} calls (${shown.join(', ')}), ${failed} failed` +
-      (failed ? ` (${errors.slice(0, 5).join(', ')}${failed > 5 ? ', ...' : ''})` : '') +
-      (notExecuted ? `, ${notExecuted} not executed` : '') +
-      `${r.cancelled ? ', cancelled' : ''}, ${r.duration_ms} ms`;
-    this.log.info(text, {
-      batch: r.batch_id,
-      calls: r.tool_results.length,
-      members: shown,
-      failed,
-      not_executed: notExecuted,
-      cancelled: r.cancelled,
-      duration_ms: r.duration_ms,
-      error_types: [...new Set(r.failures.map((f) => f.error.type))],
-    });
   }
 }

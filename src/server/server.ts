@@ -18,6 +18,7 @@ import { KeyedBuckets } from './rate-limit.ts';
 import { RepeatTracker } from '../executor/repeats.ts';
 import type { Geometry } from '../geometry.ts';
 import { ActivityHub } from '../activity.ts';
+import { logBatch } from './batch-log.ts';
 import { legacyComputerTools } from '../../toolsets/computer-legacy/index.ts';
 
 /**
@@ -248,17 +249,20 @@ export class DeskbatchServer {
             at: Date.now(),
           });
         }
+        let notExecuted = 0;
         const result = await executor.run({
           sessionId: id,
           batchId,
           toolUses,
           signal,
           emit: (event) => {
+            if (event.phase === 'not_executed') notExecuted++;
             if (activity.observed) activity.publish({ type: 'tool_event', session: id, event, at: Date.now() });
             session.emit?.(event);
           },
           repeats,
         });
+        logBatch(log.child({ session: id }), result, toolUses, notExecuted);
         if (activity.observed) activity.publish({ type: 'batch_finished', session: id, result, at: Date.now() });
         return result;
       },
