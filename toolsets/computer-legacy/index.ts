@@ -60,9 +60,10 @@ export interface LegacyComputerTool extends Toolset {
   /** Whether a tool_use is a call of this tool: named `computer`, without `toolset_name`. */
   handles(toolUse: { name: string; toolset_name?: string | null | undefined }): boolean;
   /**
-   * The member that runs this input's action, after checking the whole input
-   * (so bad input fails before anything runs). Throws ToolInputError or
-   * ToolRefusedError with the text the model reads.
+   * The member that runs this input's action. Throws ToolInputError or
+   * ToolRefusedError with the text the model reads; the rest of the input is
+   * checked when the executor parses it with the member's schema, before
+   * anything runs.
    */
   member(input: unknown): RunnableMember;
 }
@@ -122,20 +123,17 @@ export function createLegacyComputerTool(computer: Toolset | undefined): LegacyC
 
   const actionMember = (action: LegacyAction, main: RunnableMember): RunnableMember => ({
     name: action,
-    // Checked by `member()` and `plan()`, with texts that name the action.
-    input: z.unknown(),
+    // Parsing the input plans the member calls, once. plan() throws ToolInputError or ToolRefusedError
+    // with texts that name the action; the executor answers a throw from its parse like a bad input.
+    input: z.unknown().transform(plan),
     effect: LEGACY_READ_ACTIONS.has(action) ? 'read' : 'write',
     kind: main.kind,
-    extraTimeMs(raw) {
-      try {
-        return plan(raw).reduce((ms, c) => ms + c.member.extraTimeMs(c.input), 0);
-      } catch {
-        return 0;
-      }
+    extraTimeMs(planned) {
+      return (planned as PlannedCall[]).reduce((ms, c) => ms + c.member.extraTimeMs(c.input), 0);
     },
-    async run(raw, call) {
+    async run(planned, call) {
       let outputs: MemberOutput[] = [];
-      for (const c of plan(raw)) {
+      for (const c of planned as PlannedCall[]) {
         call.signal.throwIfAborted();
         outputs = await c.member.run(c.input, call);
       }
@@ -162,7 +160,6 @@ export function createLegacyComputerTool(computer: Toolset | undefined): LegacyC
       const action = actionOf(input);
       const member = members.get(action);
       if (!member) throw refused(action, action);
-      plan(input);
       return member;
     },
   };
