@@ -36,7 +36,15 @@ import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '
 import { startTestDesktop, type TestDesktop } from './helpers/desktop.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import type { RecordedMouseEvent } from './helpers/event-page.ts';
-import { childPids, chromiumBrowserPids, descendants, desktopWorkerPids, killAll, waitFor } from './helpers/faults.ts';
+import {
+  RESOURCE_DOWN_TYPES,
+  childPids,
+  chromiumBrowserPids,
+  descendants,
+  desktopWorkerPids,
+  killAll,
+  waitFor,
+} from './helpers/faults.ts';
 import { browserUse } from './helpers/web.ts';
 
 const WIDTH = 1024;
@@ -46,14 +54,6 @@ const CALL_TIMEOUT_MS = 20_000;
 /** Recovery is polled this often, for at most this long. */
 const POLL_EVERY_MS = 300;
 const RECOVERY_MS = 45_000;
-/** Failure types a call may get while a resource is down or coming back: all retryable. */
-const RESOURCE_DOWN_TYPES = [
-  'DriverCrashedError',
-  'DisplayUnavailableError',
-  'BrowserCrashedError',
-  'BrowserUnavailableError',
-  'TimeoutError',
-];
 
 const unexpected: unknown[] = [];
 process.on('unhandledRejection', (err) => unexpected.push(err));

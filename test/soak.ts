@@ -48,7 +48,7 @@ import { DEFAULT_CONFIG } from '../src/config.ts';
 import type { BatchResult, ErrorInfo, ToolUse, Welcome } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { startTestDisplay } from './helpers/display.ts';
-import { childPids, descendants, killAll, processFootprint } from './helpers/faults.ts';
+import { RESOURCE_DOWN_TYPES, childPids, descendants, killAll, processFootprint } from './helpers/faults.ts';
 import {
   LoadClient,
   nextCoordinate,
@@ -90,11 +90,7 @@ const RECOVERY_MAX_MS = 90_000;
 /** A retryable failure this long after a fault is still explained by it. */
 const FAULT_SHADOW_MS = 60_000;
 const RETRYABLE_TYPES = [
-  'DriverCrashedError',
-  'DisplayUnavailableError',
-  'BrowserCrashedError',
-  'BrowserUnavailableError',
-  'TimeoutError',
+  ...RESOURCE_DOWN_TYPES,
   // navigate's own limits (20 s to DOMContentLoaded) on a machine starved of CPU
   'NavigationError',
 ];

@@ -122,3 +122,12 @@ export async function processFootprint(pid: number): Promise<{ rssBytes: number;
   const fds = (await readdir(`/proc/${pid}/fd`)).length;
   return { rssBytes: rssKb * 1024, fds };
 }
+
+/** Failure types a call may get while a resource (the worker, X, Chromium) is down or coming back: all retryable. */
+export const RESOURCE_DOWN_TYPES: readonly string[] = [
+  'DriverCrashedError',
+  'DisplayUnavailableError',
+  'BrowserCrashedError',
+  'BrowserUnavailableError',
+  'TimeoutError',
+];
