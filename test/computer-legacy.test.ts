@@ -25,6 +25,7 @@ import { assertApiValid, imageSize } from './helpers/api-rules.ts';
 import { computerUse, startTestDaemon, type TestClient } from './helpers/daemon.ts';
 import { startTestDesktop, type TestDesktop } from './helpers/desktop.ts';
 import type { RecordedEvent, RecordedKey, RecordedMouseEvent, RecordedWheel } from './helpers/event-page.ts';
+import { isWheelMarker } from './helpers/input-fence.ts';
 
 const COMPUTER_NOT_EXECUTED = 'Not executed: an earlier computer action in this turn failed.';
 
@@ -51,12 +52,6 @@ const texts = (result: BatchResult): (string | undefined)[] =>
 
 const mouse = (events: RecordedEvent[], type: RecordedMouseEvent['type']) =>
   events.filter((e): e is RecordedMouseEvent => e.type === type);
-
-/** The page records asynchronously; give it a moment to see the last X event. */
-async function settled(d: TestDesktop): Promise<RecordedEvent[]> {
-  await new Promise((r) => setTimeout(r, 150));
-  return d.events();
-}
 
 function assertNoToolsetName(result: BatchResult, toolUses: ToolUse[]): void {
   toolUses.forEach((tu, i) => {
@@ -168,11 +163,9 @@ describe('older computer tools on 1280x800', () => {
       ],
     );
     assert.deepEqual(result.halted, {});
-    const moves = (await settled(d)).filter((e) => e.type === 'mousemove') as unknown as {
-      clientX: number;
-      clientY: number;
-    }[];
-    assert.deepEqual([moves.at(-1)?.clientX, moves.at(-1)?.clientY], [700, 650]);
+    await d.waitFor('a move to 700,650', (ev) =>
+      ev.some((e) => e.type === 'mousemove' && e.clientX === 700 && e.clientY === 650),
+    );
   });
 
   test('clicks land with the right buttons; modifiers in text (or key) are held for that click only', async () => {
@@ -186,7 +179,7 @@ describe('older computer tools on 1280x800', () => {
     const { result } = await run(d, uses);
     assert.deepEqual(texts(result), ['Clicked.', 'Clicked.', 'Right-clicked.', 'Middle-clicked.', 'Clicked.']);
     assertNoToolsetName(result, uses);
-    const downs = mouse(await settled(d), 'mousedown');
+    const downs = mouse(await d.drain(), 'mousedown');
     assert.deepEqual(
       downs.map((e) => [e.button, e.clientX, e.clientY, e.shiftKey, e.ctrlKey]),
       [
@@ -202,14 +195,14 @@ describe('older computer tools on 1280x800', () => {
   test('double_click and triple_click have the right click counts', async () => {
     await run(d, [legacy('double_click', { coordinate: [500, 700] })]);
     assert.deepEqual(
-      mouse(await settled(d), 'click').map((e) => e.detail),
+      mouse(await d.drain(), 'click').map((e) => e.detail),
       [1, 2],
     );
     await d.reset();
-    await new Promise((r) => setTimeout(r, 600)); // a new click sequence
-    await run(d, [legacy('triple_click', { coordinate: [520, 700] })]);
+    // Far from the last click, so it starts a new click sequence however soon it comes.
+    await run(d, [legacy('triple_click', { coordinate: [900, 650] })]);
     assert.deepEqual(
-      mouse(await settled(d), 'click').map((e) => e.detail),
+      mouse(await d.drain(), 'click').map((e) => e.detail),
       [1, 2, 3],
     );
   });
@@ -232,7 +225,7 @@ describe('older computer tools on 1280x800', () => {
       'Held shift for 0.2s.',
       'Typed.',
     ]);
-    const ev = await settled(d);
+    const ev = await d.drain();
     assert.equal(await d.page.inputValue('#t'), 'abc de\nx');
     const shift = ev.filter((e): e is RecordedKey => (e.type === 'keydown' || e.type === 'keyup') && e.key === 'Shift');
     assert.deepEqual(
@@ -247,7 +240,7 @@ describe('older computer tools on 1280x800', () => {
     ];
     const { result } = await run(d, uses);
     assert.deepEqual(texts(result), ['Scrolled down.']);
-    const wheels = (await settled(d)).filter((e): e is RecordedWheel => e.type === 'wheel');
+    const wheels = (await d.drainWheel()).filter((e): e is RecordedWheel => e.type === 'wheel' && !isWheelMarker(e));
     assert.ok(wheels.length > 0, 'a wheel event arrived');
     for (const w of wheels) {
       assert.deepEqual([w.clientX, w.clientY, w.shiftKey], [960, 200, true]);
@@ -259,7 +252,7 @@ describe('older computer tools on 1280x800', () => {
   test('left_click_drag, and left_mouse_down / up with a coordinate', async () => {
     const drag = [legacy('left_click_drag', { start_coordinate: [100, 500], coordinate: [600, 700] })];
     assert.deepEqual(texts((await run(d, drag)).result), ['Dragged.']);
-    let ev = await settled(d);
+    let ev = await d.drain();
     assert.deepEqual(
       mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
       [[100, 500]],
@@ -274,7 +267,7 @@ describe('older computer tools on 1280x800', () => {
       legacy('left_mouse_up', { coordinate: [400, 550] }),
     ]);
     assert.deepEqual(texts(result), ['Left mouse button pressed.', 'Left mouse button released.']);
-    ev = await settled(d);
+    ev = await d.drain();
     assert.deepEqual(
       mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
       [[150, 450]],
@@ -337,7 +330,7 @@ describe('older computer tools on 1280x800', () => {
       events.map((e) => e.phase),
       ['started', 'failed', 'not_executed', 'not_executed'],
     );
-    assert.equal(mouse(await settled(d), 'mousedown').length, 0, 'nothing was clicked');
+    assert.equal(mouse(await d.drain(), 'mousedown').length, 0, 'nothing was clicked');
   });
 
   test('bad fields name the action and the field; a coordinate outside the screenshot changes nothing', async () => {
@@ -371,7 +364,7 @@ describe('older computer tools on 1280x800', () => {
       assert.equal(result.tool_results[0]!.is_error, true);
       assert.equal(texts(result)[0], text);
     }
-    const ev = await settled(d);
+    const ev = await d.drain();
     assert.equal(mouse(ev, 'mousedown').length, 0, 'nothing was pressed');
   });
 
@@ -419,7 +412,7 @@ describe('older computer tools on 1280x800', () => {
       ],
     );
     assert.deepEqual(
-      mouse(await settled(d), 'mousedown').map((e) => [e.clientX, e.clientY]),
+      mouse(await d.drain(), 'mousedown').map((e) => [e.clientX, e.clientY]),
       [[110, 450]],
       'only the legacy click ran',
     );
@@ -437,7 +430,7 @@ describe('older computer tools on 1280x800', () => {
     assert.equal(result.cancelled, true);
     assert.deepEqual(texts(result), [LEGACY_CANCELLED_TEXT, LEGACY_CANCELLED_TEXT]);
     assert.deepEqual(result.failures, []);
-    assert.equal(mouse(await settled(d), 'mousedown').length, 0);
+    assert.equal(mouse(await d.drain(), 'mousedown').length, 0);
   });
 
   test('a member the operator disabled: the action is refused and zoom is not offered', async () => {

@@ -44,6 +44,7 @@ import type {
   Size,
 } from './driver.ts';
 import { BUTTON_RELEASE, KEY_PRESS, KEY_RELEASE, LOCK_MASK, SLOTS_PROPERTY, XConnection } from './x11.ts';
+import { WHEEL_BUTTONS, XPointer } from './pointer.ts';
 import { KEYSYMS, MODIFIER_KEYS, charKeysym, checkTypeable, usStroke, type Stroke } from './keys.ts';
 
 type Nut = typeof import('@nut-tree-fork/nut-js');
@@ -128,7 +129,7 @@ class XKeyboard {
 
   constructor(
     readonly conn: XConnection,
-    private readonly xtest: number,
+    readonly xtest: number,
   ) {
     conn.onMappingNotify = () => {
       this.dirty = true;
@@ -303,9 +304,12 @@ class XKeyboard {
 interface Devices {
   nut: Nut;
   keyboard: ReturnType<Nut['providerRegistry']['getKeyboard']>;
-  mouse: ReturnType<Nut['providerRegistry']['getMouse']>;
-  /** Undefined when the X client could not connect: ASCII then trusts a US keymap, non-ASCII fails. */
+  /**
+   * Undefined when the X client could not connect: ASCII then trusts a US
+   * keymap, non-ASCII fails, and so does every pointer op.
+   */
   xkb: XKeyboard | undefined;
+  pointer: XPointer | undefined;
   xkbError: string | undefined;
 }
 
@@ -316,7 +320,6 @@ let sharpModule: Sharp | undefined;
 const LIBNUT_UNSUPPORTED: ReadonlySet<DriverKey> = new Set(['Menu', 'Pause']);
 
 const nutPressed = new Set<DriverKey>();
-const buttonsDown = new Set<MouseButton>();
 
 function devices(): Promise<Devices> {
   devicesPromise ??= (async () => {
@@ -327,15 +330,14 @@ function devices(): Promise<Devices> {
     const nut = mod.default ?? mod;
     // Defaults are 300 ms per key and 100 ms per click (MEASURED.md).
     nut.keyboard.config.autoDelayMs = 0;
-    nut.mouse.config.autoDelayMs = 0;
     const keyboard = nut.providerRegistry.getKeyboard();
-    const mouse = nut.providerRegistry.getMouse();
     keyboard.setKeyboardDelay(0); // KeyboardClass's constructor set libnut's delay to 300
-    mouse.setMouseDelay(0);
     let xkb: XKeyboard | undefined;
+    let pointer: XPointer | undefined;
     let xkbError: string | undefined;
     try {
       xkb = await XKeyboard.open(display);
+      pointer = new XPointer(xkb.conn, xkb.xtest, (msg, fields) => log('debug', msg, fields));
       await xkb.refresh();
       // Keys or buttons a previous, killed worker left down would corrupt everything we type.
       await xkb.releaseEverything();
@@ -351,7 +353,7 @@ function devices(): Promise<Devices> {
         error: xkbError,
       });
     }
-    return { nut, keyboard, mouse, xkb, xkbError };
+    return { nut, keyboard, xkb, pointer, xkbError };
   })();
   // A failed start (nut-js would not load) is retried by the next op rather than cached.
   devicesPromise.catch(() => {
@@ -495,7 +497,10 @@ async function withModifiers<T>(
 // ---------------------------------------------------------------------------
 // Ops
 
-const BUTTONS: Record<MouseButton, number> = { left: 0, middle: 1, right: 2 }; // nut-js Button enum
+function pointerOf(d: Devices): XPointer {
+  if (!d.pointer) throw new Error(`cannot use the pointer: ${d.xkbError ?? 'no X client'}`);
+  return d.pointer;
+}
 
 function button(b: unknown): MouseButton {
   if (b === 'left' || b === 'right' || b === 'middle') return b;
@@ -516,23 +521,16 @@ function point(v: unknown, name = 'point'): Point {
   return { x: Math.round(p.x), y: Math.round(p.y) };
 }
 
-async function mouseButton(d: Devices, b: MouseButton, down: boolean): Promise<void> {
-  if (down) {
-    await d.mouse.pressButton(BUTTONS[b]);
-    buttonsDown.add(b);
-  } else {
-    await d.mouse.releaseButton(BUTTONS[b]);
-    buttonsDown.delete(b);
-  }
+function mouseButton(d: Devices, b: MouseButton, down: boolean): Promise<void> {
+  return pointerOf(d).button(b, down);
 }
 
 async function displaySize(d: Devices): Promise<Size> {
   return { width: await d.nut.screen.width(), height: await d.nut.screen.height() };
 }
 
-async function moveMouse(d: Devices, to: Point): Promise<void> {
-  // setPosition warps instantly; mouse.move() animates at 1000 px/s (MEASURED.md).
-  await d.nut.mouse.setPosition(new d.nut.Point(to.x, to.y));
+function moveMouse(d: Devices, to: Point): Promise<void> {
+  return pointerOf(d).move(to);
 }
 
 async function click(
@@ -592,23 +590,13 @@ async function scroll(
   ctx: OpContext,
 ): Promise<void> {
   const amount = intIn('amount', args.amount, 0, 1000);
-  await withModifiers(d, args.modifiers ?? [], ctx, async () => {
-    switch (args.direction) {
-      case 'up':
-        return void (await d.mouse.scrollUp(amount)); // X button 4
-      case 'down':
-        return void (await d.mouse.scrollDown(amount)); // X button 5
-      // nut-js swaps the horizontal directions on X11 (MEASURED.md): its
-      // scrollLeft sends button 7, which scrolls the view right, and
-      // scrollRight sends button 6. Verified in Chromium: 'right' gives deltaX > 0.
-      case 'left':
-        return void (await d.mouse.scrollRight(amount)); // X button 6
-      case 'right':
-        return void (await d.mouse.scrollLeft(amount)); // X button 7
-      default:
-        throw new WorkerInputError(`unknown scroll direction ${JSON.stringify(args.direction)}`);
-    }
-  });
+  const direction = args.direction;
+  if (!Object.hasOwn(WHEEL_BUTTONS, direction)) {
+    throw new WorkerInputError(`unknown scroll direction ${JSON.stringify(direction)}`);
+  }
+  const pointer = pointerOf(d);
+  // X wheel buttons 4-7; 'right' (button 7) gives deltaX > 0 in Chromium.
+  await withModifiers(d, args.modifiers ?? [], ctx, () => pointer.wheel(direction, amount));
 }
 
 async function pressKeys(d: Devices, args: { chord: DriverKey[]; repeat: unknown }, ctx: OpContext): Promise<void> {
@@ -845,14 +833,13 @@ async function releaseAll(d: Devices): Promise<void> {
     }
   }
   nutPressed.clear();
-  for (const b of [...buttonsDown]) {
+  if (d.pointer && !d.xkb?.conn.closed) {
     try {
-      await d.mouse.releaseButton(BUTTONS[b]);
+      await d.pointer.releaseAll();
     } catch (err) {
       errors.push(err);
     }
   }
-  buttonsDown.clear();
   if (d.xkb && !d.xkb.conn.closed) await d.xkb.releaseEverything();
   if (errors.length) throw errors[0];
 }
@@ -885,8 +872,7 @@ async function runOp(op: string, args: Record<string, unknown>, ctx: OpContext):
     case 'displaySize':
       return displaySize(d);
     case 'cursorPosition': {
-      const p = await d.nut.mouse.getPosition();
-      return { x: p.x, y: p.y };
+      return pointerOf(d).position();
     }
     case 'moveMouse':
       return moveMouse(d, point(args.to, 'to'));

@@ -12,6 +12,8 @@ import { hostname, homedir } from 'node:os';
 import { join } from 'node:path';
 import { displaySocketPath } from './display.ts';
 
+const X_SEND_EVENT = 25;
+const X_QUERY_TREE = 15;
 const X_INTERN_ATOM = 16;
 const X_CHANGE_PROPERTY = 18;
 const X_GET_PROPERTY = 20;
@@ -24,9 +26,16 @@ const X_MAPPING_NOTIFY = 34;
 const XTEST_FAKE_INPUT = 2;
 export const KEY_PRESS = 2;
 export const KEY_RELEASE = 3;
+export const BUTTON_PRESS = 4;
 export const BUTTON_RELEASE = 5;
+const MOTION_NOTIFY = 6;
 export const LOCK_MASK = 0x02;
 const XA_INTEGER = 19;
+const XA_WINDOW = 33;
+const ANY_PROPERTY_TYPE = 0;
+const CLIENT_MESSAGE = 33;
+/** SubstructureNotify | SubstructureRedirect: how EWMH requests reach the window manager. */
+const EWMH_REQUEST_MASK = 0x180000;
 /**
  * Root-window property listing the keycodes deskbatch uses as spare slots. A
  * worker that was killed leaves its bindings behind; without this record the
@@ -209,12 +218,7 @@ export class XConnection {
 
   /** The current modifier and button state (QueryPointer's mask): 0x01 Shift, 0x02 Lock, 0x04 Control... */
   async modifierState(): Promise<number> {
-    const req = Buffer.alloc(8);
-    req[0] = X_QUERY_POINTER;
-    req.writeUInt16LE(2, 2);
-    req.writeUInt32LE(this.root, 4);
-    const reply = await this.request(req);
-    return reply.readUInt16LE(24);
+    return (await this.queryPointer()).mask;
   }
 
   async internAtom(name: string): Promise<number> {
@@ -304,6 +308,89 @@ export class XConnection {
     req.writeUInt16LE(9, 2);
     req[4] = type;
     req[5] = detail;
+    this.send(req);
+  }
+
+  /** XTestFakeInput MotionNotify: moves the pointer to (x, y) on the root window, in the same queue as fakeInput's events. */
+  fakeMotion(xtestOpcode: number, x: number, y: number): void {
+    const req = Buffer.alloc(36);
+    req[0] = xtestOpcode;
+    req[1] = XTEST_FAKE_INPUT;
+    req.writeUInt16LE(9, 2);
+    req[4] = MOTION_NOTIFY;
+    req[5] = 0; // absolute
+    req.writeUInt32LE(this.root, 12);
+    req.writeInt16LE(x, 24);
+    req.writeInt16LE(y, 26);
+    this.send(req);
+  }
+
+  /**
+   * QueryPointer on the root: the pointer's position, the top-level window it
+   * is over (0 for the root itself) and the modifier and button mask.
+   */
+  async queryPointer(): Promise<{ x: number; y: number; child: number; mask: number }> {
+    const req = Buffer.alloc(8);
+    req[0] = X_QUERY_POINTER;
+    req.writeUInt16LE(2, 2);
+    req.writeUInt32LE(this.root, 4);
+    const reply = await this.request(req);
+    return {
+      child: reply.readUInt32LE(12),
+      x: reply.readInt16LE(16),
+      y: reply.readInt16LE(18),
+      mask: reply.readUInt16LE(24),
+    };
+  }
+
+  /** The children of `window`, bottom to top. */
+  async queryTree(window: number): Promise<number[]> {
+    const req = Buffer.alloc(8);
+    req[0] = X_QUERY_TREE;
+    req.writeUInt16LE(2, 2);
+    req.writeUInt32LE(window, 4);
+    const reply = await this.request(req);
+    const n = reply.readUInt16LE(16);
+    return Array.from({ length: n }, (_, i) => reply.readUInt32LE(32 + 4 * i));
+  }
+
+  /** Whether `window` has property `atom` (of any type). */
+  async hasProperty(window: number, atom: number): Promise<boolean> {
+    const req = Buffer.alloc(24);
+    req[0] = X_GET_PROPERTY;
+    req.writeUInt16LE(6, 2);
+    req.writeUInt32LE(window, 4);
+    req.writeUInt32LE(atom, 8);
+    req.writeUInt32LE(ANY_PROPERTY_TYPE, 12);
+    return (await this.request(req)).readUInt32LE(8) !== 0;
+  }
+
+  /** A root-window property holding one WINDOW (0 if unset). */
+  async getRootWindow(atom: number): Promise<number> {
+    const req = Buffer.alloc(24);
+    req[0] = X_GET_PROPERTY;
+    req.writeUInt16LE(6, 2);
+    req.writeUInt32LE(this.root, 4);
+    req.writeUInt32LE(atom, 8);
+    req.writeUInt32LE(XA_WINDOW, 12);
+    req.writeUInt32LE(1, 20);
+    const reply = await this.request(req);
+    return reply[1] === 32 && reply.readUInt32LE(16) >= 1 ? reply.readUInt32LE(32) : 0;
+  }
+
+  /** Sends a 32-bit ClientMessage about `window` to the window manager (EWMH: to the root, substructure masks). */
+  sendToWindowManager(window: number, type: number, data: number[]): void {
+    const req = Buffer.alloc(44);
+    req[0] = X_SEND_EVENT;
+    req[1] = 0; // propagate: no
+    req.writeUInt16LE(11, 2);
+    req.writeUInt32LE(this.root, 4);
+    req.writeUInt32LE(EWMH_REQUEST_MASK, 8);
+    req[12] = CLIENT_MESSAGE;
+    req[13] = 32; // format
+    req.writeUInt32LE(window, 16);
+    req.writeUInt32LE(type, 20);
+    data.slice(0, 5).forEach((v, i) => req.writeUInt32LE(v >>> 0, 24 + 4 * i));
     this.send(req);
   }
 

@@ -92,11 +92,15 @@ const XVFB_NOT_FOUND = 'Xvfb not found: run `bash scripts/setup.sh` (Debian pack
 const OPENBOX_NOT_FOUND = 'openbox not found: run `bash scripts/setup.sh` (Debian package openbox)';
 
 /**
- * openbox config: one desktop, new windows take focus, click focuses and
- * raises, titlebar drag moves, edge drag resizes. Deliberately no <keyboard>
- * bindings and no modifier+button chords and no root-window bindings (the stock
- * config grabs Alt+drag, Alt+Tab, Ctrl+Alt+arrows, and switches desktops on
- * root scroll), so every key and chord an agent sends reaches the application.
+ * openbox config: one desktop, new windows take focus, titlebar drag moves,
+ * edge drag resizes. Deliberately no <keyboard> bindings and no
+ * modifier+button chords and no root-window bindings (the stock config grabs
+ * Alt+drag, Alt+Tab, Ctrl+Alt+arrows, and switches desktops on root scroll),
+ * so every key and chord an agent sends reaches the application. And nothing
+ * bound in the `Client` context: such a binding is a pointer grab that
+ * freezes input on every press until openbox replays it, which lost and
+ * misplaced fast clicks; the desktop worker does click-to-focus itself
+ * (src/desktop/pointer.ts).
  */
 const OPENBOX_RC = `<?xml version="1.0" encoding="UTF-8"?>
 <openbox_config xmlns="http://openbox.org/3.4/rc">
@@ -107,11 +111,6 @@ const OPENBOX_RC = `<?xml version="1.0" encoding="UTF-8"?>
   <mouse>
     <dragThreshold>4</dragThreshold>
     <doubleClickTime>400</doubleClickTime>
-    <context name="Client">
-      <mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
-      <mousebind button="Middle" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
-      <mousebind button="Right" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
-    </context>
     <context name="Titlebar">
       <mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind>
       <mousebind button="Left" action="Drag"><action name="Move"/></mousebind>

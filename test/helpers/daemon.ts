@@ -162,6 +162,12 @@ export class HandshakeError extends Error {
   }
 }
 
+/** Matches the `started` tool_event of call `toolUseId` in batch `batchId`, for `TestClient.next`. */
+export function startedEvent(batchId: string, toolUseId: string): (m: ServerMessage) => m is ToolEvent {
+  return (m): m is ToolEvent =>
+    m.type === 'tool_event' && m.batch_id === batchId && m.tool_use_id === toolUseId && m.phase === 'started';
+}
+
 let counter = 0;
 /** A computer tool_use block as the API would send it. */
 export function computerUse(name: string, input: Record<string, unknown> = {}, id?: string): ToolUse {

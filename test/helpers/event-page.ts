@@ -44,6 +44,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Page } from 'playwright';
+import { until } from './wait.ts';
 
 export interface Modifiers {
   shiftKey: boolean;
@@ -268,20 +269,30 @@ export async function resetEvents(page: Page): Promise<void> {
 }
 
 /** Waits until the page has recorded an event matching `predicate`; returns all events. */
-export async function waitForEvent(
+export function waitForEvent(
   page: Page,
   predicate: (event: RecordedEvent) => boolean,
   timeoutMs = 5_000,
 ): Promise<RecordedEvent[]> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const events = await readEvents(page);
-    if (events.some(predicate)) return events;
-    if (Date.now() > deadline) {
-      throw new Error(`no matching event within ${timeoutMs} ms; recorded: ${JSON.stringify(events)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  return waitForEvents(page, 'a matching event', (events) => events.some(predicate), timeoutMs);
+}
+
+/** Waits until `done(events)` holds for the page's record; fails after `timeoutMs`, naming `what`. */
+export async function waitForEvents(
+  page: Page,
+  what: string,
+  done: (events: RecordedEvent[]) => boolean,
+  timeoutMs = 10_000,
+): Promise<RecordedEvent[]> {
+  let last: RecordedEvent[] = [];
+  return until(
+    `the page to record ${what}`,
+    async () => {
+      last = await readEvents(page);
+      return done(last) && last;
+    },
+    { timeoutMs, seen: () => last },
+  );
 }
 
 /** An element's box in CSS pixels (= screen pixels on the kiosk page). */

@@ -1,0 +1,32 @@
+/**
+ * Waiting on what a test observes, never on the clock: `until` polls a
+ * condition and returns its first truthy value, or fails after a deadline
+ * with a message that names what did not happen (and, if given, what was
+ * seen instead). Use it where no event can be awaited directly.
+ */
+export interface UntilOptions {
+  /** Default 10 000 ms: generous, because these machines are shared and slow at times. */
+  timeoutMs?: number;
+  /** Default 20 ms. */
+  intervalMs?: number;
+  /** What was seen instead, for the failure message. */
+  seen?: () => unknown;
+}
+
+export async function until<T>(
+  what: string,
+  check: () => T | undefined | null | false | Promise<T | undefined | null | false>,
+  options: UntilOptions = {},
+): Promise<T> {
+  const timeoutMs = options.timeoutMs ?? 10_000;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) {
+      const seen = options.seen ? `; seen: ${JSON.stringify(await options.seen())}` : '';
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${seen}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, options.intervalMs ?? 20));
+  }
+}
