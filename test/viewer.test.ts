@@ -30,6 +30,7 @@ import {
 import { launchKioskChromium, type KioskChromium } from './helpers/chromium.ts';
 import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
+import { within } from './helpers/wait.ts';
 
 const ARTIFACTS = fileURLToPath(new URL('../test-artifacts/', import.meta.url));
 const SUBPROTOCOL = 'deskbatch.viewer.v1';
@@ -59,14 +60,16 @@ class FakeSocket extends EventEmitter {
   ping(): void {}
   /** The next message sent that matches. */
   nextSent<T extends FeedMessage['type']>(type: T): Promise<Extract<FeedMessage, { type: T }>> {
-    return new Promise((resolve) => {
-      const on = (m: FeedMessage): void => {
+    let on!: (m: FeedMessage) => void;
+    const sent = new Promise<Extract<FeedMessage, { type: T }>>((resolve) => {
+      on = (m: FeedMessage): void => {
         if (m.type !== type) return;
         this.off('sent', on);
         resolve(m as Extract<FeedMessage, { type: T }>);
       };
       this.on('sent', on);
     });
+    return within(sent, `the feed to send a ${type} message`).finally(() => this.off('sent', on));
   }
 }
 
@@ -308,7 +311,12 @@ function openFeed(
     if (w >= 0) waiters.splice(w, 1)[0]!.resolve(m);
     else messages.push(m);
   });
-  const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+  const closed = within(
+    new Promise<number>((resolve) => ws.once('close', (code) => resolve(code))),
+    'the viewer feed socket to close',
+    60_000,
+  );
+  closed.catch(() => undefined); // awaited only by some tests
   const opened: Opened = {
     ws,
     messages,
@@ -317,7 +325,15 @@ function openFeed(
       const is = (m: FeedMessage): boolean => m.type === type && match(m as never);
       const seen = messages.findIndex(is);
       if (seen >= 0) return Promise.resolve(messages.splice(seen, 1)[0] as never);
-      return new Promise((resolve) => waiters.push({ match: is, resolve: resolve as (m: FeedMessage) => void }));
+      const waiter = { match: is, resolve: (_m: FeedMessage): void => {} };
+      const arrived = new Promise<FeedMessage>((resolve) => {
+        waiter.resolve = resolve;
+        waiters.push(waiter);
+      });
+      return within(arrived, `a ${type} message from the viewer feed`).finally(() => {
+        const i = waiters.indexOf(waiter);
+        if (i >= 0) waiters.splice(i, 1);
+      }) as never;
     },
   };
   return new Promise((resolve, reject) => {

@@ -391,6 +391,13 @@ export interface LoadOptions {
    */
   rampUpMs?: number;
   /**
+   * Each session's first life stays open, once its rounds are done, until every
+   * slot's first session has opened (or failed to): so all of them are open at
+   * once however fast a machine runs the rounds, and `maxConcurrentSessions`
+   * equals `sessions` unless a session failed to open. Not with `durationMs`.
+   */
+  holdOpenUntilAllOpened?: boolean;
+  /**
    * At most this many browser batches in flight at once, across sessions (the client waits):
    * on two shared cores each new browser context costs about a second of CPU, and 32 at once
    * outlast navigate's own 20 s limit. Sessions, the lane and mixed batches are not limited.
@@ -1095,10 +1102,19 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
     return next;
   }
 
+  /** Resolves once every slot's first session has opened or failed to (for holdOpenUntilAllOpened). */
+  let firstOpensSettled = 0;
+  let allFirstOpened!: () => void;
+  const allFirstOpenedPromise = new Promise<void>((resolve) => (allFirstOpened = resolve));
+  const firstOpenSettled = (generation: number): void => {
+    if (generation === 0 && ++firstOpensSettled === opts.sessions) allFirstOpened();
+  };
+
   /** One session's life: open, run its rounds, close. Returns whether it ran all its rounds. */
   async function sessionLife(slot: number, generation: number): Promise<boolean> {
     const tag = `${label}${slot}g${generation}`;
     const opened = await openSession(tag);
+    firstOpenSettled(generation);
     if (!opened) return false;
     let { client } = opened;
     const { welcome } = opened;
@@ -1189,6 +1205,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
         stats.protocolProblems += client.invalid.length;
         problem(`${tag}: messages outside the protocol: ${client.invalid[0]}`);
       }
+      if (opts.holdOpenUntilAllOpened && generation === 0 && opts.durationMs === undefined) await allFirstOpenedPromise;
     } finally {
       client.close();
       open--;

@@ -30,3 +30,19 @@ export async function until<T>(
     await new Promise((resolve) => setTimeout(resolve, options.intervalMs ?? 20));
   }
 }
+
+/**
+ * `promise`, or a failure naming `what` after `timeoutMs`. The deadline's
+ * timer also keeps the event loop alive while the test waits, so a wait on
+ * something that only an unref'd timer would bring (the viewer feed's drain
+ * check, a heartbeat) cannot end the test file early: without it, node's test
+ * runner cancels the waiting test and every later one ("Promise resolution is
+ * still pending but the event loop has already resolved").
+ */
+export function within<T>(promise: Promise<T>, what: string, timeoutMs = 10_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)), timeoutMs);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
