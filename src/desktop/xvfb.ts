@@ -42,6 +42,12 @@ export interface VirtualDisplayOptions {
   /** Limit for Xvfb and for openbox each to become ready; default 10 000 ms. */
   startTimeoutMs?: number;
   log?: VirtualDisplayLogger;
+  /**
+   * A folder for Xvfb's and openbox's logs (`xvfb.log`, `openbox.log`), kept
+   * after the display stops. By default they live in a temporary folder that
+   * stop() removes.
+   */
+  logDir?: string;
 }
 
 export interface VirtualDisplay {
@@ -404,8 +410,8 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
 
   const startedAt = performance.now();
   const workDir = await mkdtemp(join(tmpdir(), 'deskbatch-xvfb-'));
-  const xvfbLogPath = join(workDir, 'xvfb.log');
-  const openboxLogPath = join(workDir, 'openbox.log');
+  const xvfbLogPath = join(options.logDir ?? workDir, 'xvfb.log');
+  const openboxLogPath = join(options.logDir ?? workDir, 'openbox.log');
   const rcPath = join(workDir, 'openbox-rc.xml');
   // Logs go to files, not pipes: nothing has to drain them, and the error messages quote their tails.
   const xvfbLog = await open(xvfbLogPath, 'a');

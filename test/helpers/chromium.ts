@@ -24,7 +24,9 @@
  * none, chromium sizes its full-screen window 1 px short in each direction
  * (1023x767 on a 1024x768 screen).
  */
+import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright';
+import { newLogDir } from './artifacts.ts';
 
 /** Debian's chromium (package `chromium`). Playwright never downloads a browser here. */
 export const CHROMIUM_PATH = '/usr/bin/chromium';
@@ -98,6 +100,9 @@ export async function launchKioskChromium(options: KioskChromiumOptions): Promis
       '--disable-component-update',
       '--disable-sync',
       '--force-device-scale-factor=1',
+      // Chromium's own log, in the test file's log folder (test/helpers/artifacts.ts).
+      '--enable-logging',
+      `--log-file=${join(newLogDir('chromium'), 'chromium.log')}`,
       '--window-position=0,0',
       `--window-size=${width},${height}`,
       ...(options.args ?? []),

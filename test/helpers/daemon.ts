@@ -2,13 +2,14 @@
  * Starts a real daemon on 127.0.0.1 port 0 and speaks to it through a real
  * ws client. Everything started here is stopped by `close()`.
  */
+import { createWriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { resolveConfig, type DaemonConfig } from '../../src/config.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
-import { createLogger, silentLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/log.ts';
 import {
   ServerMessageSchema,
   type BatchResult,
@@ -17,6 +18,7 @@ import {
   type ToolUse,
   type Welcome,
 } from '../../src/protocol.ts';
+import { newLogDir } from './artifacts.ts';
 
 export const TEST_TOKEN = 'test-token-0123456789abcdef';
 
@@ -48,8 +50,23 @@ export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDa
     screenshotsDir,
     ...overrides,
   } as Parameters<typeof resolveConfig>[0]);
-  const log = process.env.DESKBATCH_TEST_LOG ? createLogger('debug') : silentLogger;
-  const daemon = await startDaemon(config, log);
+  // Every line at debug level goes to the test file's log folder (test/helpers/artifacts.ts);
+  // DESKBATCH_TEST_LOG=1 also prints them.
+  const logFile = createWriteStream(join(newLogDir('daemon'), 'daemon.log'), { flags: 'a' });
+  const echo = Boolean(process.env.DESKBATCH_TEST_LOG);
+  logFile.on('error', () => undefined); // a full disk must not fail the test it logs for
+  const log = createLogger('debug', (line) => {
+    if (!logFile.writableEnded) logFile.write(line);
+    if (echo) process.stderr.write(line);
+  });
+  const closeLog = (): Promise<void> => new Promise((resolve) => logFile.end(resolve));
+  let daemon: Daemon;
+  try {
+    daemon = await startDaemon(config, log);
+  } catch (err) {
+    await closeLog();
+    throw err;
+  }
   const clients: TestClient[] = [];
   return {
     daemon,
@@ -63,6 +80,7 @@ export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDa
     async close() {
       for (const c of clients) c.close();
       await daemon.close();
+      await closeLog();
       await rm(screenshotsDir, { recursive: true, force: true });
     },
   };

@@ -14,6 +14,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { setTimeout as delay } from 'node:timers/promises';
 import { isDisplayReachable } from '../../src/desktop/display.ts';
+import { newLogDir } from './artifacts.ts';
 import { startVirtualDisplay, type VirtualDisplay } from '../../src/desktop/xvfb.ts';
 
 export { displaySize, startVirtualDisplay, type VirtualDisplay } from '../../src/desktop/xvfb.ts';
@@ -30,8 +31,9 @@ function testLog(level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields
   if (level === 'warn' || level === 'error') console.error(`[display] ${level}: ${msg}`, fields ?? '');
 }
 
+/** Xvfb's and openbox's logs stay in the test file's log folder (test/helpers/artifacts.ts). */
 export function startTestDisplay(options: TestDisplayOptions): Promise<VirtualDisplay> {
-  return startVirtualDisplay({ ...options, log: testLog });
+  return startVirtualDisplay({ ...options, log: testLog, logDir: newLogDir('display') });
 }
 
 /** Runs `fn` with a fresh display, and stops the display afterwards whatever happens. */

@@ -41,6 +41,7 @@ import {
   type ToolUse,
   type Welcome,
 } from '../../src/protocol.ts';
+import { REPEAT_ADVICE, REPEAT_THRESHOLD } from '../../src/executor/repeats.ts';
 import { assertApiValid } from './api-rules.ts';
 
 // ---------------------------------------------------------------------------
@@ -604,6 +605,8 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
   const durations = new Map<string, number[]>();
   const callDurations = new Map<string, number[]>();
   const lane: LaneRecord[] = [];
+  /** Per batch result: how many of its results were lost, duplicated or crossed (judged when it arrived). */
+  const wrongResults = new WeakMap<BatchResult, number>();
   /** Per session: lane completion times, and how many lane batches its life was meant to run. */
   const laneDone = new Map<string, { times: number[]; planned: number }>();
   let open = 0;
@@ -825,7 +828,10 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
     const doneAt = entry.at;
     recordDuration(plan.kind, doneAt - sentAt);
     if (r.replayed) problem(`${tag} ${batchId}: a first send was answered as a replay`);
+    // judge is synchronous, so no other session's batch can move the global counts in between.
+    const before = stats.crossed + stats.lost + stats.duplicated;
     judge(tag, client, welcome, batchId, plan, r);
+    wrongResults.set(r, stats.crossed + stats.lost + stats.duplicated - before);
     checkEvents(tag, client, batchId, plan.toolUses, r);
     const usesLane = plan.toolUses.some((tu) => tu.toolset_name === 'computer');
     if (usesLane && (plan.kind === 'computer' || plan.kind === 'mixed')) {
@@ -956,6 +962,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
     welcome: Welcome,
     n: number,
     which: MalformedKind,
+    failedBefore: Map<MalformedKind, number>,
   ): Promise<boolean> {
     stats.malformedSent++;
     stats.malformedByKind[which] = (stats.malformedByKind[which] ?? 0) + 1;
@@ -990,6 +997,13 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
         return expectError(Buffer.from([0xde, 0xad, 0xbe, 0xef]), 'binary_frame');
       case 'wrong_type_input':
       case 'unknown_member': {
+        // The same failing call again in this session: from the third time on, loop detection
+        // (src/executor/repeats.ts) adds its advice, with the count.
+        const times = (failedBefore.get(which) ?? 0) + 1;
+        failedBefore.set(which, times);
+        const advice = times >= REPEAT_THRESHOLD ? `\n\n${REPEAT_ADVICE(times)}` : '';
+        const exactly = (head: string, rest = ''): RegExp =>
+          new RegExp(`^${escapeRegExp(head)}${rest}${escapeRegExp(advice)}$`, 's');
         const toolUses: ToolUse[] =
           which === 'wrong_type_input'
             ? [
@@ -1009,25 +1023,30 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
         const expect: Expectation[] =
           which === 'wrong_type_input'
             ? [
-                { kind: 'error', type: 'ToolInputError', text: /^invalid input for computer member 'mouse_move'/ },
+                {
+                  kind: 'error',
+                  type: 'ToolInputError',
+                  text: exactly("invalid input for computer member 'mouse_move'", '[^\\n]*'),
+                },
                 { kind: 'not_executed', text: COMPUTER_NOT_EXECUTED },
               ]
             : [
                 {
                   kind: 'error',
                   type: 'ToolRefusedError',
-                  text: /^Error: unknown computer toolset member 'teleport'$/,
+                  text: exactly("Error: unknown computer toolset member 'teleport'"),
                 },
                 // The browser is not halted by a computer failure: list_tabs runs (and shows only our tabs).
                 { kind: 'tabs', tag, atLeast: 0 },
               ];
-        const before = stats.crossed + stats.lost + stats.duplicated;
         const r = await runBatch(tag, client, welcome, `${tag}-m${n}`, { kind: 'malformed', toolUses, expect });
         if (r && which === 'unknown_member' && r.tool_results[1]?.is_error) {
           const f = r.failures.find((x) => x.index === 1);
           if (!f || !expectFailure(f.error)) problem(`${tag} ${tag}-m${n}: list_tabs was halted by a computer error`);
         }
-        return r !== undefined && stats.crossed + stats.lost + stats.duplicated === before;
+        // This batch's own count: the global one also moves with other sessions' batches while this one runs
+        // (which made the soak report answered malformed inputs as unanswered).
+        return r !== undefined && wrongResults.get(r) === 0;
       }
     }
   }
@@ -1130,6 +1149,8 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
     laneDone.set(tag, { times: [], planned: plannedLane });
     let finished = true;
     let malformedCount = 0;
+    /** How often each failing malformed call has failed in this session so far (for loop detection's advice). */
+    const failedBefore = new Map<MalformedKind, number>();
     /** Batch numbers of this session (ids, pages): increasing, so a page can tell an earlier one. */
     let seq = 0;
     try {
@@ -1137,7 +1158,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
         if (stopped()) break; // the run's deadline: not a starved session
         if (opts.malformedEvery && k % opts.malformedEvery === opts.malformedEvery - 1) {
           const which = MALFORMED_KINDS[(slot + malformedCount++) % MALFORMED_KINDS.length]!;
-          if (await malformed(tag, client, welcome, k, which)) stats.malformedAnswered++;
+          if (await malformed(tag, client, welcome, k, which, failedBefore)) stats.malformedAnswered++;
           if (client.closed) {
             problem(`${tag}: the connection closed after a malformed ${which}`);
             finished = false;
@@ -1264,4 +1285,8 @@ export function violations(stats: LoadStats): Violations {
     replaysWrong: stats.replays - stats.replaysOk,
     fairnessViolations: stats.fairness.violations,
   };
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
