@@ -8,6 +8,13 @@
  * Run: node --import tsx --test test/desktop-driver.test.ts
  *
  * Prints `[measure]` lines with median latencies.
+ *
+ * Nothing here sleeps to let input "arrive": a test waits on what it observes
+ * (a recorded event, the textarea's value, the X server's modifier state),
+ * with a deadline and a message naming what did not happen. To assert exactly
+ * what the page got, or that something did NOT arrive, a test first passes
+ * the input fence (helpers/input-fence.ts): once the page reports the fence's
+ * marker, every X input event sent before it is in the page's record.
  */
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,9 +24,13 @@ import { chromium, type Browser, type Page } from 'playwright';
 import { Key } from '@nut-tree-fork/shared';
 import { parseChord, parseModifiers, KEY_NAMES_HELP, KEYSYMS, checkTypeable } from '../src/desktop/keys.ts';
 import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
+import { XConnection } from '../src/desktop/x11.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/errors.ts';
-import type { Point } from '../src/desktop/driver.ts';
+import type { DriverKey, Point } from '../src/desktop/driver.ts';
 import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
+import type { RecordedEvent } from './helpers/event-page.ts';
+import { InputFence, isWheelMarker } from './helpers/input-fence.ts';
+import { until } from './helpers/wait.ts';
 
 const WIDTH = 1280;
 const HEIGHT = 800;
@@ -49,13 +60,29 @@ function measure(what: string, ms: number): void {
   console.log(`[measure] ${what}: median ${ms.toFixed(1)} ms`);
 }
 
-async function waitFor<T>(fn: () => Promise<T | undefined | false>, what: string, timeoutMs = 5000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await delay(25);
+/** The first truthy value of `fn`, polled with a deadline (helpers/wait.ts); the failure names `what`. */
+function waitFor<T>(fn: () => Promise<T | undefined | false>, what: string, timeoutMs = 10_000): Promise<T> {
+  return until(what, fn, { timeoutMs });
+}
+
+/** Chromium's wheel delta (CSS px) for one X wheel click (button 4-7 press). */
+const WHEEL_CLICK_PX = 120;
+
+/** X's modifier mask bit for Shift (QueryPointer state). */
+const SHIFT_MASK = 0x01;
+
+/** Waits until the X server on `display` reports Shift held (a hold has really started there). */
+async function waitForShiftDown(display: string): Promise<void> {
+  const conn = await XConnection.open(display);
+  try {
+    let mask = 0;
+    await until(
+      `the X server on ${display} to report Shift held`,
+      async () => ((mask = await conn.modifierState()) & SHIFT_MASK) !== 0,
+      { seen: () => `modifier mask 0x${mask.toString(16)}` },
+    );
+  } finally {
+    conn.close();
   }
 }
 
@@ -81,11 +108,15 @@ html, body { margin: 0; padding: 0; overflow: hidden; width: 100%; height: 100%;
 <div id="pad"></div><div id="orange"></div><div id="blue"></div>
 <script>
 window.__events = [];
+// The input fence (helpers/input-fence.ts) reads __lastMove, and wheel events' ctrlKey and time.
+window.__lastMove = null;
 for (const type of ['mousedown', 'mouseup', 'click', 'dblclick', 'auxclick', 'contextmenu', 'mousemove', 'wheel', 'keydown', 'keyup']) {
   window.addEventListener(type, (e) => {
+    const time = performance.now();
     window.__events.push({ type, target: e.target.id || e.target.tagName, button: e.button, buttons: e.buttons,
       detail: e.detail, x: e.clientX, y: e.clientY, shiftKey: e.shiftKey, ctrlKey: e.ctrlKey, altKey: e.altKey,
-      key: e.key, code: e.code, deltaX: e.deltaX, deltaY: e.deltaY });
+      key: e.key, code: e.code, deltaX: e.deltaX, deltaY: e.deltaY, time });
+    if (type === 'mousemove') window.__lastMove = { clientX: e.clientX, clientY: e.clientY, time };
     if (type === 'contextmenu' || type === 'wheel') e.preventDefault();
   }, { capture: true, passive: false });
 }
@@ -114,7 +145,12 @@ interface PageEvent {
   code: string;
   deltaX: number;
   deltaY: number;
+  /** performance.now() on the page when it was recorded. */
+  time: number;
 }
+
+/** Whether `e` belongs to an input fence's Ctrl+wheel marker (its wheel, or its Control key). */
+const isMarker = (e: PageEvent): boolean => isWheelMarker(e as unknown as RecordedEvent);
 
 // ---------------------------------------------------------------------------
 
@@ -251,6 +287,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
   let driver: WorkerDesktopDriver;
   let browser: Browser | undefined;
   let page: Page;
+  /** Opened once the page is up: see the file comment. */
+  let fence: InputFence | undefined;
   /** screen = page client + offset */
   let offset: Point = { x: 0, y: 0 };
   const logs: string[] = [];
@@ -261,17 +299,34 @@ describe('WorkerDesktopDriver on Xvfb', () => {
   const screenOf = (p: Point): Point => ({ x: p.x + offset.x, y: p.y + offset.y });
   const value = (): Promise<string> => page.inputValue('#t');
   /**
+   * Waits until everything sent so far has reached the page (and been
+   * handled: typed text is in the textarea). Moves the pointer to the
+   * bottom-left corner of the screen, still on the page, so keyboard focus
+   * stays.
+   */
+  async function passFence(): Promise<void> {
+    if (!fence) throw new Error('the input fence is not open');
+    await fence.pass(page);
+  }
+  /** The page's record once everything sent so far has reached it. */
+  async function drain(): Promise<PageEvent[]> {
+    await passFence();
+    return events();
+  }
+  /** The same for wheel events, which Chromium queues apart; leave the marker's events out with `isMarker`. */
+  async function drainWheel(): Promise<PageEvent[]> {
+    if (!fence) throw new Error('the input fence is not open');
+    await fence.passWheel(page);
+    return events();
+  }
+  /**
    * The driver returns once the X server has the events; the app may still be
-   * working through them, so poll briefly before comparing.
+   * working through them. After the fence it has them all, so the value is
+   * final: exactly `expected`, nothing missing and nothing more to come.
    */
   async function expectValue(expected: string): Promise<void> {
-    const deadline = Date.now() + 2000;
-    let v = await value();
-    while (v !== expected && Date.now() < deadline) {
-      await delay(20);
-      v = await value();
-    }
-    assert.equal(v, expected);
+    await passFence();
+    assert.equal(await value(), expected);
   }
 
   async function focusTextarea(): Promise<void> {
@@ -355,20 +410,19 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       await page.setContent(PAGE);
       // Two animation frames: the page has been painted before anything captures it.
       await page.evaluate('new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))');
-      // Calibrate page → screen: put the pointer on a known screen point and read where the
-      // page saw it, once the page's last mousemove has stopped changing.
+      // Calibrate page → screen: press on a known screen point and read where the page saw the
+      // press. (A press, not a move: Chromium coalesces moves, so the last move the page has
+      // reported may not be the last one sent, while every press is reported, in order.)
       const lastMove = async (): Promise<PageEvent | undefined> =>
         (await events()).filter((e) => e.type === 'mousemove').at(-1);
       const probe = { x: 700, y: 500 };
-      await driver.moveMouse({ x: 690, y: 490 });
+      await clearEvents();
       await driver.moveMouse(probe);
-      let seen = await waitFor(lastMove, 'a mousemove to calibrate page coordinates');
-      for (;;) {
-        await delay(150);
-        const again = (await lastMove())!;
-        if (again.x === seen.x && again.y === seen.y) break;
-        seen = again;
-      }
+      await driver.click('left', 1, []);
+      const seen = await waitFor(
+        async () => (await events()).find((e) => e.type === 'mousedown'),
+        `the page to report the calibration press at screen (${probe.x}, ${probe.y})`,
+      );
       offset = { x: probe.x - seen.x, y: probe.y - seen.y };
       // Check it on a second point.
       await driver.moveMouse({ x: 650, y: 450 });
@@ -379,6 +433,16 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         },
         `the page to see the pointer at (650, 450) with offset ${JSON.stringify(offset)}`,
       );
+      // The page starts at `offset` on the screen (the browser's toolbar is above it); the fence's
+      // marker, near the bottom-left corner of the screen, is on the page either way.
+      fence = await InputFence.open(xvfb.display, HEIGHT, offset);
+      await passFence(); // the fence works on this page
+      await clearEvents();
+    });
+
+    after(() => {
+      fence?.close();
+      fence = undefined;
     });
 
     test('capture: full screen png, BGRX converted to the right RGB', async () => {
@@ -455,6 +519,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       })()`);
       try {
         await driver.moveMouse({ x: 5, y: 5 }); // input: the next capture settles
+        // The worker notes the input's time before it answers, so this is no earlier than its note.
+        const inputEnded = performance.now();
         const shot = await driver.capture({ output, format: 'png', quality: 80, settle });
         assert.ok(shot.settled, 'the settle step ran');
         assert.equal(shot.settled.stable, true);
@@ -465,7 +531,9 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         assert.notDeepEqual(await pixelAt(shot.data, start.x, start.y), [0, 255, 0]);
         console.log(`# settle after input: ${shot.settled.ms} ms, ${shot.settled.frames} frames`);
 
-        await delay(settle.afterInputMs + 100);
+        // What is under test here is a quiet time: no input for afterInputMs. Wait out exactly
+        // the rest of it, counted from the input above (not a guess at how long anything takes).
+        await delay(Math.max(0, inputEnded + settle.afterInputMs + 50 - performance.now()));
         const still = await driver.capture({ output, format: 'png', quality: 80, settle });
         assert.equal(still.settled, undefined, 'no input for afterInputMs: one grab');
       } finally {
@@ -561,18 +629,36 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     test('aborting a long typeText stops it promptly; the next call works', async () => {
       await focusTextarea();
       await clearTextarea();
-      const long = 'abcdefghij'.repeat(300);
+      const long = 'abcdefghij'.repeat(600); // about 2 s of typing here, far longer than the signal below takes
+      // Abort once typing is under way: when the page handles the first key. The page reports it by
+      // pushing a console message from its key handler; polling the page instead would be answered
+      // only after the whole flood of key events, which Chromium handles first.
+      const signal = 'desktop-driver test: first keydown';
+      await page.evaluate(
+        `window.addEventListener('keydown', () => console.log(${JSON.stringify(signal)}), { once: true, capture: true })`,
+      );
+      const firstKey = page.waitForEvent('console', { predicate: (m) => m.text() === signal, timeout: 10_000 });
       const ac = new AbortController();
       const typing = driver.typeText(long, ac.signal);
-      await delay(30);
+      await firstKey.catch((err: unknown) => {
+        ac.abort();
+        typing.catch(() => {}); // failing already: do not add an unhandled rejection
+        throw new Error(`the page did not report the first typed key: ${(err as Error).message}`);
+      });
       const t0 = performance.now();
       ac.abort();
       await assert.rejects(typing, CancelledError);
       assert.ok(performance.now() - t0 < 100, 'rejects promptly');
-      await driver.displaySize(); // waits for the worker to have stopped typing
-      await delay(200);
+      // A real round trip to the worker (displaySize is cached in the parent): it runs once the
+      // worker has stopped typing. Then the fence: every key it sent has reached the page.
+      await driver.cursorPosition();
+      await passFence();
       const typed = await value();
       assert.ok(typed.length < long.length && long.startsWith(typed), `typed ${typed.length} chars`);
+      assert.ok(typed.length > 0, 'the abort came while typing, not before');
+      // Nothing more arrives after the fence: the typing really stopped.
+      await passFence();
+      assert.equal(await value(), typed, 'nothing typed after the abort settled');
       await clearTextarea();
       await driver.typeText('after');
       await expectValue('after');
@@ -581,8 +667,12 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     test('worker killed while holding Shift: DriverCrashedError, and the next worker releases the stuck key', async () => {
       await focusTextarea();
       const pidsBefore = workerPids.length;
+      await clearEvents();
       const hold = driver.holdKeys(parseChord('shift'), 10_000);
-      await delay(300);
+      await waitFor(
+        async () => (await events()).some((e) => e.type === 'keydown' && e.key === 'Shift'),
+        'the page to see Shift go down (the hold has started)',
+      );
       const pid = workerPids.at(-1)!;
       assert.ok(pid && workerPids.length === pidsBefore, 'the hold ran in the existing worker');
       process.kill(pid, 'SIGKILL');
@@ -596,10 +686,15 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     test('control characters are refused before anything is typed', async () => {
       await focusTextarea();
       await clearTextarea();
+      await clearEvents();
       await assert.rejects(driver.typeText('abc\u0007def'), ToolInputError);
       await assert.rejects(driver.typeText('abc\rdef'), /carriage return/);
-      await delay(100);
-      await expectValue('');
+      await expectValue(''); // after the fence: nothing was typed, and nothing is on its way
+      assert.deepEqual(
+        (await events()).filter((e) => e.type === 'keydown' || e.type === 'keyup'),
+        [],
+        'no key events',
+      );
     });
 
     test('key chords: ctrl+a, BackSpace, shifted keys, Return vs KP_Enter', async () => {
@@ -619,10 +714,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       await driver.pressKeys(parseChord('Return'), 1);
       await driver.pressKeys(parseChord('KP_Enter'), 1);
       await driver.pressKeys(parseChord('alt+shift+F5'), 1);
-      const downs = await waitFor(async () => {
-        const d = (await events()).filter((e) => e.type === 'keydown' && !['Shift', 'Control', 'Alt'].includes(e.key));
-        return d.length >= 4 ? d : undefined;
-      }, 'keydown events');
+      // After the fence: all of them, and only them.
+      const downs = (await drain()).filter((e) => e.type === 'keydown' && !['Shift', 'Control', 'Alt'].includes(e.key));
       assert.deepEqual(
         downs.map((e) => [e.key, e.code, e.ctrlKey, e.shiftKey, e.altKey]),
         [
@@ -641,10 +734,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       // worker would die of BadValue. The worker binds them to a spare keycode instead.
       await driver.pressKeys(parseChord('F13'), 1);
       await driver.pressKeys(parseChord('ctrl+F24'), 1);
-      const downs = await waitFor(async () => {
-        const d = (await events()).filter((e) => e.type === 'keydown' && e.key !== 'Control');
-        return d.length >= 2 ? d : undefined;
-      }, 'keydown events');
+      // After the fence: all of them, and only them.
+      const downs = (await drain()).filter((e) => e.type === 'keydown' && e.key !== 'Control');
       // Chromium names a keysym on a keycode it has no physical-key code for "\0"
       // (xdotool key F13 gives the same); xev shows F13 and F24 (checked by hand).
       assert.deepEqual(
@@ -682,7 +773,10 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       await clearEvents();
       const ac = new AbortController();
       const hold = driver.holdKeys(parseChord('ctrl'), 10_000, ac.signal);
-      await delay(200);
+      await waitFor(
+        async () => (await events()).some((e) => e.type === 'keydown' && e.key === 'Control'),
+        'the page to see Control go down (the hold has started)',
+      );
       const tAbort = performance.now();
       ac.abort();
       await assert.rejects(hold, CancelledError);
@@ -706,32 +800,56 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         ['left', 'deltaX', -1],
       ] as const;
       for (const [direction, axis, sign] of cases) {
-        await delay(200); // let wheel events of the previous case arrive before clearing
+        // The previous case ended with a wheel fence: all its wheel events are in, none can land here.
         await clearEvents();
         await driver.scroll(direction, 2, []);
-        await waitFor(async () => (await events()).some((e) => e.type === 'wheel'), `wheel ${direction}`);
-        await delay(200);
-        const wheels = (await events()).filter((e) => e.type === 'wheel');
+        // After the wheel fence every wheel event of this case has arrived (Chromium may merge queued ones).
+        const wheels = (await drainWheel()).filter((e) => e.type === 'wheel' && !isMarker(e));
+        assert.ok(wheels.length >= 1, `wheel ${direction}: no wheel event arrived`);
         for (const w of wheels) {
           assert.equal(Math.sign(w[axis]), sign, `${direction}: ${axis} = ${w[axis]}`);
           assert.ok(w[axis === 'deltaX' ? 'deltaY' : 'deltaX'] === 0, `${direction}: other axis`);
+          assert.equal(w.ctrlKey, false, `${direction}: no Control`);
         }
+        // Merged or not, the deltas add up to exactly the two wheel clicks sent.
+        assert.equal(
+          wheels.reduce((sum, w) => sum + w[axis], 0),
+          2 * sign * WHEEL_CLICK_PX,
+          `${direction}: total ${axis} of ${JSON.stringify(wheels.map((w) => w[axis]))}`,
+        );
       }
       await clearEvents();
       await driver.scroll('down', 1, ['LeftControl']);
       const w = await waitFor(async () => (await events()).find((e) => e.type === 'wheel'), 'ctrl+wheel');
       assert.equal(w.ctrlKey, true);
+      assert.equal(w.deltaY, WHEEL_CLICK_PX, 'one wheel click down');
+      assert.ok(w.deltaX === 0, `ctrl+wheel: deltaX = ${w.deltaX}`); // === : Chromium may give -0 here
     });
 
     test('click buttons and counts', async () => {
-      const at = screenOf({ x: 300, y: 370 });
-      await driver.moveMouse(at);
-      const run = async (button: 'left' | 'right' | 'middle', count: number, modifiers: string[] = []) => {
+      // Chromium counts a press as a repeat (detail 2, 3) only within ~500 ms AND a few px of the
+      // previous press with the same button and modifiers. Each case clicks 60 px right of the
+      // one before, so no case can count as a repeat of the last, however fast they follow.
+      let nextX = 60;
+      let at = screenOf({ x: nextX, y: 370 });
+      /** The key events of the last run. */
+      let keys: string[][] = [];
+      const run = async (button: 'left' | 'right' | 'middle', count: number, modifiers: DriverKey[] = []) => {
+        at = screenOf({ x: nextX, y: 370 });
+        nextX += 60;
+        await driver.moveMouse(at);
         await clearEvents();
         await driver.click(button, count, modifiers);
-        await delay(150);
-        return (await events()).filter((e) => e.type !== 'mousemove' && e.type !== 'keydown' && e.type !== 'keyup');
+        // After the fence: every event of this click, and none of the next.
+        const all = await drain();
+        keys = all.filter((e) => e.type === 'keydown' || e.type === 'keyup').map((e) => [e.type, e.key]);
+        const mouse = all.filter((e) => e.type !== 'mousemove' && e.type !== 'keydown' && e.type !== 'keyup');
+        for (const e of mouse) {
+          assert.deepEqual([e.x + offset.x, e.y + offset.y], [at.x, at.y], `${button} ${e.type} position`);
+        }
+        return mouse;
       };
+      const sequence = (evs: PageEvent[]) => evs.map((e) => [e.type, e.button, e.detail]);
       let evs = await run('left', 1);
       assert.deepEqual(
         evs.map((e) => [e.type, e.button, e.detail]),
@@ -742,41 +860,101 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         ],
       );
       assert.deepEqual([evs[0]!.x + offset.x, evs[0]!.y + offset.y], [at.x, at.y]);
-      await delay(600); // let the double-click timer expire between cases
       evs = await run('left', 2);
       assert.ok(evs.some((e) => e.type === 'dblclick'));
       assert.deepEqual(
         evs.filter((e) => e.type === 'click').map((e) => e.detail),
         [1, 2],
       );
-      await delay(600);
+      assert.deepEqual(sequence(evs), [
+        ['mousedown', 0, 1],
+        ['mouseup', 0, 1],
+        ['click', 0, 1],
+        ['mousedown', 0, 2],
+        ['mouseup', 0, 2],
+        ['click', 0, 2],
+        ['dblclick', 0, 2],
+      ]);
       evs = await run('left', 3);
       assert.deepEqual(
         evs.filter((e) => e.type === 'click').map((e) => e.detail),
         [1, 2, 3],
       );
-      await delay(600);
+      assert.deepEqual(sequence(evs), [
+        ['mousedown', 0, 1],
+        ['mouseup', 0, 1],
+        ['click', 0, 1],
+        ['mousedown', 0, 2],
+        ['mouseup', 0, 2],
+        ['click', 0, 2],
+        ['dblclick', 0, 2],
+        ['mousedown', 0, 3],
+        ['mouseup', 0, 3],
+        ['click', 0, 3],
+      ]);
       evs = await run('right', 1);
       assert.ok(evs.some((e) => e.type === 'mousedown' && e.button === 2));
       assert.ok(evs.some((e) => e.type === 'contextmenu'));
-      await delay(600);
+      // Chromium on Linux fires contextmenu on the press (its detail is 0).
+      assert.deepEqual(sequence(evs), [
+        ['mousedown', 2, 1],
+        ['contextmenu', 2, 0],
+        ['mouseup', 2, 1],
+        ['auxclick', 2, 1],
+      ]);
       evs = await run('middle', 1);
       assert.ok(evs.some((e) => e.type === 'mousedown' && e.button === 1));
       assert.ok(evs.some((e) => e.type === 'auxclick' && e.button === 1));
-      await delay(600);
+      assert.deepEqual(sequence(evs), [
+        ['mousedown', 1, 1],
+        ['mouseup', 1, 1],
+        ['auxclick', 1, 1],
+      ]);
       evs = await run('left', 1, ['LeftShift']);
       const click = evs.find((e) => e.type === 'click')!;
       assert.equal(click.shiftKey, true);
       assert.equal(click.ctrlKey, false);
-      await delay(600);
+      assert.deepEqual(sequence(evs), [
+        ['mousedown', 0, 1],
+        ['mouseup', 0, 1],
+        ['click', 0, 1],
+      ]);
+      assert.ok(
+        evs.every((e) => e.shiftKey && !e.ctrlKey && !e.altKey),
+        'Shift, and only Shift, on every event',
+      );
+      assert.deepEqual(keys, [
+        ['keydown', 'Shift'],
+        ['keyup', 'Shift'],
+      ]);
       evs = await run('left', 1, ['LeftControl', 'LeftAlt']);
       const c2 = evs.find((e) => e.type === 'mousedown')!;
       assert.deepEqual([c2.ctrlKey, c2.altKey, c2.shiftKey], [true, true, false]);
+      assert.deepEqual(sequence(evs), [
+        ['mousedown', 0, 1],
+        ['mouseup', 0, 1],
+        ['click', 0, 1],
+      ]);
+      assert.ok(
+        evs.every((e) => e.ctrlKey && e.altKey && !e.shiftKey),
+        'Control and Alt on every event',
+      );
+      assert.deepEqual(keys, [
+        ['keydown', 'Control'],
+        ['keydown', 'Alt'],
+        ['keyup', 'Alt'],
+        ['keyup', 'Control'],
+      ]);
       // Modifiers were released: a plain click has none.
-      await delay(600);
       evs = await run('left', 1);
       const c3 = evs.find((e) => e.type === 'click')!;
       assert.deepEqual([c3.ctrlKey, c3.altKey, c3.shiftKey], [false, false, false]);
+      assert.deepEqual(sequence(evs), [
+        ['mousedown', 0, 1],
+        ['mouseup', 0, 1],
+        ['click', 0, 1],
+      ]);
+      assert.deepEqual(keys, []);
     });
 
     test('mouseDown / mouseUp', async () => {
@@ -795,7 +973,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     });
 
     test('drag: press at A, moves with the button down, release at B', async () => {
-      await delay(600);
+      // No wait for a double-click timer: the last press (the test above) was at (200, 300), far from A.
       await clearEvents();
       const a = { x: 100, y: 250 };
       const b = { x: 500, y: 480 };
@@ -808,6 +986,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       const upIdx = evs.findIndex((e) => e.type === 'mouseup');
       assert.ok(downIdx >= 0 && upIdx > downIdx);
       assert.deepEqual([evs[downIdx]!.x, evs[downIdx]!.y], [a.x, a.y]);
+      assert.equal(evs[downIdx]!.detail, 1, 'a fresh press, not a repeat of the last one');
       assert.deepEqual([evs[upIdx]!.x, evs[upIdx]!.y], [b.x, b.y]);
       const moves = evs.slice(downIdx, upIdx).filter((e) => e.type === 'mousemove');
       assert.ok(moves.length >= 3, `only ${moves.length} mousemoves during the drag`);
@@ -871,7 +1050,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     test('X server killed during a hold: DriverCrashedError, parent survives, restart works', async () => {
       assert.deepEqual(await driver.displaySize(), { width: WIDTH, height: HEIGHT });
       const hold = driver.holdKeys(parseChord('shift'), 10_000);
-      await delay(300);
+      await waitForShiftDown(xvfb.display); // the hold is under way in the X server
       await xvfb.stop('SIGKILL');
       await assert.rejects(hold, DriverCrashedError);
       // Stale socket file, nobody listening.

@@ -14,7 +14,9 @@
  * The marker moves the pointer to (1, height - 2), then (2, height - 2): at
  * least one of the two is a real move wherever the pointer was. The page must
  * record moves in `window.__lastMove` with a `performance.now()` time, as the
- * event recorder page (event-page.ts) does.
+ * event recorder page (event-page.ts) does. A page that does not start at the
+ * screen's top-left corner (a browser window with a toolbar above the page)
+ * passes its `origin` to `open`; the marker must still land on the page.
  *
  * Wheel events are the exception: Chromium queues them apart and sends the
  * next only when the page has handled the one before, so a later move can
@@ -42,16 +44,22 @@ export class InputFence {
     private readonly conn: XConnection,
     private readonly xtest: number,
     private readonly height: number,
+    private readonly origin: { x: number; y: number } = { x: 0, y: 0 },
   ) {}
 
-  static async open(display: string, height: number): Promise<InputFence> {
+  /** `origin`: the screen point of the page's client (0, 0); default the screen's top-left corner. */
+  static async open(
+    display: string,
+    height: number,
+    origin: { x: number; y: number } = { x: 0, y: 0 },
+  ): Promise<InputFence> {
     const conn = await XConnection.open(display);
     const xtest = await conn.queryExtension('XTEST');
     if (xtest === undefined) {
       conn.close();
       throw new Error(`the X server on ${display} has no XTEST extension`);
     }
-    return new InputFence(conn, xtest, height);
+    return new InputFence(conn, xtest, height, origin);
   }
 
   /** Sends the marker and waits until `page` has seen it. Leaves the pointer at (2, height - 2). */
@@ -62,10 +70,14 @@ export class InputFence {
     this.conn.fakeMotion(this.xtest, 1, y);
     this.conn.fakeMotion(this.xtest, x, y);
     await this.conn.sync();
+    // Where the page sees the marker: the same point unless the page starts elsewhere on the screen.
+    const cx = x - this.origin.x;
+    const cy = y - this.origin.y;
+    const where = cx === x && cy === y ? '' : ` (page (${cx}, ${cy}))`;
     await this.waitOnPage(
       page,
-      `the marker move to (${x}, ${y})`,
-      `(() => { const m = window.__lastMove; return !!m && m.time > ${since} && m.clientX === ${x} && m.clientY === ${y}; })()`,
+      `the marker move to (${x}, ${y})${where}`,
+      `(() => { const m = window.__lastMove; return !!m && m.time > ${since} && m.clientX === ${cx} && m.clientY === ${cy}; })()`,
       'window.__lastMove',
     );
   }
