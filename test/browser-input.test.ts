@@ -25,6 +25,8 @@ import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { parseKeySequence, parseModifiers } from '../src/browser/keys.ts';
 import { ToolInputError } from '../src/errors.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
+import { startedEvent } from './helpers/daemon.ts';
+import { until, within } from './helpers/wait.ts';
 import { browserUse, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
 
 const NOT_EXECUTED = 'Not executed: an earlier action in this turn failed.';
@@ -180,13 +182,36 @@ function eventsSince(mark: number): PageEvent[] {
 
 /** Waits until the page has logged events that satisfy `done`, and returns them. */
 async function waitForEvents(mark: number, done: (events: PageEvent[]) => boolean, what: string): Promise<PageEvent[]> {
-  const deadline = Date.now() + 5_000;
-  for (;;) {
-    const events = eventsSince(mark);
-    if (done(events)) return events;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}; page logged ${JSON.stringify(events)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  return until(
+    what,
+    () => {
+      const events = eventsSince(mark);
+      return done(events) && events;
+    },
+    { timeoutMs: 30_000, seen: () => ({ 'page logged': eventsSince(mark) }) },
+  );
+}
+
+/**
+ * Every event the page saw so far, once all have reached the server: presses a marker key (F9) in a
+ * batch of its own and waits for its keydown and for every event the page numbered before it. Input
+ * dispatched by an earlier batch reached the page before the marker did, so it is numbered before the
+ * marker and is in what this returns. Events are POSTed one request each, so they may arrive out of
+ * order; `seq` counts from 0 on each page load, which `mark` (from freshPage) starts.
+ */
+async function allEventsSoFar(mark: number): Promise<PageEvent[]> {
+  assertOk(await run([browserUse('key', { text: 'F9' })]), 'Pressed F9.');
+  return waitForEvents(
+    mark,
+    (events) => {
+      const marker = events.find((e) => e.type === 'keydown' && e.key === 'F9');
+      if (!marker) return false;
+      const seqs = new Set(events.map((e) => e.seq));
+      for (let i = 0; i < marker.seq; i++) if (!seqs.has(i)) return false;
+      return true;
+    },
+    'the marker key and every page event before it',
+  );
 }
 
 /** Loads a fresh event page (then `actions`) in one batch; returns the request mark the page's events start at. */
@@ -338,9 +363,8 @@ describe('browser input members', () => {
     }
     const r = await run([browserUse('scroll', { target: at(10, 800), scroll_direction: 'down' })]);
     assert.match(textOf(r, 0), /outside the viewport/);
-    // Give stray events a moment to arrive: there must be none.
-    await new Promise((r) => setTimeout(r, 200));
-    assert.deepEqual(of(eventsSince(mark), 'mousedown'), []);
+    // Any click the refused calls had made would be logged before the marker key: there must be none.
+    assert.deepEqual(of(await allEventsSoFar(mark), 'mousedown'), []);
   });
 
   it('drags, presses and releases, moves and hovers at the given points', async () => {
@@ -515,7 +539,15 @@ describe('browser input members', () => {
       const uses = [first, browserUse('left_click', { target: at(10, 10) })];
       const id = `cancel-${batchNo++}`;
       fx.client.send({ type: 'batch', batch_id: id, tool_uses: uses });
-      await new Promise((r) => setTimeout(r, 300));
+      // Cancel while the first call runs: it has started, and a held key is down.
+      await within(fx.client.next(startedEvent(id, first.id), 40_000), `${first.name} to start`, 30_000);
+      if (first.name === 'hold_key') {
+        await waitForEvents(
+          mark,
+          (e) => ['Control', 'Shift'].every((key) => of(e, 'keydown').some((k) => k.key === key)),
+          'ctrl and shift to go down',
+        );
+      }
       fx.client.send({ type: 'cancel', batch_id: id });
       const { result } = await fx.client.batch(id, uses);
       assertApiValid(uses, result);
@@ -529,8 +561,8 @@ describe('browser input members', () => {
           ['Shift', 'Control'],
         );
       }
-      await new Promise((r) => setTimeout(r, 200));
-      assert.deepEqual(of(eventsSince(mark), 'mousedown'), [], 'the click after it never ran');
+      // Had the click after it run, its mousedown would be logged before the marker key.
+      assert.deepEqual(of(await allEventsSoFar(mark), 'mousedown'), [], 'the click after it never ran');
     }
   });
 
@@ -693,10 +725,9 @@ describe('browser input members', () => {
     const submitted = fx.web.requests.length;
     const click = await run([browserUse('left_click', { target: { type: 'ref', ref: f.submit } })]);
     assertOk(click, 'Clicked.');
-    const deadline = Date.now() + 5_000;
-    while (!fx.web.requests.slice(submitted).some((r) => r.path === '/submit') && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await until('the form to be submitted', () => fx.web.requests.slice(submitted).some((r) => r.path === '/submit'), {
+      timeoutMs: 30_000,
+    });
     const post = fx.web.requests.slice(submitted).find((r) => r.path === '/submit');
     assert.ok(post, 'the form was submitted');
     assert.equal(post.method, 'POST');

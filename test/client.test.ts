@@ -39,10 +39,11 @@ import type { ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay } from './helpers/display.ts';
+import { within } from './helpers/wait.ts';
 import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
 
 /** Fast reconnects for tests; attempts are plenty so a slow machine never runs out. */
-const FAST: ConnectOptions['reconnect'] = { maxAttempts: 200, initialDelayMs: 20, maxDelayMs: 100 };
+const FAST = { maxAttempts: 200, initialDelayMs: 20, maxDelayMs: 100 } satisfies ConnectOptions['reconnect'];
 
 const connect = (url: string, options: Partial<ConnectOptions> = {}): Promise<DeskbatchClient> =>
   DeskbatchClient.connect(url, { token: TEST_TOKEN, clientName: 'client-tests/1', reconnect: FAST, ...options });
@@ -282,13 +283,13 @@ describe('a daemon without a display (calls fail with DisplayUnavailableError)',
       const disconnected = nextEvent(client, 'disconnect');
       proxy.hold();
       proxy.cut();
-      await disconnected;
+      await within(disconnected, "the client's disconnect event");
       assert.equal(client.state, 'reconnecting');
       const uses = [computerUse('wait', { duration: 0 })];
       const run = client.runBatch(uses);
       const reconnected = nextEvent(client, 'reconnect');
       proxy.release();
-      const [welcome] = await reconnected;
+      const [welcome] = await within(reconnected, "the client's reconnect event");
       assert.equal(welcome.resumed, true);
       const { result } = await run;
       assertApiValid(uses, result);
@@ -317,14 +318,20 @@ describe('a daemon without a display (calls fail with DisplayUnavailableError)',
       await until(() => proxy.accepted() >= 2, 'a reconnect attempt');
       assert.equal(client.state, 'reconnecting');
       const closed = nextEvent(client, 'close');
-      await client.close();
-      await closed;
+      await within(client.close(), 'client.close() to finish');
+      await within(closed, "the client's close event");
       await assert.rejects(run, (err: unknown) => err instanceof ClientClosedError && err.sent);
       assert.equal(client.state, 'closed');
       const attempts = proxy.accepted();
       proxy.release();
-      await delay(300);
-      assert.equal(proxy.accepted(), attempts, 'no reconnect attempt after close()');
+      // A reconnect attempt follows a backoff timer of at most FAST.maxDelayMs. Timers fire in the order
+      // they are due, so once this one has fired, any attempt such a timer started has opened its
+      // connection; the proxy accepts connections in the order they arrive, so one opened before the
+      // probe would be counted before it, and the probe's welcome comes only after the proxy accepted it.
+      await delay(FAST.maxDelayMs + 1);
+      const probe = await connect(proxy.url, { reconnect: false });
+      await probe.close();
+      assert.equal(proxy.accepted(), attempts + 1, 'no reconnect attempt after close() (the one more is the probe)');
       await assert.rejects(client.runBatch([computerUse('wait')]), ClientClosedError);
     } finally {
       await proxy.close();
@@ -344,14 +351,14 @@ describe('a daemon without a display (calls fail with DisplayUnavailableError)',
       },
     });
     const closed = nextEvent(client, 'close');
-    await assert.rejects(run, (err: unknown) => {
+    await assert.rejects(within(run, 'the batch to be given up on'), (err: unknown) => {
       assert.ok(err instanceof ConnectionLostError, String(err));
       assert.equal(err.reason, 'connection_lost');
       assert.equal(err.sent, true);
       assert.match(err.message, /could not reconnect.*outcome .* is unknown/);
       return true;
     });
-    await closed;
+    await within(closed, "the client's close event");
     assert.equal(client.state, 'closed');
   });
 
@@ -360,7 +367,7 @@ describe('a daemon without a display (calls fail with DisplayUnavailableError)',
     const client = await connect(d.url, { signal: controller.signal });
     const closed = nextEvent(client, 'close');
     controller.abort();
-    await closed;
+    await within(closed, "the client's close event after the abort");
     assert.equal(client.state, 'closed');
     await assert.rejects(
       DeskbatchClient.connect(d.url, { token: TEST_TOKEN, signal: AbortSignal.abort(new Error('no')) }),
@@ -406,8 +413,8 @@ describe('a lost session: the pending batch rejects and is never run again', () 
       daemon = await makeGone({ proxy, daemon });
       const lost = nextEvent(client, 'session_lost');
       proxy.release();
-      const [info] = await lost;
-      await rejected;
+      const [info] = await within(lost, "the client's session_lost event", 60_000);
+      await within(rejected, 'the lost batch to reject', 60_000);
       assert.equal(info.previousSessionId, oldSession);
       assert.equal(info.welcome.resumed, false);
       assert.notEqual(client.sessionId, oldSession);
@@ -506,7 +513,7 @@ describe('a drop in the middle of a browser batch', () => {
           }
         },
       });
-      const [welcome] = await reconnected;
+      const [welcome] = await within(reconnected, "the client's reconnect event");
       assert.equal(welcome.session_id, session);
       assert.ok(proxy.accepted() >= 2, 'the client connected again');
       assertApiValid(uses, result);

@@ -95,9 +95,17 @@ function setup(options: { exposeErrorMessages?: boolean; callTimeoutMs?: number 
     lane: new Lane(),
     log: silentLogger,
   });
-  const run = async (toolUses: ToolUse[], signal = new AbortController().signal) => {
+  const run = async (
+    toolUses: ToolUse[],
+    signal = new AbortController().signal,
+    onEvent: (e: ToolEvent) => void = () => undefined,
+  ) => {
     const events: ToolEvent[] = [];
-    const raw = await executor.run({ sessionId: 's', batchId: 'b', toolUses, signal, emit: (e) => events.push(e) });
+    const emit = (e: ToolEvent): void => {
+      events.push(e);
+      onEvent(e);
+    };
+    const raw = await executor.run({ sessionId: 's', batchId: 'b', toolUses, signal, emit });
     return { result: assertApiValid(toolUses, raw), events };
   };
   return { effects, run };
@@ -238,7 +246,6 @@ describe('executor', () => {
   test('cancel is not a failure: the running and later calls get the cancelled text', async () => {
     const { effects, run } = setup();
     const controller = new AbortController();
-    setTimeout(() => controller.abort(), 50);
     const { result, events } = await run(
       [
         use('a', 'computer', 'ok', { tag: 'first' }),
@@ -246,6 +253,10 @@ describe('executor', () => {
         use('c', 'browser', 'ok', { tag: 'after' }),
       ],
       controller.signal,
+      // Cancel once the slow call has started (and, a turn of the event loop later, is waiting in its handler).
+      (e) => {
+        if (e.tool_use_id === 'b' && e.phase === 'started') setImmediate(() => controller.abort());
+      },
     );
     assert.equal(result.cancelled, true);
     assert.deepEqual(result.failures, []);

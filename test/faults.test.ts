@@ -45,6 +45,7 @@ import {
   killAll,
   waitFor,
 } from './helpers/faults.ts';
+import { within } from './helpers/wait.ts';
 import { browserUse } from './helpers/web.ts';
 
 const WIDTH = 1024;
@@ -175,7 +176,11 @@ interface Fault {
   index: number;
   /** …and this condition holds (default: at once)… */
   when?: () => boolean | Promise<boolean>;
-  /** …plus this many ms. */
+  /**
+   * …plus this many ms: only where the moment to strike is a state of Chromium the test cannot see
+   * (a call stuck inside newContext or newPage). A kill that lands earlier in the call fails it the
+   * same way, so no assertion depends on the machine's speed.
+   */
   afterMs?: number;
   inject: () => void | Promise<void>;
 }
@@ -215,6 +220,7 @@ async function run(client: TestClient, uses: ToolUse[], options: { id?: string; 
       10,
     );
     if (fault.when) await waitFor(`the fault condition in ${batchId}`, async () => (await fault.when!()) || undefined);
+    // A fixed time, on purpose: see Fault.afterMs.
     if (fault.afterMs) await delay(fault.afterMs);
     await fault.inject();
   }
@@ -353,9 +359,13 @@ async function freshHello(d: TestDaemon): Promise<void> {
   }
 }
 
-/** No batch_result arrives twice: give a stray one a moment, then look. */
+/**
+ * No batch_result arrives twice. A session runs its batches one after another, and a batch's result
+ * is sent only once its calls have wound down: by the time the result of one more batch arrives,
+ * every result of the batches before it has been sent, and the socket delivers in order.
+ */
 async function assertNoStrayResults(client: TestClient): Promise<void> {
-  await delay(300);
+  await run(client, [computerUse('wait', { duration: 0 })]);
   const stray = client.messages.filter((m) => m.type === 'batch_result');
   assert.deepEqual(stray, [], 'no batch_result beyond the one per batch already received');
 }
@@ -363,19 +373,29 @@ async function assertNoStrayResults(client: TestClient): Promise<void> {
 /**
  * Kills whatever `find` returns as soon as it appears, until stopped: a
  * resource that dies at every start. Resolves once it has killed the one
- * running now (and the daemon has had a moment to see it go).
+ * running now and that one has been reaped (this process's children only
+ * leave /proc once node has seen them exit).
  */
 async function killLoop(find: () => Promise<number[]>): Promise<{ stop(): Promise<number> }> {
   let running = true;
   let kills = 0;
+  const killed: number[] = [];
   const loop = (async () => {
     while (running) {
-      kills += killAll(await find());
-      await delay(20);
+      const pids = await find();
+      kills += killAll(pids);
+      killed.push(...pids);
+      await delay(20); // the loop's pace: a new process is looked for every 20 ms
     }
   })();
   await waitFor('the running process to be killed', async () => (kills > 0 ? true : undefined), 10_000, 10);
-  await delay(300);
+  const first = [...killed];
+  await waitFor(
+    `the killed process(es) ${first.join(', ')} to be reaped`,
+    async () => (first.every((pid) => !existsSync(`/proc/${pid}`)) ? true : undefined),
+    10_000,
+    10,
+  );
   return {
     async stop() {
       running = false;
@@ -454,10 +474,21 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
           witnessed = ev.some((e) => e.type === 'keydown' && e.key === 'Shift');
           return witnessed || performance.now() - holdStarted > 3_000;
         },
-        afterMs: 200,
         inject: async () => {
+          // The other session's batch reaches the daemon and waits for the desktop before the kill:
+          // the daemon announces it as started just before it asks for the desktop lane.
+          let stopWatching = (): void => undefined;
+          const arrived = new Promise<void>((resolve) => {
+            stopWatching = d.daemon.activity.subscribe((a) => {
+              if (a.type === 'batch_started' && a.batch_id === 'queued') resolve();
+            });
+          });
           other.send({ type: 'batch', batch_id: 'queued', tool_uses: queued });
-          await delay(100);
+          try {
+            await within(arrived, "the other session's batch to reach the daemon", 30_000);
+          } finally {
+            stopWatching();
+          }
           killed = killAll(workers);
         },
       },
@@ -512,7 +543,7 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
     assert.equal(workers.length, 1, `one desktop worker: ${workers.join(', ')}`);
     const uses = [computerUse('wait', { duration: 3 }), computerUse('cursor_position'), computerUse('screenshot')];
     const { result, ms } = await run(client, uses, {
-      fault: { index: 0, afterMs: 300, inject: () => void killAll(workers) },
+      fault: { index: 0, inject: () => void killAll(workers) }, // the wait has started: it runs for 3 s
     });
     measure('batch with the worker killed during a 3 s wait', ms);
     assert.deepEqual(result.failures, [], JSON.stringify(result.tool_results.map((_, i) => textOf(result, i))));
@@ -541,8 +572,7 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
     const { result, ms } = await run(client, uses, {
       fault: {
         index: 0,
-        when: () => pages.count('/slow') > slowBefore, // the navigation is under way
-        afterMs: 200,
+        when: () => pages.count('/slow') > slowBefore, // the navigation is under way (and never answered)
         inject: () => void (killed = killAll(browsers)),
       },
     });
@@ -588,7 +618,7 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
     );
     const closed = a.closed();
     a.close();
-    await closed;
+    await within(closed, 'the dropped connection to close');
 
     const b = await d.connect();
     try {
@@ -803,9 +833,10 @@ describe('faults: the X server goes away during a batch and comes back', () => {
       computerUse('screenshot'),
     ];
     const { result, ms } = await run(client, uses, {
-      fault: { index: 0, afterMs: 500, inject: () => void killAll([display.pid]) },
+      // hold_key has started and holds for 8 s: the X server dies under it.
+      fault: { index: 0, inject: () => void killAll([display.pid]) },
     });
-    measure('batch with the X server killed 0.5 s into an 8 s hold_key', ms);
+    measure('batch with the X server killed as an 8 s hold_key started', ms);
     assertRetryableFailure(uses, result, 0, ['DriverCrashedError', 'DisplayUnavailableError']);
     note(`hold_key with the X server killed under it failed with ${result.failures[0]!.error.type}`);
     assert.equal(result.failures.length, 1, JSON.stringify(result.failures));

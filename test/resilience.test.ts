@@ -28,6 +28,7 @@ import { computerUse, startTestDaemon } from './helpers/daemon.ts';
 import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
 import { browserUse, startWebServer } from './helpers/web.ts';
 import { waitFor } from './helpers/faults.ts';
+import { until } from './helpers/wait.ts';
 
 /** Members that fail with the next scripted error, and succeed once the script is used up. */
 function flakyToolset(script: Error[], runs: string[]): Toolset {
@@ -122,7 +123,9 @@ describe('ResourceBreaker', () => {
   const unavailable = (m: string) => new DisplayUnavailableError(m);
 
   test('opens after N failed starts in a row, fails at once while open, then lets one start try', async () => {
-    const breaker = new ResourceBreaker('thing', { failures: 3, coolDownMs: 300 }, unavailable, silentLogger);
+    // The cool-down must outlast the few steps from the third failure to the refused start even on a
+    // busy machine; the test then waits for it to end (coolingDown), not for a fixed time.
+    const breaker = new ResourceBreaker('thing', { failures: 3, coolDownMs: 1_000 }, unavailable, silentLogger);
     let starts = 0;
     const failing = async (): Promise<string> => {
       starts++;
@@ -136,10 +139,10 @@ describe('ResourceBreaker', () => {
     );
     assert.ok(refused instanceof DisplayUnavailableError);
     const left = (refused as unknown as { retryAfterMs: number }).retryAfterMs;
-    assert.ok(left > 0 && left <= 300, String(left));
+    assert.ok(left > 0 && left <= 1_000, String(left));
     assert.equal(starts, 3, 'no start while the circuit is open');
 
-    await new Promise((r) => setTimeout(r, 350));
+    await until('the cool-down to end', () => !breaker.coolingDown, { seen: () => breaker.state });
     assert.equal(await breaker.run(async () => 'up'), 'up');
     assert.equal(breaker.state, 'closed');
   });

@@ -16,8 +16,10 @@ import {
   TestClient,
   computerUse,
   startTestDaemon,
+  startedEvent,
   type TestDaemon,
 } from './helpers/daemon.ts';
+import { until, within } from './helpers/wait.ts';
 
 const isError = (m: { type: string }): m is ErrorMessage => m.type === 'error';
 const COMPUTER_MEMBERS = [
@@ -169,7 +171,7 @@ describe('messages', () => {
     const c = await d.connect();
     const closed = c.closed();
     c.send({ type: 'hello', client: 'x'.repeat(70 * 1024) });
-    assert.equal((await closed).code, 1009);
+    assert.equal((await within(closed, 'the daemon to close the socket')).code, 1009);
   });
 
   test('without a display, calls fail with a retryable error type and the daemon keeps serving', async () => {
@@ -283,14 +285,14 @@ describe('shutdown', () => {
     lingering.end = () => lingering; // this peer never closes its side
     const uses = [computerUse('wait', { duration: 30 })];
     c.send({ type: 'batch', batch_id: 'running', tool_uses: uses });
-    await new Promise((r) => setTimeout(r, 200));
+    await within(c.next(startedEvent('running', uses[0]!.id), 40_000), 'the running batch to start', 30_000);
     const t0 = Date.now();
     const closing = d.daemon.close();
     const socketClosed = c.closed();
     c.send({ type: 'batch', batch_id: 'late', tool_uses: [computerUse('wait', { duration: 0 })] });
     const result = await c.next((m): m is BatchResult => m.type === 'batch_result' && m.batch_id === 'running');
     assert.equal(result.cancelled, true);
-    assert.equal((await socketClosed).code, 1001);
+    assert.equal((await within(socketClosed, 'the daemon to close the socket on shutdown')).code, 1001);
     // The late batch never runs: it is refused with shutting_down, or arrives after the close frame.
     const late = c.messages.filter((m) => 'batch_id' in m && m.batch_id === 'late');
     assert.ok(
@@ -298,7 +300,7 @@ describe('shutdown', () => {
       JSON.stringify(late),
     );
     await assert.rejects(d.connect(), (err: unknown) => err instanceof Error);
-    await closing;
+    await within(closing, 'daemon.close() to finish', 30_000);
     assert.ok(Date.now() - t0 < 5_000, `closed in ${Date.now() - t0} ms`);
     lingering.destroy();
     await d.close();
@@ -377,14 +379,25 @@ describe('rate limits', () => {
     const d = await startTestDaemon({ display: undefined, limits: { messageBurst: 5, messagesPerSecond: 1 } });
     try {
       const c = await d.connect();
+      const pongs = () => c.messages.filter((m) => m.type === 'pong').length;
+      const limited = () => c.messages.filter((m) => m.type === 'error' && m.code === 'rate_limited').length;
+      // Every ping is answered exactly once: a pong, or a rate_limited error.
+      const answers = () => pongs() + limited();
       for (let i = 0; i < 8; i++) c.send({ type: 'ping' });
-      await new Promise((r) => setTimeout(r, 300));
-      const pongs = c.messages.filter((m) => m.type === 'pong').length;
-      const limited = c.messages.filter((m) => m.type === 'error' && m.code === 'rate_limited').length;
-      assert.deepEqual([pongs, limited], [5, 3]);
-      await new Promise((r) => setTimeout(r, 1_100));
-      c.send({ type: 'ping' });
-      await new Promise((r) => setTimeout(r, 200));
+      await until('an answer to each of the 8 pings', () => answers() >= 8, { seen: () => c.messages });
+      assert.deepEqual([pongs(), limited()], [5, 3]);
+      // The bucket refills at 1 message a second, which only real time does: ping, one at a time, until a
+      // ping is answered with a pong again (the refused ones take no token).
+      await until(
+        'a pong once the bucket has refilled',
+        async () => {
+          const before = answers();
+          c.send({ type: 'ping' });
+          await until('an answer to the ping', () => answers() > before, { seen: () => c.messages });
+          return pongs() > 5;
+        },
+        { timeoutMs: 15_000, intervalMs: 100, seen: () => [pongs(), limited()] },
+      );
       assert.equal(c.messages.filter((m) => m.type === 'pong').length, 6);
     } finally {
       await d.close();
@@ -438,7 +451,11 @@ describe('heartbeat', () => {
       let received = '';
       socket.on('data', (chunk) => (received += chunk.toString('latin1')));
       const started = Date.now();
-      await new Promise((resolve) => socket.once('close', resolve));
+      await within(
+        new Promise((resolve) => socket.once('close', resolve)),
+        'the daemon to drop the peer that never answers its pings',
+        30_000,
+      );
       assert.match(received, /^HTTP\/1.1 101/);
       assert.ok(Date.now() - started < 5_000);
     } finally {
@@ -450,7 +467,13 @@ describe('heartbeat', () => {
     const d = await startTestDaemon({ display: undefined, heartbeatMs: 50 });
     try {
       const c = await d.connect();
-      await new Promise((r) => setTimeout(r, 300));
+      // At each heartbeat the daemon drops a peer whose pong to the previous ping it has not seen, and
+      // pings the others: a fourth ping proves three pongs (answered by ws itself) were accepted.
+      let pings = 0;
+      c.ws.on('ping', () => pings++);
+      await until('four heartbeat pings', () => pings >= 4 || c.ws.readyState !== WebSocket.OPEN, {
+        seen: () => ({ pings, readyState: c.ws.readyState }),
+      });
       assert.equal(c.ws.readyState, WebSocket.OPEN);
     } finally {
       await d.close();

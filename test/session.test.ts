@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { Session } from '../src/server/session.ts';
+import { until, within } from './helpers/wait.ts';
 
 const limits = { maxQueuedBatches: 2, resultCache: { maxEntries: 3, maxBytes: 20_000, ttlMs: 60_000 } };
 const uses = (text: string): ToolUse[] => [
@@ -27,9 +28,13 @@ function result(batchId: string, size = 10): BatchResult {
 
 test('batches run one at a time in arrival order; a resend replays; other content conflicts', async () => {
   const ran: string[] = [];
+  // Batch a runs until the test lets it end, so b is submitted (and could start) while a is still running.
+  let releaseA!: () => void;
+  const aHeld = new Promise<void>((r) => (releaseA = r));
   const session = new Session(limits, async (id) => {
     ran.push(`start ${id}`);
-    await new Promise((r) => setTimeout(r, 20));
+    if (id === 'a') await aHeld;
+    else await Promise.resolve();
     ran.push(`end ${id}`);
     return result(id);
   });
@@ -38,7 +43,13 @@ test('batches run one at a time in arrival order; a resend replays; other conten
   assert.equal(session.submit('a', uses('1')).kind, 'replayed');
   assert.equal(session.submit('a', uses('other')).kind, 'conflict');
   assert.ok(a.kind === 'accepted' && b.kind === 'accepted');
-  await Promise.all([a.result, b.result]);
+  await until('batch a to start', () => ran.includes('start a'), { seen: () => ran });
+  // The session starts a batch from promise callbacks, never from a timer: once the event loop has
+  // turned (setImmediate runs after every pending microtask), b would have started had it not waited for a.
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(ran, ['start a'], 'b waits while a runs');
+  releaseA();
+  await within(Promise.all([a.result, b.result]), 'the results of a and b');
   assert.deepEqual(ran, ['start a', 'end a', 'start b', 'end b']);
 });
 
