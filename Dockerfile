@@ -3,6 +3,7 @@
 #   docker build -t deskbatch:0.1.0 .
 #   export DESKBATCH_TOKEN="$(openssl rand -hex 32)"
 #   docker run --rm --shm-size=1g --stop-timeout=30 \
+#     --cap-drop ALL --security-opt no-new-privileges \
 #     --read-only --tmpfs /tmp:size=1g -e DESKBATCH_TOKEN \
 #     -p 127.0.0.1:8765:8765 -v deskbatch-data:/home/deskbatch/data deskbatch:0.1.0
 #
@@ -30,8 +31,8 @@
 #   their results and exits within its shutdown deadline (10 s by default, plus
 #   a 2 s hard margin). Docker's default stop timeout is 10 s, shorter than that.
 # - --read-only works: everything else the processes write goes to /tmp (Xvfb
-#   sockets, Chromium's profile and download staging, tsx's compile cache), so
-#   give /tmp a tmpfs; HOME stays read-only.
+#   sockets and its authority files, Chromium's profile and download staging),
+#   so give /tmp a tmpfs; HOME stays read-only.
 # - No DISPLAY is set, so the daemon starts its own Xvfb + openbox (1280x800
 #   unless `--display-size WxH`). Arguments after the image name replace the
 #   whole CMD, so repeat it: `docker run … deskbatch:0.1.0 node bin/deskbatch.js
@@ -43,24 +44,39 @@
 #   CMD is exec form too, so no shell sits in between) and reaps the zombies
 #   chromium leaves; `docker run --init` is then not needed.
 # - Runs as uid:gid 10001:10001 (the user `deskbatch`), numeric so that
-#   Kubernetes' runAsNonRoot can verify it. Chromium runs without its sandbox
-#   (Playwright's default), as in most containers: no capability is needed.
-FROM node:20-bookworm-slim
+#   Kubernetes' runAsNonRoot can verify it; it needs no capability, so drop
+#   them all (--cap-drop ALL) and forbid gaining any (no-new-privileges).
+# - Chromium's renderer sandbox: the daemon asks for it (not root here) and
+#   falls back to running without it where the kernel or the container runtime
+#   forbids unprivileged user namespaces (Docker's default seccomp profile
+#   does); /readyz's `containment.browser_sandbox` says which (docs/SECURITY.md).
+# - Chromium's managed policy (scripts/chromium-policy.json) shuts the
+#   browser's own interface to the model: no file://, chrome://, view-source:
+#   or DevTools pages, no native file dialogs (src/browser/policy.ts).
+# - Node.js is Debian's own `nodejs` package, which Debian patches: upstream
+#   Node 20 reached its end of life in April 2026, so the official node:20
+#   images no longer get security fixes. Debian 13 (trixie) ships nodejs
+#   20.19. BASE names another Debian 13 base (a mirror, or a root file system
+#   made locally with debootstrap and imported) where docker.io is not reachable.
+ARG BASE=debian:trixie-slim
+FROM ${BASE}
 
 LABEL org.opencontainers.image.title="deskbatch" \
       org.opencontainers.image.description="Desktop (Xvfb, openbox, Chromium) with the deskbatch daemon: batches of Claude computer and browser toolset calls over WebSocket" \
       org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.licenses="MIT" \
-      org.opencontainers.image.base.name="docker.io/library/node:20-bookworm-slim"
+      org.opencontainers.image.base.name="docker.io/library/debian:trixie-slim"
 
-# The ONE package list, shared with scripts/setup.sh; tini is container-only.
+# The ONE package list, shared with scripts/setup.sh; tini, nodejs and npm are
+# container-only (setup.sh checks the machine's own Node.js instead).
 ARG DEBIAN_FRONTEND=noninteractive
 COPY scripts/system-packages.txt /tmp/system-packages.txt
 RUN apt-get update \
  && sed -e 's/#.*//' /tmp/system-packages.txt \
-    | xargs apt-get install -y --no-install-recommends tini \
+    | xargs apt-get install -y --no-install-recommends tini nodejs npm \
  && rm -rf /var/lib/apt/lists/* /tmp/system-packages.txt \
  && mkdir -p /tmp/.X11-unix && chmod 1777 /tmp/.X11-unix
+COPY scripts/chromium-policy.json /etc/chromium/policies/managed/deskbatch.json
 
 RUN useradd --create-home --uid 10001 --user-group --shell /bin/bash deskbatch \
  && mkdir -p /home/deskbatch/data/screenshots /home/deskbatch/data/downloads \
@@ -78,7 +94,8 @@ RUN PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund \
 # artifacts). Owned by root and read-only for the daemon's user.
 COPY . .
 
-ENV NODE_ENV=production
+# No tsx compile cache in a writable folder: code loaded from there is code whoever writes there chooses.
+ENV NODE_ENV=production TSX_DISABLE_CACHE=1
 USER 10001:10001
 VOLUME ["/home/deskbatch/data"]
 EXPOSE 8765

@@ -80,6 +80,8 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     ...['--screenshot-format', options.format],
     ...['--screenshots-dir', join(dir, 'screenshots'), '--downloads-dir', join(dir, 'downloads')],
     ...['--log-level', 'info'],
+    // The bench's pages are served on 127.0.0.1, which the browser reaches only through this opt-in.
+    '--allow-private-networks',
   ];
   const child = spawn(process.execPath, args, {
     cwd: ROOT,

@@ -5,8 +5,13 @@
  * The calls in those turns run for real on your daemon: the browser opens a
  * small page served here, the desktop is captured, one call fails on purpose.
  *
- *   npm start                       # in another terminal
+ *   npm start -- --allow-private 127.0.0.1:8766   # in another terminal
  *   npm run example:replay          # or: node --import tsx examples/replay.ts [--url URL] [--token TOKEN]
+ *
+ * The page is served on 127.0.0.1:8766 (DESKBATCH_EXAMPLE_PAGE_PORT changes
+ * it; 0 picks a free port). The daemon's browser reaches no loopback or
+ * private address unless the operator allows it (docs/SECURITY.md), hence
+ * `--allow-private` for exactly this page.
  *
  * Exit status: the agent's (0 when it finished), or 4 when a request broke a
  * rule of the API.
@@ -17,10 +22,15 @@ import { EXAMPLE_PAGE, EXAMPLE_TASK, loadTurns, startMessagesApi } from '../test
 import { startWebServer } from '../test/helpers/web.ts';
 import { main as agent } from './agent.ts';
 
+/** Where the example page is served, so the daemon can be told to allow exactly it. */
+const DEFAULT_PAGE_PORT = 8766;
+
 /** Runs the recorded conversation; `args` are agent.ts flags (--url, --token). */
 export async function replay(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
-  const web = await startWebServer();
+  const web = await startWebServer(Number(env.DESKBATCH_EXAMPLE_PAGE_PORT ?? DEFAULT_PAGE_PORT));
   try {
+    const { host } = new URL(web.origin);
+    console.log(`the example page is at ${web.origin}/report: the daemon's browser needs --allow-private ${host}`);
     web.route('/report', EXAMPLE_PAGE);
     const turns = await loadTurns('example', { PAGE_URL: `${web.origin}/report` });
     const api = await startMessagesApi({ turns });

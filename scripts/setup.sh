@@ -70,6 +70,24 @@ if ((${#packages[@]})); then
   fi
 fi
 
+# ---- Chromium's managed policy ---------------------------------------------------
+# It closes the browser's own interface to the model (file://, chrome://,
+# DevTools, native file dialogs: src/browser/policy.ts). Only root can install
+# it; without it the daemon still runs, and says so at start and in /readyz.
+policy_src="$root/scripts/chromium-policy.json"
+policy_dst=/etc/chromium/policies/managed/deskbatch.json
+if [[ -r $policy_src ]] && ! cmp -s "$policy_src" "$policy_dst" 2>/dev/null; then
+  as_root=()
+  if ((EUID != 0)) && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then as_root=(sudo); fi
+  if ((EUID == 0)) || ((${#as_root[@]})); then
+    "${as_root[@]}" install -D -m 0644 "$policy_src" "$policy_dst"
+    done_steps+=("installed Chromium's policy in $policy_dst")
+  else
+    printf 'setup: not root and no sudo: Chromium'"'"'s policy is not installed; as root run: install -D -m 0644 %s %s\n' \
+      "$policy_src" "$policy_dst" >&2
+  fi
+fi
+
 # ---- Node.js ----------------------------------------------------------------
 command -v node >/dev/null || die "node not found: install Node.js ${min_node_major}.${min_node_minor} or later"
 version="$(node --version)" # v20.20.2

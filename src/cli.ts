@@ -22,25 +22,43 @@ Options:
   --browser MODE           headless | headful | off (default ${DEFAULT_CONFIG.browser})
   --screenshots-dir DIR    where returned images are also written (default ${DEFAULT_CONFIG.screenshotsDir})
   --allow-origin ORIGIN    browser origin allowed to connect; repeatable (default: none)
+  --allow-host-header NAME a host name the HTTP routes answer to besides IP addresses
+                           and localhost (others get 421); repeatable (default: none)
   --screenshot-format FMT  png | jpeg | webp (default ${DEFAULT_CONFIG.screenshot.format})
   --screenshot-quality Q   1-100 for jpeg and webp (default ${DEFAULT_CONFIG.screenshot.quality})
   --screenshot-max-side PX longest screenshot side, at most 2000 recommended (default ${DEFAULT_CONFIG.screenshot.limits.maxSidePx})
   --display-size WxH       size of the Xvfb started when DISPLAY is unset (default 1280x800)
   --call-timeout-ms MS     time limit of one call (default ${DEFAULT_CONFIG.callTimeoutMs})
+  --max-batch-ms MS        time budget of one batch, from when it gets the desktop; then
+                           the rest is cancelled (default ${DEFAULT_CONFIG.limits.maxBatchMs})
   --expose-error-messages  let the model read thrown errors' messages, not only their type
   --disable MEMBER         switch a member off (in both toolsets); repeatable
   --browser-enable MEMBER  switch on an optional browser member: javascript_exec,
                            read_console, read_network, file_upload; repeatable
   --allow-host HOST        navigate only to these hosts and their subdomains; repeatable
   --deny-host HOST         never navigate to these hosts or their subdomains; repeatable
+  --allow-private-networks let the browser reach loopback, private and link-local
+                           addresses (default: refused, whatever the URL's name)
+  --allow-private DEST     one such destination all the same: HOST, HOST:PORT or
+                           ADDRESS/PREFIX; repeatable
   --upload-root DIR        folder file_upload may read from; repeatable (default: none)
-  --downloads-dir DIR      where browser downloads are saved (default downloads)
+  --downloads-dir DIR      where browser downloads are saved, one folder per session,
+                           removed when the session ends (default downloads)
+  --max-downloads N        downloads one session may start (default ${DEFAULT_CONFIG.browserSettings.maxDownloads}; 0 refuses all)
+  --max-download-bytes B   bytes one session's downloads may hold (default ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes},
+                           ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes / 1024 ** 2} MiB)
+  --expose-download-paths  show the model where downloads were saved; only for an agent
+                           with another tool that can read that path (default: hidden)
   --log-level LEVEL        debug | info | warn | error (default ${DEFAULT_CONFIG.logLevel})
   --log-format FORMAT      json | pretty (default: pretty when stderr is a terminal, else json)
 
 Environment:
-  DESKBATCH_TOKEN   bearer token clients present; when unset, one is generated and
-                    written to ~/.deskbatch/token (mode 0600)
+  DESKBATCH_TOKEN   bearer token clients present, at least 32 characters; when unset
+                    (and no DESKBATCH_TOKEN_FILE), one is generated and written to
+                    ~/.deskbatch/token (mode 0600)
+  DESKBATCH_TOKEN_FILE
+                    a file holding the token instead (read once, at start; surrounding
+                    whitespace ignored), e.g. one written per pod (docs/DEPLOY.md)
   DISPLAY           X display to drive; when unset, deskbatch starts its own Xvfb
 `;
 
@@ -74,18 +92,25 @@ async function serve(argv: string[]): Promise<void> {
       browser: { type: 'string' },
       'screenshots-dir': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true },
+      'allow-host-header': { type: 'string', multiple: true },
       'screenshot-format': { type: 'string' },
       'screenshot-quality': { type: 'string' },
       'screenshot-max-side': { type: 'string' },
       'display-size': { type: 'string' },
       'call-timeout-ms': { type: 'string' },
+      'max-batch-ms': { type: 'string' },
       'expose-error-messages': { type: 'boolean' },
       disable: { type: 'string', multiple: true },
       'browser-enable': { type: 'string', multiple: true },
       'allow-host': { type: 'string', multiple: true },
       'deny-host': { type: 'string', multiple: true },
+      'allow-private-networks': { type: 'boolean' },
+      'allow-private': { type: 'string', multiple: true },
       'upload-root': { type: 'string', multiple: true },
       'downloads-dir': { type: 'string' },
+      'max-downloads': { type: 'string' },
+      'max-download-bytes': { type: 'string' },
+      'expose-download-paths': { type: 'boolean' },
       'log-level': { type: 'string' },
       'log-format': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -103,9 +128,20 @@ async function serve(argv: string[]): Promise<void> {
   const num = (v: string | undefined): number | undefined =>
     v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
 
-  const envToken = process.env.DESKBATCH_TOKEN?.trim();
+  const tokenFile = process.env.DESKBATCH_TOKEN_FILE?.trim() || undefined;
+  let envToken = process.env.DESKBATCH_TOKEN?.trim();
   // Children (Xvfb, openbox, the desktop worker, anything started on the desktop) must never see the token.
   delete process.env.DESKBATCH_TOKEN;
+  delete process.env.DESKBATCH_TOKEN_FILE;
+  if (envToken && tokenFile) throw new ConfigError('set DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE, not both');
+  if (tokenFile) {
+    envToken = (
+      await readFile(tokenFile, 'utf8').catch((err: NodeJS.ErrnoException) => {
+        throw new ConfigError(`DESKBATCH_TOKEN_FILE ${tokenFile}: cannot read it (${err.code ?? err.message})`);
+      })
+    ).trim();
+    if (!envToken) throw new ConfigError(`DESKBATCH_TOKEN_FILE ${tokenFile} is empty`);
+  }
   const tokenPath = join(homedir(), '.deskbatch', 'token');
   const token = envToken || (await loadOrCreateToken(tokenPath));
   // The logger knows the token only to keep it out of every line (src/log.ts).
@@ -119,20 +155,27 @@ async function serve(argv: string[]): Promise<void> {
     browser: values.browser as BrowserMode | undefined,
     screenshotsDir: values['screenshots-dir'],
     allowOrigins: values['allow-origin'],
+    allowHostHeaders: values['allow-host-header'],
     screenshot: {
       format: values['screenshot-format'] as ImageFormat | undefined,
       quality: num(values['screenshot-quality']),
       limits: { maxSidePx: num(values['screenshot-max-side']) },
     },
     callTimeoutMs: num(values['call-timeout-ms']),
+    limits: { maxBatchMs: num(values['max-batch-ms']) },
     exposeErrorMessages: values['expose-error-messages'],
     disabledMembers: values.disable,
     browserSettings: {
       enable: values['browser-enable'],
       allowHosts: values['allow-host'],
       denyHosts: values['deny-host'],
+      allowPrivateNetworks: values['allow-private-networks'],
+      privateAllow: values['allow-private'],
       uploadRoots: values['upload-root'],
       downloadsDir: values['downloads-dir'],
+      maxDownloads: num(values['max-downloads']),
+      maxDownloadBytes: num(values['max-download-bytes']),
+      exposeDownloadPaths: values['expose-download-paths'],
     },
     logLevel: values['log-level'] as LogLevel | undefined,
     token,
@@ -144,12 +187,21 @@ async function serve(argv: string[]): Promise<void> {
     xvfb = await startVirtualDisplay({ ...size, windowManager: true, log: (l, m, f) => log[l](m, f) });
     display = xvfb.display;
     config.display = display;
+    config.displayAuth = 'cookie';
+    // Its X server admits only clients with its cookie: our worker, openbox and the browser inherit it.
     process.env.DISPLAY = display;
+    process.env.XAUTHORITY = xvfb.xauthority;
   }
 
   const daemon = await startDaemon(config, log);
   log.info(`deskbatch listening on ${daemon.url}`, { display });
-  log.info(envToken ? 'token: from DESKBATCH_TOKEN' : `token: in ${tokenPath} (mode 0600)`);
+  log.info(
+    tokenFile
+      ? `token: from DESKBATCH_TOKEN_FILE ${tokenFile}`
+      : envToken
+        ? 'token: from DESKBATCH_TOKEN'
+        : `token: in ${tokenPath} (mode 0600)`,
+  );
 
   let stopping = false;
   const stop = (signal: string): void => {

@@ -22,8 +22,15 @@ export interface DaemonConfig {
   tokenConfigured: boolean;
   /** Exact origins (scheme://host[:port]) allowed to connect; empty refuses every browser page. */
   allowOrigins: string[];
+  /**
+   * Host names the HTTP routes answer to besides IP literals and `localhost` (lower-case, no port):
+   * a request naming any other Host gets 421, so a DNS-rebound page cannot read them.
+   */
+  allowHostHeaders: string[];
   /** X display to drive, e.g. `:99`. Undefined: no display (computer calls fail until one is set). */
   display: string | undefined;
+  /** 'cookie': the display is the daemon's own Xvfb, which admits only holders of its cookie; 'external': the operator's. */
+  displayAuth: 'cookie' | 'external';
   browser: BrowserMode;
   /** The browser toolset's own settings. */
   browserSettings: {
@@ -32,10 +39,26 @@ export interface DaemonConfig {
     /** URL policy for navigate: when allowHosts is non-empty only those hosts (and subdomains). */
     allowHosts: string[];
     denyHosts: string[];
+    /**
+     * Let the browser reach loopback, private, link-local and other non-public
+     * addresses (src/browser/egress.ts); off by default.
+     */
+    allowPrivateNetworks: boolean;
+    /** Non-public destinations the browser may reach all the same: `host`, `host:port` or `address/prefix`. */
+    privateAllow: string[];
     /** Folders file_upload may read from. */
     uploadRoots: string[];
-    /** Where downloads are saved, one folder per session. */
+    /** Where downloads are saved, one folder per session; a session's folder is removed when it ends. */
     downloadsDir: string;
+    /** Downloads one session may start; later ones are cancelled before they are saved. 0 refuses every download. */
+    maxDownloads: number;
+    /** Bytes one session's saved downloads may hold; a download that would pass it is cancelled (or deleted). */
+    maxDownloadBytes: number;
+    /**
+     * Whether `download_completed` carries the saved file's host path. Off by default: the API contract
+     * includes it only when another tool of the agent can read that path.
+     */
+    exposeDownloadPaths: boolean;
     viewport: { width: number; height: number };
     /** Debian's chromium; never a downloaded browser. */
     executablePath: string;
@@ -62,12 +85,22 @@ export interface DaemonConfig {
     maxSessions: number;
     /** Longest `type` text, in UTF-16 code units. */
     maxTypeTextLength: number;
-    /** Handshakes per remote address: a burst, then this many per second. Refused with HTTP 429. */
+    /** Handshakes per remote address (IPv6: per /64): a burst, then this many per second. Refused with HTTP 429. */
     handshakeBurst: number;
     handshakesPerSecond: number;
+    /** Handshakes from all addresses together: a burst, then this many per second (many addresses cannot flood). */
+    globalHandshakeBurst: number;
+    globalHandshakesPerSecond: number;
     /** Messages per connection: a burst, then this many per second; beyond, `rate_limited` errors. */
     messageBurst: number;
     messagesPerSecond: number;
+    /**
+     * Bytes a connection may have waiting to be sent (`ws.bufferedAmount`) before another frame: beyond
+     * it the client is not reading, and the socket is closed with 4008 (CLOSE_SEND_BUFFER_FULL).
+     */
+    maxBufferedBytes: number;
+    /** Time budget of one batch, in ms, from when it gets the desktop: then the rest is cancelled. */
+    maxBatchMs: number;
   };
   /** Base time limit of one call, in ms; `wait` and `hold_key` add their duration. */
   callTimeoutMs: number;
@@ -79,8 +112,11 @@ export interface DaemonConfig {
   heartbeatMs: number;
   /** How long a session outlives its connection, for resume, in ms. */
   sessionGraceMs: number;
-  /** Stored batch results per session, for replay: how many, how many bytes in all, and how long each is kept (ms). */
-  resultCache: { maxEntries: number; maxBytes: number; ttlMs: number };
+  /**
+   * Stored batch results per session, for replay: how many, how many bytes in all, and how long each is kept (ms);
+   * and how many bytes over every session together (`maxTotalBytes`), beyond which the oldest stored go first.
+   */
+  resultCache: { maxEntries: number; maxBytes: number; ttlMs: number; maxTotalBytes: number };
   /** Hard deadline for a graceful shutdown, in ms. */
   shutdownDeadlineMs: number;
   /**
@@ -95,13 +131,21 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
   host: '127.0.0.1',
   port: 8765,
   allowOrigins: [],
+  allowHostHeaders: [],
+  displayAuth: 'external',
   browser: 'headful',
   browserSettings: {
     enable: [],
     allowHosts: [],
     denyHosts: [],
+    allowPrivateNetworks: false,
+    privateAllow: [],
     uploadRoots: [],
     downloadsDir: 'downloads',
+    // Generous for an agent's task, small enough that a page looping downloads cannot fill a disk.
+    maxDownloads: 50,
+    maxDownloadBytes: 500 * 1024 * 1024,
+    exposeDownloadPaths: false,
     viewport: { width: 1280, height: 800 },
     executablePath: '/usr/bin/chromium',
     launchTimeoutMs: 30_000,
@@ -124,15 +168,20 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     maxTypeTextLength: 20_000,
     handshakeBurst: 100,
     handshakesPerSecond: 10,
+    globalHandshakeBurst: 500,
+    globalHandshakesPerSecond: 50,
     messageBurst: 200,
     messagesPerSecond: 50,
+    // Twice the Messages API's 32 MB request limit: a result a client could forward never trips it.
+    maxBufferedBytes: 64 * 1024 * 1024,
+    maxBatchMs: 10 * 60_000,
   },
   callTimeoutMs: 30_000,
   exposeErrorMessages: false,
   disabledMembers: [],
   heartbeatMs: 30_000,
   sessionGraceMs: 120_000,
-  resultCache: { maxEntries: 256, maxBytes: 32 * 1024 * 1024, ttlMs: 30 * 60_000 },
+  resultCache: { maxEntries: 256, maxBytes: 32 * 1024 * 1024, ttlMs: 30 * 60_000, maxTotalBytes: 256 * 1024 * 1024 },
   shutdownDeadlineMs: 10_000,
   resilience: {
     breaker: { failures: 3, coolDownMs: 5_000 },
@@ -140,6 +189,9 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
   },
   logLevel: 'info',
 };
+
+/** Shortest configured token: 32 characters (`openssl rand -hex 32` gives 64; generated tokens are 43). */
+export const MIN_TOKEN_LENGTH = 32;
 
 const HOUR_MS = 3_600_000;
 const DAY_MS = 24 * HOUR_MS;
@@ -168,6 +220,17 @@ export function normalizeOrigin(origin: string): string {
   return url.origin;
 }
 
+/** A host name for `--allow-host-header`: lower-case letters, digits, dots and hyphens, no port, no trailing dot. */
+export function normalizeHostName(name: string): string {
+  const host = name.trim().toLowerCase();
+  if (!/^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$/.test(host) || host.length > 253) {
+    throw new ConfigError(
+      `--allow-host-header ${JSON.stringify(name)} is not a host name such as desk-3.desks.example (no scheme, no port)`,
+    );
+  }
+  return host;
+}
+
 type DeepPartial<T> = {
   [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K];
 };
@@ -190,14 +253,20 @@ export function resolveConfig(
   options: DeepPartial<DaemonConfig> & { token: string; tokenConfigured: boolean },
 ): DaemonConfig {
   const merged = merge({ ...DEFAULT_CONFIG, display: undefined } as DaemonConfig, options);
-  const config: DaemonConfig = { ...merged, allowOrigins: merged.allowOrigins.map(normalizeOrigin) };
+  const config: DaemonConfig = {
+    ...merged,
+    allowOrigins: merged.allowOrigins.map(normalizeOrigin),
+    allowHostHeaders: merged.allowHostHeaders.map(normalizeHostName),
+  };
 
   if (!isLoopback(config.host) && !config.tokenConfigured) {
     throw new ConfigError(
       `refusing to bind ${config.host} without a configured token: set DESKBATCH_TOKEN, or bind 127.0.0.1`,
     );
   }
-  if (config.token.length < 16) throw new ConfigError('the token must be at least 16 characters');
+  if (config.token.length < MIN_TOKEN_LENGTH) {
+    throw new ConfigError(`the token must be at least ${MIN_TOKEN_LENGTH} characters`);
+  }
   if (!/^[A-Za-z0-9._~-]+$/.test(config.token)) {
     // It travels in a Sec-WebSocket-Protocol value, which allows only token characters.
     throw new ConfigError('the token may hold only letters, digits and . _ ~ -');
@@ -234,11 +303,17 @@ export function resolveConfig(
     ['sessionGraceMs', config.sessionGraceMs, DAY_MS],
     ['shutdownDeadlineMs', config.shutdownDeadlineMs, 10 * 60_000],
     ['resultCache.ttlMs', config.resultCache.ttlMs, DAY_MS],
+    ['limits.maxBatchMs', config.limits.maxBatchMs, DAY_MS],
     ['resilience.breaker.coolDownMs', config.resilience.breaker.coolDownMs, HOUR_MS],
     ['resilience.retry.initialDelayMs', config.resilience.retry.initialDelayMs, 60_000],
   ];
   for (const [name, value, max] of timers) {
     if (value > max) throw new ConfigError(`${name} must be at most ${max} ms, got ${value}`);
+  }
+  if (config.resultCache.maxTotalBytes < config.resultCache.maxBytes) {
+    throw new ConfigError(
+      `resultCache.maxTotalBytes (${config.resultCache.maxTotalBytes}) must be at least resultCache.maxBytes (${config.resultCache.maxBytes})`,
+    );
   }
   const settle = config.screenshot.settle;
   for (const [k, v] of Object.entries(settle)) {
@@ -257,6 +332,15 @@ export function resolveConfig(
   const notOptional = config.browserSettings.enable.filter((m) => !optional.includes(m));
   if (notOptional.length) {
     throw new ConfigError(`--browser-enable takes ${optional.join(', ')}; not: ${notOptional.join(', ')}`);
+  }
+  const downloadCaps: [string, number][] = [
+    ['--max-downloads', config.browserSettings.maxDownloads],
+    ['--max-download-bytes', config.browserSettings.maxDownloadBytes],
+  ];
+  for (const [name, value] of downloadCaps) {
+    if (!Number.isSafeInteger(value) || value < 0) {
+      throw new ConfigError(`${name} must be a whole number, 0 or more, got ${value}`);
+    }
   }
   const q = config.screenshot.quality;
   if (!Number.isInteger(q) || q < 1 || q > 100) throw new ConfigError(`screenshot quality must be 1–100, got ${q}`);

@@ -20,6 +20,9 @@ import { createOps } from './ops/index.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
 import { BROWSER_MEMBER_NAMES, createBrowserToolset } from '../toolsets/browser/index.ts';
 import { BrowserManager, BrowserUnavailableError } from './browser/manager.ts';
+import { EgressFilter, parsePrivateAllow, startEgressProxy, type EgressProxy } from './browser/egress.ts';
+import { browserPolicyState } from './browser/policy.ts';
+import type { Containment } from './ops/health.ts';
 import { DisplayUnavailableError } from './errors.ts';
 import { ResourceBreaker } from './resilience.ts';
 import { resolve } from 'node:path';
@@ -79,31 +82,70 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     maxTypeTextLength: config.limits.maxTypeTextLength,
     disabled: config.disabledMembers,
   });
+  for (const entry of config.browserSettings.privateAllow) {
+    try {
+      parsePrivateAllow(entry);
+    } catch (err) {
+      throw new ConfigError(`--allow-private: ${(err as Error).message}`);
+    }
+  }
+  // Every request the browser makes goes through this proxy, which refuses non-public addresses
+  // (and the daemon's own port) by the address a name resolves to (src/browser/egress.ts).
+  let egress: EgressProxy | undefined;
+  const listening: { port?: number } = {}; // set once the server listens
+  const egressFilter = new EgressFilter({
+    allowPrivateNetworks: config.browserSettings.allowPrivateNetworks,
+    privateAllow: config.browserSettings.privateAllow,
+    allowHosts: config.browserSettings.allowHosts,
+    ownPorts: () => [listening.port, egress?.port],
+  });
+  if (config.browser !== 'off') egress = await startEgressProxy(egressFilter, log.child({ component: 'egress' }));
+  const policy = config.browser === 'off' ? undefined : await browserPolicyState();
+  if (policy && !policy.enforced) {
+    log.warn(
+      "Chromium's managed policy is not installed: the model can reach file://, chrome:// and DevTools pages and native file dialogs through the browser's own interface; run `npm run setup` as root (docs/SECURITY.md)",
+      {
+        missing: policy.missing,
+      },
+    );
+  }
+  if (config.browser !== 'off' && config.browserSettings.allowPrivateNetworks) {
+    log.warn('the browser may reach private, loopback and link-local addresses (--allow-private-networks)');
+  }
   const browserGuard = new ResourceBreaker(
     'browser',
     config.resilience.breaker,
     (message) => new BrowserUnavailableError(message),
     log.child({ component: 'browser' }),
   );
-  const browser =
+  const manager =
     config.browser === 'off'
       ? undefined
+      : new BrowserManager({
+          mode: config.browser,
+          display: config.display,
+          executablePath: config.browserSettings.executablePath,
+          downloadsDir: resolve(config.browserSettings.downloadsDir),
+          maxDownloads: config.browserSettings.maxDownloads,
+          maxDownloadBytes: config.browserSettings.maxDownloadBytes,
+          exposeDownloadPaths: config.browserSettings.exposeDownloadPaths,
+          viewport: config.browserSettings.viewport,
+          launchTimeoutMs: config.browserSettings.launchTimeoutMs,
+          launchGuard: browserGuard,
+          proxyServer: egress!.url,
+          urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
+          log: log.child({ component: 'browser' }),
+        });
+  const browser =
+    manager === undefined
+      ? undefined
       : createBrowserToolset({
-          manager: new BrowserManager({
-            mode: config.browser,
-            display: config.display,
-            executablePath: config.browserSettings.executablePath,
-            downloadsDir: resolve(config.browserSettings.downloadsDir),
-            viewport: config.browserSettings.viewport,
-            launchTimeoutMs: config.browserSettings.launchTimeoutMs,
-            launchGuard: browserGuard,
-            urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
-            log: log.child({ component: 'browser' }),
-          }),
+          manager,
           screenshots: config.screenshot,
           urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
           maxTypeTextLength: config.limits.maxTypeTextLength,
           uploadRoots: config.browserSettings.uploadRoots.map((r) => resolve(r)),
+          egress: egressFilter,
           enabled: config.browserSettings.enable,
           disabled: config.disabledMembers,
         });
@@ -134,6 +176,23 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     driver,
     status: () => server.status(),
     browserCircuit: browser ? { open: () => browserGuard.coolingDown } : undefined,
+    containment: (): Containment => ({
+      browser_policy: policy === undefined ? 'off' : policy.enforced ? 'enforced' : 'missing',
+      browser_egress: !egress
+        ? 'off'
+        : config.browserSettings.allowPrivateNetworks
+          ? 'private_networks_allowed'
+          : 'filtered',
+      browser_sandbox:
+        manager === undefined
+          ? 'off_no_browser'
+          : manager.sandbox === undefined
+            ? 'not_started'
+            : manager.sandbox
+              ? 'on'
+              : 'off',
+      display_auth: config.displayAuth,
+    }),
   });
   routes.push(...ops.routes);
   const server: DeskbatchServer = new DeskbatchServer({
@@ -155,6 +214,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     },
   });
   const address = await server.listen();
+  listening.port = address.port;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   let closing: Promise<void> | undefined;
   return {
@@ -171,6 +231,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
         viewer.close();
         await executor.close();
         await driver.close();
+        await egress?.close();
       })();
       return closing;
     },

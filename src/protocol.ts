@@ -14,6 +14,13 @@ export const PROTOCOL_VERSION = 'deskbatch.v1';
 export const PROTOCOL_PATH = '/v1';
 /** Subprotocol prefix that carries the token for browser clients. */
 export const TOKEN_SUBPROTOCOL_PREFIX = 'deskbatch.token.';
+/** Close code: another connection resumed this connection's session. */
+export const CLOSE_SESSION_RESUMED = 4001;
+/**
+ * Close code: the client let more than `max_buffered_bytes` of frames wait unread, so the daemon stopped
+ * sending (the private-use twin of 1008, policy violation). The session is kept for resume.
+ */
+export const CLOSE_SEND_BUFFER_FULL = 4008;
 
 /** API pattern for `tool_use.id` and `tool_result.tool_use_id`. */
 const TOOL_USE_ID = /^[a-zA-Z0-9_-]+$/;
@@ -55,6 +62,8 @@ export const HelloSchema = z.strictObject({
   events: z.boolean().optional(),
   /** `true`: the welcome also carries `legacy_tools` (the older computer tools' `tools[]` entries). */
   legacy_tools: z.boolean().optional(),
+  /** `true`: `welcome.limits` also carries the limits added within v1 (`max_batch_ms` and the others). */
+  all_limits: z.boolean().optional(),
 });
 
 export const BatchSchema = z.strictObject({
@@ -272,6 +281,14 @@ export const WelcomeSchema = z.strictObject({
     max_tool_uses: z.number().int().positive(),
     max_payload_bytes: z.number().int().positive(),
     max_queued_batches: z.number().int().positive(),
+    // Only when `hello.all_limits` asked for them (a v1 client that parses strictly never meets them):
+    /** A batch's time budget, in ms, from when it gets the desktop; then the rest is cancelled. */
+    max_batch_ms: z.number().int().positive().optional(),
+    /** Unread bytes the daemon lets wait for this connection before it closes it with 4008. */
+    max_buffered_bytes: z.number().int().positive().optional(),
+    /** Bytes of stored results (for replay) per session, and over every session together. */
+    result_cache_bytes: z.number().int().positive().optional(),
+    result_cache_total_bytes: z.number().int().positive().optional(),
   }),
 });
 export type Welcome = z.output<typeof WelcomeSchema>;

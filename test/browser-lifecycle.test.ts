@@ -5,16 +5,16 @@
  * ends closes its browser context.
  */
 import assert from 'node:assert/strict';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
-import { DEFAULT_CONFIG } from '../src/config.ts';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import type { BatchResult, ToolEvent, ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import type { TestClient } from './helpers/daemon.ts';
+import { until, within } from './helpers/wait.ts';
 import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
 
 const NOT_EXECUTED = 'Not executed: an earlier action in this turn failed.';
-const ENABLE = { ...DEFAULT_CONFIG.browserSettings, enable: ['javascript_exec'] };
+const ENABLE = { enable: ['javascript_exec'] };
 
 type Block = { type: string; text?: string; tabs?: { tab_id: string; url: string; active?: boolean }[] };
 type Result = BatchResult['tool_results'][number];
@@ -63,6 +63,8 @@ describe('browser lifecycle', () => {
     });
     f.web.route('/ping-page', `<title>Pinger</title><script>setInterval(() => fetch('/ping'), 50)</script>`);
     f.web.route('/ping', 'pong');
+    f.web.route('/tick-page', `<title>Clock</title><script>setInterval(() => fetch('/tick'), 50)</script>`);
+    f.web.route('/tick', 'tock');
   });
   after(() => f?.close());
 
@@ -71,12 +73,17 @@ describe('browser lifecycle', () => {
     const before = tabsOf(r.tool_results[0]!);
     const pids = await ourBrowserPids();
     assert.equal(pids.length, 1, `one browser of ours: ${pids.join(', ')}`);
-    const batch = run(f.client, [
-      use('wait', { duration: 3 }),
-      use('navigate', { url: `${f.web.origin}/b` }),
-      use('list_tabs'),
-    ]);
-    await new Promise((resolve) => setTimeout(resolve, 700));
+    // The kill follows the wait's start at once; the call ends when the browser dies under it, well
+    // within the 5 s. (Its sleep runs on after the crash, holding this process that long at most.)
+    const wait = use('wait', { duration: 5 });
+    const batch = run(f.client, [wait, use('navigate', { url: `${f.web.origin}/b` }), use('list_tabs')]);
+    await within(
+      f.client.next(
+        (m): m is ToolEvent => m.type === 'tool_event' && m.tool_use_id === wait.id && m.phase === 'started',
+      ),
+      'the wait call to start',
+      30_000,
+    );
     process.kill(pids[0]!, 'SIGKILL');
     r = await batch;
     assert.equal(r.tool_results[0]!.is_error, true);
@@ -100,9 +107,33 @@ describe('browser lifecycle', () => {
   test('a browser that died between batches is relaunched by the next call', async () => {
     const [pid] = await ourBrowserPids();
     process.kill(pid!, 'SIGKILL');
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // "Between batches": the daemon has seen the browser go before the next call. The process is reaped
+    // (its /proc entry gone) only after it exited, by which time its end of the CDP pipe is closed; the
+    // pipe's close reaches Playwright in this same process before the batch sent next can.
+    await until('the killed browser to be reaped', async () => !(await stat(`/proc/${pid}`).catch(() => undefined)));
     const r = await run(f.client, [use('navigate', { url: `${f.web.origin}/a` })]);
     assert.ok(!r.tool_results[0]!.is_error, textOf(r.tool_results[0]!));
+  });
+
+  test('after a crash between calls, reading the lost page fails instead of reading a blank one; navigate works and says so', async () => {
+    let r = await run(f.client, [use('navigate', { url: `${f.web.origin}/a` }), use('get_page_text')]);
+    assert.deepEqual(r.failures, []);
+    const [pid] = await ourBrowserPids();
+    process.kill(pid!, 'SIGKILL');
+    await until('the killed browser to be reaped', async () => !(await stat(`/proc/${pid}`).catch(() => undefined)));
+    // The model's page went with the browser: the call fails (it used to read a new blank tab,
+    // "The page has no visible text.", as if it were the page the model had opened).
+    r = await run(f.client, [use('get_page_text'), use('list_tabs')]);
+    assert.equal(r.failures[0]?.error.type, 'BrowserCrashedError');
+    assert.equal(textOf(r.tool_results[1]!), NOT_EXECUTED);
+    r = await run(f.client, [use('navigate', { url: `${f.web.origin}/b` }), use('get_page_text')]);
+    assert.deepEqual(r.failures, []);
+    assert.match(textOf(r.tool_results[0]!), /^Navigated to .*\/b — Page B \(HTTP 200\)/);
+    assert.match(
+      textOf(r.tool_results[0]!),
+      /The browser was restarted after a crash; the tabs open before were closed\./,
+    );
+    assert.equal(textOf(r.tool_results[1]!), 'The page has no visible text.', 'page B has a title only');
   });
 
   test('two sessions share no cookies, storage or tabs', async () => {
@@ -140,11 +171,26 @@ describe('browser lifecycle', () => {
     assert.ok(!r.tool_results.some((x) => x.is_error));
     const pings = () => f.web.requests.filter((q) => q.path === '/ping').length;
     assert.ok(pings() > 0, 'the page pings while its session lives');
+    const ended = (await client.hello()).session_id;
+    // A clock for the pinging page: a page of a session that lives on, ticking at the same interval in
+    // the same browser. While the ended session's page runs, no ten ticks pass without a ping of it.
+    const ticks = () => f.web.requests.filter((q) => q.path === '/tick').length;
+    const clock = await run(f.client, [use('navigate', { url: `${f.web.origin}/tick-page` })]);
+    assert.ok(!clock.tool_results.some((x) => x.is_error), JSON.stringify(clock.tool_results));
     client.close();
     // The session outlives its connection by sessionGraceMs (300 ms), then its context closes.
-    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await until('the ended session to expire', () => !f.daemon.daemon.server.findSession(ended), { timeoutMs: 30_000 });
+    const ticksSincePing = () => {
+      const last = f.web.requests.findLastIndex((q) => q.path === '/ping');
+      return f.web.requests.slice(last + 1).filter((q) => q.path === '/tick').length;
+    };
+    await until("the ended session's page to stop pinging", () => ticksSincePing() >= 10, {
+      timeoutMs: 30_000,
+      seen: () => ({ pings: pings(), ticks: ticks() }),
+    });
     const settled = pings();
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    const at = ticks();
+    await until('ten more ticks of the clock page', () => ticks() >= at + 10, { timeoutMs: 30_000 });
     assert.equal(pings(), settled, 'no page of the ended session is still running');
   });
 });

@@ -10,7 +10,6 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright';
 import { refCenter, refElement, readPage, READ_OUTPUT_MAX } from '../src/browser/snapshot.ts';
-import { DEFAULT_CONFIG } from '../src/config.ts';
 import { ToolInputError } from '../src/errors.ts';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
@@ -92,7 +91,7 @@ describe('browser reading members through the daemon', () => {
 
   before(async () => {
     f = await startBrowserFixture({
-      browserSettings: { ...DEFAULT_CONFIG.browserSettings, enable: ['javascript_exec'] },
+      browserSettings: { enable: ['javascript_exec'] },
     });
     origin = f.web.origin;
     f.web.route('/form', FORM_PAGE);

@@ -10,7 +10,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import sharp from 'sharp';
-import { DEFAULT_CONFIG } from '../src/config.ts';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { assertApiValid, imageSize } from './helpers/api-rules.ts';
 import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
@@ -98,10 +97,11 @@ describe('browser navigation, tabs, screen and optional members', () => {
     await writeFile(join(uploads, 'hello.txt'), 'hello upload');
     f = await startBrowserFixture({
       browserSettings: {
-        ...DEFAULT_CONFIG.browserSettings,
         enable: ['javascript_exec', 'read_console', 'read_network', 'file_upload'],
         uploadRoots: [uploads],
         downloadsDir: downloads,
+        // The download test reads the saved file through download_completed.path (hidden by default).
+        exposeDownloadPaths: true,
         denyHosts: ['localhost'],
       },
     });

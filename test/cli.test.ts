@@ -7,14 +7,15 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { isDisplayReachable } from '../src/desktop/display.ts';
 import type { BatchResult } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
-import { TestClient, computerUse } from './helpers/daemon.ts';
+import { TestClient, computerUse, startedEvent } from './helpers/daemon.ts';
+import { within } from './helpers/wait.ts';
 
 const children: ChildProcess[] = [];
 after(() => {
@@ -108,14 +109,15 @@ test('serve without DISPLAY starts its own display; SIGTERM answers the running 
     assert.deepEqual(welcome.display, { width: 1280, height: 800 });
     const uses = [computerUse('screenshot'), computerUse('wait', { duration: 60 }), computerUse('cursor_position')];
     client.send({ type: 'batch', batch_id: 'long', tool_uses: uses });
-    await new Promise((r) => setTimeout(r, 1_000));
+    // SIGTERM while the 60 s wait runs (the screenshot before it is done).
+    await within(client.next(startedEvent('long', uses[1]!.id), 70_000), 'the wait call to start', 60_000);
     const t0 = Date.now();
     s.child.kill('SIGTERM');
     const result = await client.next((m): m is BatchResult => m.type === 'batch_result');
     assertApiValid(uses, result);
     assert.equal(result.cancelled, true);
     assert.equal(result.tool_results[0]!.content[0]!.type, 'image');
-    assert.equal(await s.exited, 0);
+    assert.equal(await within(s.exited, 'the daemon to exit after SIGTERM', 60_000), 0);
     assert.ok(Date.now() - t0 < 12_000, 'within the shutdown deadline');
     assert.equal(await isDisplayReachable(display), false, 'its Xvfb went with it');
   } finally {
@@ -131,15 +133,35 @@ test('DESKBATCH_TOKEN never reaches the processes the daemon starts', async () =
     assert.ok(s.lines.some((l) => l.msg === 'token: from DESKBATCH_TOKEN'));
     const client = await TestClient.open(s.url, { token });
     await client.batch('warm', [computerUse('cursor_position')]); // the desktop worker is up
+    // The browser too, with a tab: its renderer and helper processes are children as well.
+    const tab = await client.batch('tab', [
+      { type: 'tool_use', id: 'toolu_tab', name: 'new_tab', toolset_name: 'browser', input: {} },
+    ]);
+    assert.deepEqual(tab.result.failures, []);
     const children = descendants(s.child.pid!);
+    const commands = await Promise.all(children.map((pid) => readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')));
     assert.ok(children.length >= 3, `Xvfb, openbox and the worker run: ${children.length}`);
+    assert.ok(
+      commands.some((c) => /chromium.*--type=renderer/.test(c)),
+      'a Chromium renderer is among them',
+    );
     for (const pid of children) {
       const environ = await readFile(`/proc/${pid}/environ`, 'utf8').catch(() => '');
       assert.ok(!environ.includes(token), `process ${pid} must not inherit the token`);
+      // What the X clients among them get instead: the display's cookie file (Chromium's helper
+      // processes, which do not talk to X, run with an environment of their own).
+      const command = commands[children.indexOf(pid)] ?? '';
+      if (/worker\.ts|openbox/.test(command) || (/chromium/.test(command) && !command.includes('--type='))) {
+        assert.match(
+          environ,
+          /XAUTHORITY=/,
+          `process ${pid} (${command.split('\0')[0]}) has the display's cookie file`,
+        );
+      }
     }
     client.close();
     s.child.kill('SIGTERM');
-    assert.equal(await s.exited, 0);
+    assert.equal(await within(s.exited, 'the daemon to exit after SIGTERM', 60_000), 0);
   } finally {
     await rm(home, { recursive: true, force: true });
   }
@@ -155,9 +177,68 @@ test('a non-loopback bind without DESKBATCH_TOKEN is refused with a clear messag
     children.push(child);
     let err = '';
     child.stderr.on('data', (c: Buffer) => (err += c.toString()));
-    const code = await new Promise((resolve) => child.once('exit', resolve));
+    const code = await within(
+      new Promise((resolve) => child.once('exit', resolve)),
+      'deskbatch serve to exit, refusing the bind',
+      60_000,
+    );
     assert.equal(code, 2);
     assert.match(err, /refusing to bind 0\.0\.0\.0 without a configured token/);
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
+test('DESKBATCH_TOKEN_FILE: the token is read from that file (one per pod, docs/DEPLOY.md), and never logged', async () => {
+  const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
+  const token = `file-token-${Date.now()}-abcdefghijklmnop`;
+  const tokenFile = join(home, 'token');
+  await writeFile(tokenFile, `${token}\n`, { mode: 0o400 });
+  try {
+    const s = await serve([], { HOME: home, DESKBATCH_TOKEN_FILE: tokenFile });
+    assert.ok(s.lines.some((l) => l.msg === `token: from DESKBATCH_TOKEN_FILE ${tokenFile}`));
+    assert.ok(!s.lines.some((l) => JSON.stringify(l).includes(token)), 'the token is never logged');
+    const client = await TestClient.open(s.url, { token });
+    const { result } = await client.batch('ok', [computerUse('wait', { duration: 0 })]);
+    assert.equal(result.tool_results.length, 1);
+    client.close();
+    s.child.kill('SIGTERM');
+    assert.equal(await within(s.exited, 'the daemon to exit after SIGTERM', 60_000), 0);
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
+test('a short token, two token sources or a bad --max-batch-ms are refused at start with a clear message', async () => {
+  const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
+  const tokenFile = join(home, 'token');
+  try {
+    const refusal = async (args: string[], env: Record<string, string>): Promise<string> => {
+      const child = spawn(process.execPath, ['bin/deskbatch.js', 'serve', '--port', '0', ...args], {
+        env: { ...process.env, HOME: home, DESKBATCH_TOKEN: '', ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      children.push(child);
+      let err = '';
+      child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+      const code = await within(new Promise((resolve) => child.once('exit', resolve)), 'serve to refuse', 60_000);
+      assert.equal(code, 2, err);
+      return err;
+    };
+    await writeFile(tokenFile, 'short-token-0123456789\n');
+    assert.match(await refusal([], { DESKBATCH_TOKEN_FILE: tokenFile }), /the token must be at least 32 characters/);
+    assert.match(
+      await refusal([], { DESKBATCH_TOKEN: 'a'.repeat(40), DESKBATCH_TOKEN_FILE: tokenFile }),
+      /DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE, not both/,
+    );
+    assert.match(
+      await refusal([], { DESKBATCH_TOKEN_FILE: join(home, 'missing') }),
+      /DESKBATCH_TOKEN_FILE .*missing: cannot read it \(ENOENT\)/,
+    );
+    assert.match(
+      await refusal(['--max-batch-ms', '0'], { DESKBATCH_TOKEN: 'a'.repeat(40) }),
+      /limits\.maxBatchMs must be a positive integer/,
+    );
   } finally {
     await rm(home, { recursive: true, force: true });
   }

@@ -3,8 +3,9 @@
  * file under deploy/ parses; the Kubernetes desktops probe /healthz and
  * /readyz on the daemon's port, run as the image's non-root uid with a
  * read-only root, no capabilities and memory for /dev/shm, have resources,
- * outlive the daemon's shutdown deadline, take the token from a Secret and are
- * reachable only from the orchestrator's namespace; the Compose desktop is
+ * outlive the daemon's shutdown deadline, each derive a token of their own from
+ * the fleet key in an init container (the daemon's container never mounts the
+ * key) and are reachable only from the orchestrator's namespace; the Compose desktop is
  * published on the host's 127.0.0.1 only; no token is written anywhere; the
  * kustomization lists every manifest.
  *
@@ -117,7 +118,7 @@ interface SecurityContext {
 interface EnvVar {
   name: string;
   value?: string;
-  valueFrom?: { secretKeyRef?: { name?: string; key?: string } };
+  valueFrom?: { secretKeyRef?: { name?: string; key?: string }; fieldRef?: { fieldPath?: string } };
 }
 interface Container {
   name: string;
@@ -131,17 +132,22 @@ interface Container {
   readinessProbe?: HttpProbe;
   resources?: { requests?: Record<string, string | number>; limits?: Record<string, string | number> };
   securityContext?: SecurityContext;
-  volumeMounts?: { name: string; mountPath: string }[];
+  volumeMounts?: { name: string; mountPath: string; readOnly?: boolean }[];
 }
 interface PodSpec {
   containers: Container[];
+  initContainers?: Container[];
   securityContext?: SecurityContext & { fsGroup?: number };
   automountServiceAccountToken?: boolean;
   hostNetwork?: boolean;
   hostPID?: boolean;
   hostIPC?: boolean;
   terminationGracePeriodSeconds?: number;
-  volumes?: { name: string; emptyDir?: { medium?: string; sizeLimit?: string } }[];
+  volumes?: {
+    name: string;
+    emptyDir?: { medium?: string; sizeLimit?: string };
+    secret?: { secretName?: string; defaultMode?: number };
+  }[];
 }
 type Labels = Record<string, string>;
 interface K8sObject {
@@ -304,17 +310,21 @@ function checkProbes(d: Deploy): void {
 
 function checkNonRoot(d: Deploy): void {
   const { pod, container } = desktop(d);
-  const eff = <K extends keyof SecurityContext>(k: K) => container.securityContext?.[k] ?? pod.securityContext?.[k];
-  assert.equal(eff('runAsNonRoot'), true, 'runAsNonRoot');
-  assert.equal(eff('runAsUser'), d.image.uid, `runs as the image's uid ${d.image.uid}`);
-  assert.notEqual(eff('runAsUser'), 0);
-  assert.notEqual(eff('runAsGroup'), 0, 'not the root group');
-  assert.equal(container.securityContext?.allowPrivilegeEscalation, false, 'no privilege escalation');
-  assert.notEqual(container.securityContext?.privileged, true, 'not privileged');
-  assert.equal(container.securityContext?.readOnlyRootFilesystem, true, 'read-only root filesystem');
-  assert.deepEqual(container.securityContext?.capabilities?.drop, ['ALL'], 'every capability dropped');
-  assert.deepEqual(container.securityContext?.capabilities?.add ?? [], [], 'none added');
-  assert.equal(eff('seccompProfile')?.type, 'RuntimeDefault', 'seccomp RuntimeDefault');
+  // Every container of the pod, init containers included (the restricted Pod Security Standard asks it of all).
+  for (const c of [container, ...(pod.initContainers ?? [])]) {
+    const eff = <K extends keyof SecurityContext>(k: K) => c.securityContext?.[k] ?? pod.securityContext?.[k];
+    const who = `container ${c.name}`;
+    assert.equal(eff('runAsNonRoot'), true, `${who}: runAsNonRoot`);
+    assert.equal(eff('runAsUser'), d.image.uid, `${who} runs as the image's uid ${d.image.uid}`);
+    assert.notEqual(eff('runAsUser'), 0);
+    assert.notEqual(eff('runAsGroup'), 0, `${who}: not the root group`);
+    assert.equal(c.securityContext?.allowPrivilegeEscalation, false, `${who}: no privilege escalation`);
+    assert.notEqual(c.securityContext?.privileged, true, `${who}: not privileged`);
+    assert.equal(c.securityContext?.readOnlyRootFilesystem, true, `${who}: read-only root filesystem`);
+    assert.deepEqual(c.securityContext?.capabilities?.drop, ['ALL'], `${who}: every capability dropped`);
+    assert.deepEqual(c.securityContext?.capabilities?.add ?? [], [], `${who}: none added`);
+    assert.equal(eff('seccompProfile')?.type, 'RuntimeDefault', `${who}: seccomp RuntimeDefault`);
+  }
   assert.equal(pod.automountServiceAccountToken, false, 'no service account token in the pod');
   assert.ok(!pod.hostNetwork && !pod.hostPID && !pod.hostIPC, 'no host namespaces');
   // With a read-only root, these are the only places anything is written (Xvfb, Chromium, tsx; screenshots, downloads).
@@ -354,12 +364,43 @@ function checkShutdown(d: Deploy): void {
   assert.ok(grace * 1000 > shutdownMs(d), `grace ${grace} s outlasts the daemon's shutdown (${shutdownMs(d)} ms)`);
 }
 
-function checkTokenFromSecret(d: Deploy): void {
-  const { container } = desktop(d);
-  const env = container.env?.filter((e) => e.name === 'DESKBATCH_TOKEN') ?? [];
-  assert.equal(env.length, 1, 'DESKBATCH_TOKEN is set once');
-  assert.equal(env[0]!.value, undefined, 'DESKBATCH_TOKEN has no literal value');
-  assert.ok(env[0]!.valueFrom?.secretKeyRef?.name && env[0]!.valueFrom.secretKeyRef.key, 'it comes from a Secret');
+/**
+ * One token per pod: an init container derives it from the fleet key (a Secret volume) and the pod's name and
+ * uid, into a memory-backed emptyDir; the daemon reads it through DESKBATCH_TOKEN_FILE and never mounts the key.
+ */
+function checkPerPodToken(d: Deploy): void {
+  const { pod, container } = desktop(d);
+  const env = (c: Container, name: string) => c.env?.filter((e) => e.name === name) ?? [];
+  assert.deepEqual(env(container, 'DESKBATCH_TOKEN'), [], 'no DESKBATCH_TOKEN: no token shared by the fleet');
+  const file = env(container, 'DESKBATCH_TOKEN_FILE');
+  assert.equal(file.length, 1, 'DESKBATCH_TOKEN_FILE is set once');
+  const path = file[0]!.value ?? '';
+  const mountOf = (c: Container) => c.volumeMounts?.find((m) => path.startsWith(`${m.mountPath.replace(/\/$/, '')}/`));
+  const mount = mountOf(container);
+  assert.ok(mount, `the token file ${path} is on a volume`);
+  assert.equal(mount.readOnly, true, "the daemon's container mounts the token read-only");
+  const volume = pod.volumes?.find((v) => v.name === mount.name);
+  assert.equal(volume?.emptyDir?.medium, 'Memory', 'the token volume is memory-backed (never on the node disk)');
+  const secretVolumes = new Set((pod.volumes ?? []).filter((v) => v.secret).map((v) => v.name));
+  assert.ok(
+    !(container.volumeMounts ?? []).some((m) => secretVolumes.has(m.name)),
+    "the daemon's container mounts no Secret: the fleet key never reaches it",
+  );
+  for (const e of container.env ?? []) assert.equal(e.valueFrom?.secretKeyRef, undefined, `${e.name}: no Secret`);
+  const writers = (pod.initContainers ?? []).filter((c) => mountOf(c)?.name === mount.name && !mountOf(c)?.readOnly);
+  assert.equal(writers.length, 1, 'one init container writes the token');
+  const writer = writers[0]!;
+  const script = [...(writer.command ?? []), ...(writer.args ?? [])].join('\n');
+  assert.ok(script.includes(path), 'it writes the file the daemon reads');
+  assert.ok(
+    (writer.volumeMounts ?? []).some((m) => secretVolumes.has(m.name) && m.readOnly),
+    'it reads the fleet key from a Secret, read-only',
+  );
+  const fields = (writer.env ?? []).map((e) => e.valueFrom?.fieldRef?.fieldPath);
+  for (const f of ['metadata.name', 'metadata.uid']) {
+    assert.ok(fields.includes(f), `the token depends on ${f}: per pod, and new when the pod is recycled`);
+  }
+  assert.match(script, /createHmac\('sha256'/, 'an HMAC of the key, so the key cannot be read back from a token');
   for (const o of k8sObjects(d).filter((x) => x.kind === 'Secret')) {
     assert.ok(o.data === undefined && o.stringData === undefined, `Secret ${o.metadata?.name} carries no data`);
   }
@@ -460,7 +501,10 @@ function checkCompose(d: Deploy): void {
   assert.match(probe, new RegExp(`http://127\\.0\\.0\\.1:${PORT}/(readyz|healthz)\\b`), 'it asks the daemon');
 }
 
-/** Strings the daemon would take as a token (16+ of its characters) that look random: digits and letters mixed. */
+/**
+ * Strings that look like a token (16+ of its characters, half the daemon's minimum of 32, to catch a pasted
+ * part too) and look random: digits and letters mixed.
+ */
 function tokenLike(text: string): string[] {
   return [...text.matchAll(/[A-Za-z0-9._~-]{16,}/g)]
     .map((m) => m[0])
@@ -479,7 +523,7 @@ const CHECKS: Record<string, (d: Deploy) => void> = {
   checkShm,
   checkResources,
   checkShutdown,
-  checkTokenFromSecret,
+  checkPerPodToken,
   checkSelectors,
   checkNetworkPolicy,
   checkPrometheus,
@@ -512,9 +556,9 @@ test('desktop pods: /dev/shm in memory, resources set, a grace period longer tha
   checkShutdown(d);
 });
 
-test('the token comes from a Secret and is written in no file under deploy/', async () => {
+test('each pod derives its own token from the fleet key, which its daemon never sees; no token in any file', async () => {
   const d = await load();
-  checkTokenFromSecret(d);
+  checkPerPodToken(d);
   checkNoToken(d);
 });
 
@@ -593,11 +637,51 @@ test('each check fails on a copy that breaks its promise', async () => {
     ],
     [
       'a literal token in the pod',
-      'checkTokenFromSecret',
+      'checkPerPodToken',
       (c) => {
-        const env = desktop(c).container.env!.find((e) => e.name === 'DESKBATCH_TOKEN')!;
-        env.value = token;
-        delete env.valueFrom;
+        desktop(c).container.env!.push({ name: 'DESKBATCH_TOKEN', value: token });
+      },
+    ],
+    [
+      'one fleet-wide token from a Secret again',
+      'checkPerPodToken',
+      (c) => {
+        const { container } = desktop(c);
+        container.env = [
+          { name: 'DESKBATCH_TOKEN', valueFrom: { secretKeyRef: { name: 'deskbatch-token', key: 'token' } } },
+        ];
+      },
+    ],
+    [
+      "the fleet key mounted in the daemon's container",
+      'checkPerPodToken',
+      (c) => {
+        const { pod, container } = desktop(c);
+        const key = pod.volumes!.find((v) => v.secret)!;
+        container.volumeMounts!.push({ name: key.name, mountPath: '/etc/deskbatch/fleet-key', readOnly: true });
+      },
+    ],
+    [
+      'the token on the node disk',
+      'checkPerPodToken',
+      (c) => {
+        const { pod } = desktop(c);
+        for (const v of pod.volumes ?? []) if (v.name === 'token') delete v.emptyDir!.medium;
+      },
+    ],
+    [
+      'a token that survives recycling (no pod uid)',
+      'checkPerPodToken',
+      (c) => {
+        const init = desktop(c).pod.initContainers![0]!;
+        init.env = init.env!.filter((e) => e.valueFrom?.fieldRef?.fieldPath !== 'metadata.uid');
+      },
+    ],
+    [
+      'an init container with privilege escalation',
+      'checkNonRoot',
+      (c) => {
+        desktop(c).pod.initContainers![0]!.securityContext!.allowPrivilegeEscalation = true;
       },
     ],
     [

@@ -449,11 +449,15 @@ describe('examples/agent.ts drives a real daemon through the Messages API loop',
   test('npm run example:replay (examples/replay.ts) runs the recorded conversation on the daemon, no key', async () => {
     const { code, stdout, stderr } = await cli(
       [],
-      { DESKBATCH_URL: daemon.url, DESKBATCH_TOKEN: TEST_TOKEN },
+      { DESKBATCH_URL: daemon.url, DESKBATCH_TOKEN: TEST_TOKEN, DESKBATCH_EXAMPLE_PAGE_PORT: '0' },
       'examples/replay.ts',
     );
     assert.equal(code, 0, `exit ${code}\nstdout:\n${stdout}\nstderr:\n${stderr}`);
     assert.match(stdout, /^replaying 3 recorded turns from a stand-in Messages API at http:\/\/127\.0\.0\.1:\d+$/m);
+    assert.match(
+      stdout,
+      /^the example page is at http:\/\/127\.0\.0\.1:(\d+)\/report: the daemon's browser needs --allow-private 127\.0\.0\.1:\1$/m,
+    );
     assert.match(
       stdout,
       /^turn 2: 3 calls \(computer 3\), 1 failed \(mouse_move: ToolInputError\), 1 not run, \d+ ms$/m,

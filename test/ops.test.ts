@@ -11,11 +11,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { REDACTED, createLogger, formatPretty, type LogFormat } from '../src/log.ts';
-import { createReadiness } from '../src/ops/health.ts';
+import { createReadiness, type Containment } from '../src/ops/health.ts';
 import type { ToolUse } from '../src/protocol.ts';
 import type { ServerStatus } from '../src/server/server.ts';
 import { TEST_TOKEN, TestClient, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
 import { pickFreeDisplay, startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
+import { until, within } from './helpers/wait.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string })
   .version;
@@ -150,6 +151,12 @@ describe('logs', () => {
 
 describe('readiness logic', () => {
   const ok: ServerStatus = { accepting: true, sessions: 0, connections: 0, activeBatches: 0 };
+  const containment: Containment = {
+    browser_policy: 'off',
+    browser_egress: 'off',
+    browser_sandbox: 'off_no_browser',
+    display_auth: 'external',
+  };
 
   test('one display probe serves every check within the cache time, concurrent ones included', async () => {
     let asked = 0;
@@ -157,26 +164,33 @@ describe('readiness logic', () => {
       status: () => ok,
       displaySize: async () => (asked++, { width: 10, height: 20 }),
       cacheMs: 3_600_000,
+      containment: () => containment,
     });
     const results = await Promise.all([r.check(), r.check(), r.check()]);
     results.push(await r.check());
     assert.equal(asked, 1);
     for (const x of results)
-      assert.deepEqual(x, { status: 'ready', display: { width: 10, height: 20 }, browser: 'off' });
+      assert.deepEqual(x, { status: 'ready', display: { width: 10, height: 20 }, browser: 'off', containment });
   });
 
   test('not accepting is shutting_down; a failing display is display_unreachable; a silent one unresponsive', async () => {
     const closing = createReadiness({
       status: () => ({ ...ok, accepting: false }),
       displaySize: async () => ({ width: 1, height: 1 }),
+      containment: () => containment,
     });
     assert.deepEqual(await closing.check(), { status: 'not_ready', reason: 'shutting_down' });
-    const failing = createReadiness({ status: () => ok, displaySize: () => Promise.reject(new Error('no X')) });
+    const failing = createReadiness({
+      status: () => ok,
+      displaySize: () => Promise.reject(new Error('no X')),
+      containment: () => containment,
+    });
     assert.deepEqual(await failing.check(), { status: 'not_ready', reason: 'display_unreachable' });
     const silent = createReadiness({
       status: () => ok,
       displaySize: () => new Promise(() => undefined),
       timeoutMs: 20,
+      containment: () => containment,
     });
     assert.deepEqual(await silent.check(), { status: 'not_ready', reason: 'display_unresponsive' });
   });
@@ -226,7 +240,18 @@ describe('metrics and readiness on a daemon with a display', () => {
   test('/readyz is 200 when the display answers, without a token and without secrets', async () => {
     const r = await readyz(d);
     assert.equal(r.status, 200, r.text);
-    assert.deepEqual(r.body, { status: 'ready', display: { width: 800, height: 600 }, browser: 'off' });
+    assert.deepEqual(r.body, {
+      status: 'ready',
+      display: { width: 800, height: 600 },
+      browser: 'off',
+      // A daemon without a browser, on a display a test gave it.
+      containment: {
+        browser_policy: 'off',
+        browser_egress: 'off',
+        browser_sandbox: 'off_no_browser',
+        display_auth: 'external',
+      },
+    });
   });
 
   test('the calls of a batch are counted with their outcomes, and the histograms count them', async () => {
@@ -425,11 +450,15 @@ describe('metrics and readiness on a daemon with a display', () => {
       const first = await c.batch('launch-1', [browserUse('navigate', { url: 'http://127.0.0.1:9/' })]);
       assert.equal(first.result.failures[0]?.error.type, 'BrowserUnavailableError');
       // The circuit stays open in cockatiel until the next start is tried; readiness must not wait for one.
-      let r = await readyz(b);
-      for (let i = 0; i < 100 && r.status !== 200; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        r = await readyz(b);
-      }
+      let last = await readyz(b);
+      const r = await until(
+        'readiness to be 200 once the browser circuit cooled down (400 ms)',
+        async () => {
+          last = await readyz(b);
+          return last.status === 200 && last;
+        },
+        { timeoutMs: 30_000, intervalMs: 100, seen: () => [last.status, last.text] },
+      );
       assert.equal(r.status, 200, r.text);
       assert.equal(r.body.browser, 'ok');
     } finally {
@@ -466,8 +495,8 @@ describe('readiness on a daemon whose display is not there', () => {
       const ended = new Promise<void>((resolve) => s.once('close', () => resolve()));
       const closing = d.daemon.close();
       s.write('GET /readyz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n');
-      await ended;
-      await closing;
+      await within(ended, 'the daemon to answer /readyz and close that connection while closing', 30_000);
+      await within(closing, 'daemon.close() to finish', 30_000);
       assert.match(response, /^HTTP\/1\.1 503 /);
       const body = response.slice(response.indexOf('\r\n\r\n') + 4);
       assert.ok(body.includes('{"status":"not_ready","reason":"shutting_down"}'), response);
@@ -525,10 +554,11 @@ function serve(args: string[], env: Record<string, string>): Served {
     line(match, what) {
       const seen = lines.find(match);
       if (seen !== undefined) return Promise.resolve(seen);
-      return new Promise((resolve, reject) => {
+      const found = new Promise<string>((resolve, reject) => {
         waiters.push({ match, resolve });
         void exited.then((code) => reject(new Error(`exited ${code} before ${what}:\n${lines.join('\n')}`)));
       });
+      return within(found, `${what} on stderr`, 30_000);
     },
   };
 }
@@ -547,7 +577,7 @@ describe('deskbatch serve: stderr', () => {
 
   for (const format of ['json', 'pretty'] as const) {
     test(`--log-format ${format}: the listen line, where the token is, and one line per batch; never the token`, async () => {
-      const token = `ops-${format}-token-${Math.random().toString(36).slice(2)}abcdef`;
+      const token = `ops-${format}-token-${Math.random().toString(36).slice(2)}-abcdefghijklmnopqr`;
       const s = serve(['--log-format', format, '--screenshots-dir', join(home, `shots-${format}`)], {
         HOME: home,
         DISPLAY: display.display,
@@ -595,7 +625,7 @@ describe('deskbatch serve: stderr', () => {
         await s.line((l) => l.includes('batch x-[redacted]:'), 'the batch line with the token redacted');
         client.close();
         s.child.kill('SIGTERM');
-        assert.equal(await s.exited, 0);
+        assert.equal(await within(s.exited, 'deskbatch serve to exit after SIGTERM', 30_000), 0);
         assert.ok(s.lines.length >= 4);
         for (const l of s.lines) assert.ok(!l.includes(token), `the token is never logged: ${l}`);
         assert.ok(

@@ -36,6 +36,8 @@
  * SOAK_KEEP=1 (keep the temp folder with the daemon's log).
  */
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
@@ -48,6 +50,7 @@ import { DEFAULT_CONFIG } from '../src/config.ts';
 import type { BatchResult, ErrorInfo, ToolUse, Welcome } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { startTestDisplay } from './helpers/display.ts';
+import { startWebServer, type WebServer } from './helpers/web.ts';
 import { RESOURCE_DOWN_TYPES, childPids, descendants, killAll, processFootprint } from './helpers/faults.ts';
 import {
   LoadClient,
@@ -119,18 +122,46 @@ interface Sample {
   shotDirs: number;
 }
 
-type FaultKind = 'desktop_worker' | 'browser' | 'malformed_burst';
+type FaultKind = 'desktop_worker' | 'browser' | 'malformed_burst' | 'attack';
 
 interface Fault {
   kind: FaultKind;
   at: number;
-  /** Processes signalled (SIGKILL), or frames sent for a burst. */
+  /** Processes signalled (SIGKILL), frames sent for a burst, or attacks tried. */
   count: number;
   /** The batch running under the fault failed with a retryable error, as it should. */
   hit: boolean;
   /** ms from the fault until a batch of the affected toolset succeeded again. */
   recoveredMs?: number;
   note?: string;
+}
+
+/** Faults that take nothing down, so there is no recovery to wait for. */
+const noRecovery = (f: Fault): boolean => f.kind === 'malformed_burst' || f.kind === 'attack';
+
+/** A server on a private address (loopback) that the browser must never reach; it records what reaches it. */
+async function startVictim(): Promise<AttackSites['victim'] & { close(): Promise<void> }> {
+  const hits: string[] = [];
+  const server = createServer((req, res) => {
+    hits.push(`${req.method} ${req.url}`);
+    res.writeHead(200).end('private');
+  });
+  server.on('upgrade', (req, socket) => {
+    hits.push(`upgrade ${req.url}`);
+    socket.destroy();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    origin: `http://127.0.0.1:${port}`,
+    port,
+    hits,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
 }
 
 const samples: Sample[] = [];
@@ -162,8 +193,10 @@ async function startDaemonProcess(
   display: string,
   shots: string,
   downloads: string,
+  allowed: string[],
 ): Promise<DaemonProcess> {
   const args = [fileURLToPath(new URL('../bin/deskbatch.js', import.meta.url)), 'serve', '--port', '0'];
+  for (const origin of allowed) args.push('--allow-private', new URL(origin).host);
   args.push('--browser', 'headless');
   args.push('--call-timeout-ms', String(CALL_TIMEOUT_MS));
   args.push('--screenshots-dir', shots, '--downloads-dir', downloads, '--log-level', 'info');
@@ -453,6 +486,81 @@ async function browserFault(client: LoadClient, origin: string, daemonPid: numbe
   return fault;
 }
 
+/** The attack round's sites: a page of the soak's own (allowed), and a private address that must never be reached. */
+interface AttackSites {
+  site: WebServer;
+  victim: { origin: string; port: number; hits: string[] };
+}
+
+/**
+ * Containment under load (docs/SECURITY.md): the browser tries the daemon's own port, cloud metadata
+ * in IPv6 form, a name for loopback and a private address, by navigate and from a page (fetch, image,
+ * iframe, WebSocket, redirect). Each navigate must be refused, and the private server must hear nothing.
+ */
+async function attackRound(client: LoadClient, sites: AttackSites, daemonPort: number): Promise<Fault> {
+  const fault: Fault = { kind: 'attack', at: performance.now(), count: 0, hit: true };
+  const v = sites.victim;
+  const urls = [
+    `http://127.0.0.1:${daemonPort}/readyz`,
+    `http://localhost:${daemonPort}/metrics`,
+    'http://[::ffff:169.254.169.254]/latest/meta-data/',
+    `${v.origin}/navigate`,
+    `http://localhost:${v.port}/by-name`,
+  ];
+  const m = faultSeq;
+  const nav = await faultBatch(
+    client,
+    `attack-nav-${m}`,
+    urls.map((url) => tu('browser', 'navigate', { url })),
+    undefined,
+    ['ToolRefusedError', ...RETRYABLE_TYPES],
+  );
+  fault.count += urls.length;
+  // A refusal halts the browser toolset: only the first navigate runs; send each alone to try them all.
+  for (const [i, url] of urls.entries()) {
+    const r =
+      i === 0
+        ? nav
+        : await faultBatch(client, `attack-nav-${m}-${i}`, [tu('browser', 'navigate', { url })], undefined, [
+            'ToolRefusedError',
+            ...RETRYABLE_TYPES,
+          ]);
+    const type = r?.failures[0]?.error.type;
+    if (type !== 'ToolRefusedError' && !(type && RETRYABLE_TYPES.includes(type))) {
+      fault.hit = false;
+      problem(`attack: navigate to ${url} was not refused (${type ?? 'it succeeded'})`);
+    }
+  }
+  sites.site.route(
+    `/attack/${m}`,
+    `<title>attack</title><img src="${v.origin}/img"><iframe src="${v.origin}/frame"></iframe><script>
+      Promise.all([
+        fetch('${v.origin}/fetch', { mode: 'no-cors' }).catch(() => 0),
+        fetch('/redirect/${m}', { mode: 'no-cors' }).catch(() => 0),
+        new Promise((r) => { const ws = new WebSocket('ws://127.0.0.1:${v.port}/ws'); ws.onopen = ws.onerror = r; }),
+      ]).then(() => fetch('/done/${m}', { method: 'POST' }));
+    </script>`,
+  );
+  sites.site.route(`/redirect/${m}`, { status: 302, headers: { location: `${v.origin}/redirected` }, body: '' });
+  await faultBatch(client, `attack-page-${m}`, [
+    tu('browser', 'navigate', { url: `${sites.site.origin}/attack/${m}` }),
+  ]);
+  fault.count += 5;
+  const done = await client
+    .until(
+      () => (sites.site.requests.some((r) => r.path === `/done/${m}`) ? true : undefined),
+      60_000,
+      'the attack page',
+    )
+    .catch(() => false);
+  if (!done) problem('attack: the attack page never reported its attempts');
+  if (v.hits.length) {
+    fault.hit = false;
+    problem(`attack: the private server was reached: ${v.hits.slice(0, 5).join(', ')}`);
+  }
+  return fault;
+}
+
 /** Malformed frames on a fresh connection, each expecting its error code; then an oversized frame (1009). */
 async function malformedBurst(url: string): Promise<Fault> {
   const fault: Fault = { kind: 'malformed_burst', at: performance.now(), count: 0, hit: true };
@@ -618,6 +726,8 @@ async function main(): Promise<number> {
 
   const display = await startTestDisplay({ width: 1280, height: 800 });
   const web = await startMarkerServer();
+  const attackSite = await startWebServer();
+  const victim = await startVictim();
   const abort = new AbortController();
   const onSignal = (): void => {
     say('interrupted: stopping');
@@ -631,7 +741,9 @@ async function main(): Promise<number> {
   let diedEarly = false;
   let pidsSeen = new Set<number>();
   try {
-    daemon = await startDaemonProcess(dir, display.display, shots, downloads);
+    // The load's pages and the attack round's own page are reached through the operator's opt-in for
+    // exactly their addresses; the victim's is not in it.
+    daemon = await startDaemonProcess(dir, display.display, shots, downloads, [web.origin, attackSite.origin]);
     const d = daemon;
     say(`daemon pid ${d.pid} at ${d.url}`);
     let stopping = false;
@@ -656,7 +768,7 @@ async function main(): Promise<number> {
     const faultHello = await faultClient.hello();
     if (faultHello.type !== 'welcome') throw new Error(`fault session refused: ${faultHello.code}`);
     const faultLoop = (async () => {
-      const kinds: FaultKind[] = ['desktop_worker', 'browser', 'malformed_burst'];
+      const kinds: FaultKind[] = ['desktop_worker', 'attack', 'browser', 'malformed_burst'];
       let i = 0;
       await delay(Math.min(WARMUP_MS, FAULT_EVERY_MS), undefined, { signal: abort.signal }).catch(() => undefined);
       while (!abort.signal.aborted && elapsed() < DURATION_MS - 10_000) {
@@ -667,12 +779,14 @@ async function main(): Promise<number> {
               ? await desktopFault(faultClient, faultHello, d.pid)
               : kind === 'browser'
                 ? await browserFault(faultClient, web.origin, d.pid)
-                : await malformedBurst(d.url);
+                : kind === 'attack'
+                  ? await attackRound(faultClient, { site: attackSite, victim }, Number(new URL(d.url).port))
+                  : await malformedBurst(d.url);
           f.at -= t0;
           faults.push(f);
           say(
-            `fault ${f.kind}: ${f.count} ${f.kind === 'malformed_burst' ? 'frames' : 'process(es) killed'}, ` +
-              `hit ${f.hit}, recovered ${f.recoveredMs === undefined ? (f.kind === 'malformed_burst' ? 'n/a' : 'NO') : `${f.recoveredMs} ms`}` +
+            `fault ${f.kind}: ${f.count} ${f.kind === 'malformed_burst' ? 'frames' : f.kind === 'attack' ? 'attacks tried' : 'process(es) killed'}, ` +
+              `hit ${f.hit}, recovered ${f.recoveredMs === undefined ? (noRecovery(f) ? 'n/a' : 'NO') : `${f.recoveredMs} ms`}` +
               (f.note ? ` (${f.note})` : ''),
           );
         } catch (err) {
@@ -722,7 +836,7 @@ async function main(): Promise<number> {
     // Recovery as the load's own sessions saw it: after each kill, once batches of that toolset
     // ran again, one of them succeeded.
     for (const f of faults) {
-      if (f.kind === 'malformed_burst') continue;
+      if (noRecovery(f)) continue;
       const key = f.kind === 'browser' ? 'browserOk' : 'computerOk';
       const kinds = f.kind === 'browser' ? ['browser', 'mixed'] : ['computer', 'mixed', 'resumed'];
       const later = batchLog.filter((b) => b.record.sentAt - t0 > f.at && kinds.includes(b.record.kind));
@@ -772,6 +886,8 @@ async function main(): Promise<number> {
       killAll(ours);
     }
     await web.close();
+    await attackSite.close();
+    await victim.close();
     await display.stop();
     pidsSeen = new Set();
   }
@@ -831,6 +947,7 @@ async function main(): Promise<number> {
     duplicated: s.duplicated + extra.duplicated,
     crossed: s.crossed + extra.crossed,
   };
+  const attacks = faults.filter((f) => f.kind === 'attack');
   // Too few samples after warm-up (a quick SOAK_MINUTES=0.5 run) to compare: those checks are skipped.
   const enough = load.length >= 6;
   const checks: [string, boolean | 'skip', string][] = [
@@ -857,10 +974,17 @@ async function main(): Promise<number> {
     ],
     ['no session broken', s.unfinishedSessions === 0, String(s.unfinishedSessions)],
     [
+      'containment held: attacks refused, private server silent',
+      attacks.length > 0 ? attacks.every((f) => f.hit) : 'skip',
+      attacks.length > 0
+        ? `${attacks.filter((f) => f.hit).length}/${attacks.length} rounds, ${attacks.reduce((n, f) => n + f.count, 0)} attacks`
+        : 'no attack round ran (run longer)',
+    ],
+    [
       'every fault recovered',
-      faults.every((f) => f.kind === 'malformed_burst' || f.recoveredMs !== undefined),
+      faults.every((f) => noRecovery(f) || f.recoveredMs !== undefined),
       faults
-        .map((f) => (f.kind === 'malformed_burst' ? '' : `${f.kind}:${f.recoveredMs ?? 'NO'}`))
+        .map((f) => (noRecovery(f) ? '' : `${f.kind}:${f.recoveredMs ?? 'NO'}`))
         .filter(Boolean)
         .join(' '),
     ],

@@ -9,8 +9,8 @@
  * `tab_opened` on that call's result. Downloads and dialogs are handled here
  * so a call never hangs on them; what happened is collected for the result.
  */
-import { mkdir, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Browser, BrowserContext, ConsoleMessage, Dialog, Download, Page, Request } from 'playwright';
 import { ToolInputError } from '../errors.ts';
@@ -28,12 +28,20 @@ export interface BrowserOptions {
   /** X display for headful mode; headless is used when there is none. */
   display: string | undefined;
   executablePath: string;
-  /** Where downloads are saved, one folder per session. */
+  /** Where downloads are saved, one folder per session, removed when the session ends. */
   downloadsDir: string;
+  /** Downloads one session may start; later ones are cancelled before they are saved. */
+  maxDownloads: number;
+  /** Bytes one session's saved downloads may hold; a download that would pass it is cancelled, or deleted once saved. */
+  maxDownloadBytes: number;
+  /** Whether `download_completed` carries the saved file's path (only for an agent with a tool that can read it). */
+  exposeDownloadPaths: boolean;
   viewport: { width: number; height: number };
   launchTimeoutMs: number;
   /** The URL policy, also applied to navigations pages start themselves. */
   urlPolicy?: UrlPolicy;
+  /** The egress proxy every browser request goes through (src/browser/egress.ts), loopback included. */
+  proxyServer?: string;
   /** Guards launches: after repeated failures, calls fail at once for a cool-down (src/resilience.ts). */
   launchGuard?: StartGuard;
   log: Logger;
@@ -61,6 +69,8 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
   '--no-first-run',
   '--disable-quic',
+  // WebRTC may only use UDP through the proxy, which has none: no way around the egress proxy.
+  '--force-webrtc-ip-handling-policy=disable_non_proxied_udp',
 ];
 /** Dialog notices: the SDK's caps (TOOLSET-CONTRACT D2). */
 const DIALOG_MESSAGE_MAX = 200;
@@ -86,6 +96,15 @@ const LOG_RING_MAX = 500;
 /** Longest console line kept, in UTF-16 code units. */
 const CONSOLE_LINE_MAX = 1_000;
 const REFUSED_NAVIGATION_NOTICE = 'A navigation was refused.';
+const FILE_CHOOSER_NOTICE = 'A file chooser was opened and closed: files reach pages only through file_upload.';
+const TABS_LOST_NOTICE = 'The browser was restarted after a crash; the tabs open before were closed.';
+/** Fixed, path-free texts for a download over the session's caps (TOOLSET-CONTRACT D3). */
+const DOWNLOAD_LIMIT_ERROR = "the session's download limit was reached";
+const DOWNLOAD_FAILED = 'the download failed';
+/** How saveDownload names a saved file (`dl-N-` and a safeFileName). */
+const DOWNLOAD_FILE = /^dl-[0-9]+-[A-Za-z0-9._-]+$/;
+/** The longest download path shown (with --expose-download-paths): a longer one would be cut, so it is left out. */
+const DOWNLOAD_PATH_MAX = 4096;
 
 export class BrowserManager {
   private browser: Browser | undefined;
@@ -97,8 +116,20 @@ export class BrowserManager {
   /** Bumped whenever a browser disconnects, so a call can tell the browser died while it ran. */
   deaths = 0;
   private readonly deathListeners = new Set<() => void>();
+  /**
+   * Whether Chromium's renderer sandbox is on: undefined until a launch tells.
+   * Root cannot use it (Chromium refuses to start sandboxed as root), and a
+   * kernel without unprivileged user namespaces cannot either; then the
+   * browser runs without it and `sandboxOffReason` says why.
+   */
+  sandbox: boolean | undefined;
+  sandboxOffReason: string | undefined;
+  /** Settles once the download folders an earlier run left are removed; no download is saved before. */
+  readonly downloadsSwept: Promise<void>;
 
-  constructor(readonly options: BrowserOptions) {}
+  constructor(readonly options: BrowserOptions) {
+    this.downloadsSwept = this.removeStaleDownloads();
+  }
 
   /** The running browser, launching it if needed. */
   async browserNow(): Promise<Browser> {
@@ -117,18 +148,47 @@ export class BrowserManager {
     // Imported on first launch: loading Playwright takes about 2.5 s of CPU here, which a daemon
     // started with the browser off, or one that never receives a browser call, should not pay.
     const { chromium } = await import('playwright');
-    const browser = await chromium
-      .launch({
+    const start = (sandbox: boolean): Promise<Browser> =>
+      chromium.launch({
         executablePath,
         headless,
-        args: CHROMIUM_ARGS,
+        chromiumSandbox: sandbox,
+        args: [
+          ...CHROMIUM_ARGS,
+          ...(this.options.proxyServer
+            ? [`--proxy-server=${this.options.proxyServer}`, '--proxy-bypass-list=<-loopback>']
+            : []),
+        ],
         timeout: launchTimeoutMs,
         env: { ...process.env, ...(display ? { DISPLAY: display } : {}) },
-      })
-      .catch((err: unknown) => {
-        // The caller reads the cause; the model reads only the type (paths stay out of its text).
-        throw new BrowserUnavailableError(`the browser did not start: ${err instanceof Error ? err.message : err}`);
       });
+    const asRoot = process.getuid?.() === 0;
+    let browser: Browser;
+    try {
+      if (this.sandbox === false) {
+        browser = await start(false);
+      } else if (asRoot) {
+        this.sandboxOffReason = 'the daemon runs as root, and Chromium will not sandbox itself as root';
+        browser = await start(false);
+        this.sandbox = false;
+      } else {
+        try {
+          browser = await start(true);
+          this.sandbox = true;
+        } catch (err) {
+          const message = err instanceof Error ? err.message : String(err);
+          if (!/sandbox/i.test(message)) throw err;
+          // Usually: no unprivileged user namespaces and no setuid sandbox helper.
+          this.sandboxOffReason = `the kernel does not let Chromium sandbox itself (${oneLine(message).slice(0, 200)})`;
+          browser = await start(false);
+          this.sandbox = false;
+        }
+      }
+      if (!this.sandbox) log.warn('browser renderers run without their sandbox', { reason: this.sandboxOffReason });
+    } catch (err) {
+      // The caller reads the cause; the model reads only the type (paths stay out of its text).
+      throw new BrowserUnavailableError(`the browser did not start: ${err instanceof Error ? err.message : err}`);
+    }
     this.generation++;
     this.browser = browser;
     browser.on('disconnected', () => {
@@ -186,7 +246,61 @@ export class BrowserManager {
   async closeSession(id: string): Promise<void> {
     const s = this.sessions.get(id);
     this.sessions.delete(id);
+    // BrowserSession.close removes its download folder.
     await s?.close();
+  }
+
+  /**
+   * At start: removes the session folders under the downloads dir that no
+   * session owns (an earlier run's; no session outlives its daemon), as the
+   * screenshot store's retention does. Only real folders directly inside it
+   * that hold nothing but saved downloads (`dl-N-name` files): a symlink, or
+   * a folder holding anything else (a downloads dir set to a home folder), is
+   * left alone.
+   */
+  private async removeStaleDownloads(): Promise<void> {
+    const root = resolve(this.options.downloadsDir);
+    const entries = await readdir(root, { withFileTypes: true }).catch(() => []);
+    let removed = 0;
+    for (const entry of entries) {
+      if (!entry.isDirectory()) continue;
+      if ([...this.sessions.keys()].some((id) => sanitizeId(id) === entry.name)) continue;
+      const inside = await readdir(join(root, entry.name), { withFileTypes: true }).catch(() => undefined);
+      if (!inside?.every((f) => f.isFile() && DOWNLOAD_FILE.test(f.name))) {
+        this.options.log.warn('left a folder in the downloads dir that holds more than downloads', {
+          folder: entry.name,
+        });
+        continue;
+      }
+      if (await this.removeDownloadFolder(entry.name)) removed++;
+    }
+    if (removed) this.options.log.info('removed download folders of an earlier run', { folders: removed });
+  }
+
+  /** Removes the download folder of session `id`, with what it holds (BrowserSession.close). */
+  async removeSessionDownloads(id: string): Promise<void> {
+    await this.removeDownloadFolder(sanitizeId(id));
+  }
+
+  /**
+   * Removes `<downloadsDir>/<name>` when it is a real folder directly inside
+   * the downloads dir, and nothing else: rm removes a link inside it, never
+   * what the link points to.
+   */
+  private async removeDownloadFolder(name: string): Promise<boolean> {
+    const root = resolve(this.options.downloadsDir);
+    const dir = join(root, name);
+    if (dirname(dir) !== root) return false; // `..`, `.` or a separator: not a folder inside root
+    try {
+      if (!(await lstat(dir)).isDirectory()) return false; // a symlink, or a file: never followed
+      await rm(dir, { recursive: true, force: true });
+      return true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+        this.options.log.warn('could not remove a download folder', { error: String(err) });
+      }
+      return false;
+    }
   }
 
   /** The running browser process's pid (from CDP), for tests that crash it on purpose. */
@@ -256,6 +370,18 @@ export class BrowserSession {
   private pendingNotices: string[] = [];
   /** Downloads still being saved. */
   private readonly saving = new Set<Promise<void>>();
+  /** The session's caps (BrowserOptions): bytes its saved downloads hold, and the downloads being saved. */
+  private downloadBytes = 0;
+  private readonly downloadsInFlight = new Set<Download>();
+  /** Chromium's view of downloads in this session's tabs (Page.downloadWillBegin/downloadProgress), by guid. */
+  private readonly downloadUrls = new Map<string, string>();
+  private readonly downloadExpected = new Map<string, number>();
+  /** Downloads cancelled because the session's bytes would pass the cap. */
+  private readonly overByteCap = new WeakSet<Download>();
+  /** Whether the download-limit notice waits for a result already (one per result, however many were refused). */
+  private downloadLimitNoticed = false;
+  /** Set by close(): nothing more is saved, and the download folder goes. */
+  private closed = false;
   /** Navigations set off during the current call, each settling at DOMContentLoaded, failure or timeout. */
   private navigations: Promise<void>[] = [];
   private callToken: object = {};
@@ -264,6 +390,17 @@ export class BrowserSession {
   /** The URL policy page-initiated navigations are checked against, and the context it was installed on. */
   private urlPolicy: UrlPolicy | undefined;
   private guardedContext: BrowserContext | undefined;
+  /**
+   * The browser died between this session's calls and took its tabs: the next
+   * call that acts on a tab fails with BrowserCrashedError rather than act on a
+   * new blank tab as if it were the page the model left (a `get_page_text` used
+   * to answer "The page has no visible text." for a page that was gone).
+   */
+  private tabsLost = false;
+  /** Tabs that closed since the last successful result without close_tab asking (see register). */
+  private tabsGoneUnasked = 0;
+  /** Tabs close_tab is closing. */
+  private readonly closingOnRequest = new Set<string>();
 
   constructor(
     private readonly manager: BrowserManager,
@@ -285,6 +422,12 @@ export class BrowserSession {
 
   private async openContext(): Promise<BrowserContext> {
     // Tabs of a dead context died with it; their ids are not reused.
+    // A context opened again (the browser died) while the model still thought it had tabs there.
+    if (this.context && (this.tabs.size > 0 || this.tabsGoneUnasked > 0) && !this.tabsLost) {
+      this.tabsLost = true;
+      this.notice(TABS_LOST_NOTICE);
+    }
+    this.tabsGoneUnasked = 0;
     this.tabs.clear();
     this.activeId = undefined;
     this.popupsPending = 0;
@@ -367,13 +510,21 @@ export class BrowserSession {
     if (this.inCall) this.openedDuringCall.push(id);
     if (!this.openingTab && this.popupsPending > 0) this.popupsPending--;
     void this.watchPopups(page);
-    page.on('close', () => this.forget(id));
+    page.on('close', () => {
+      // Not closed by close_tab: the page closed itself, or the browser died (Playwright closes every
+      // page first, then reports the disconnect). Until a result shows the model the tabs there are.
+      if (!this.closingOnRequest.delete(id) && this.tabs.has(id)) this.tabsGoneUnasked++;
+      this.forget(id);
+    });
     page.on('framenavigated', (frame) => {
       if (frame === page.mainFrame()) this.checkLanding(page, frame.url());
     });
     page.on('request', (request) => this.onRequest(page, request));
     page.on('dialog', (dialog) => void this.onDialog(dialog));
     page.on('download', (download) => this.trackDownload(download));
+    // With a listener, Playwright intercepts the native file chooser, which then never opens: files
+    // reach pages only through file_upload (off by default, upload roots only).
+    page.on('filechooser', () => this.notice(FILE_CHOOSER_NOTICE));
     page.on('console', (message) => push(tab.console, consoleLine(message)));
     page.on('requestfinished', (request) => push(tab.network, request));
     page.on('requestfailed', (request) => push(tab.network, request));
@@ -390,6 +541,9 @@ export class BrowserSession {
     try {
       const cdp = await page.context().newCDPSession(page);
       cdp.on('Page.windowOpen', () => this.popupsPending++);
+      // Downloads in this tab, while Chromium receives them: the session's byte cap applies before one is saved.
+      cdp.on('Page.downloadWillBegin', (event) => this.downloadUrls.set(event.guid, event.url));
+      cdp.on('Page.downloadProgress', (event) => this.onDownloadProgress(event));
       // Sent while the click that asks for a navigation is still being dispatched, so before the
       // click returns; the navigation's request only starts later (measured: the result of a link
       // click still showed the old URL when only requests were watched).
@@ -417,31 +571,112 @@ export class BrowserSession {
     }
   }
 
+  /**
+   * A download the page started: saved under the session's folder, unless the
+   * session's caps (BrowserOptions maxDownloads, maxDownloadBytes) are reached;
+   * then it is cancelled before it is saved, and reported failed.
+   */
   private trackDownload(download: Download): void {
-    const saving = this.saveDownload(download).finally(() => this.saving.delete(saving));
+    const downloadId = `dl-${this.nextDownload++}`;
+    const { maxDownloads, maxDownloadBytes } = this.manager.options;
+    if (this.closed || this.downloadCount > maxDownloads || this.downloadBytes >= maxDownloadBytes) {
+      void download
+        .cancel()
+        .then(() => download.delete())
+        .catch(() => undefined);
+      this.downloadRefused(downloadId, download.url());
+      return;
+    }
+    const saving = this.saveDownload(download, downloadId).finally(() => this.saving.delete(saving));
     this.saving.add(saving);
   }
 
-  private async saveDownload(download: Download): Promise<void> {
-    const downloadId = `dl-${this.nextDownload++}`;
+  private async saveDownload(download: Download, downloadId: string): Promise<void> {
     const url = download.url();
+    const { downloadsDir, maxDownloadBytes, exposeDownloadPaths } = this.manager.options;
     this.pendingChanges.push({ type: 'download_started', download_id: downloadId, url });
+    this.downloadsInFlight.add(download);
+    let path: string | undefined;
     try {
-      const dir = join(this.manager.options.downloadsDir, sanitizeId(this.id));
+      await this.manager.downloadsSwept;
+      if (this.closed) throw new Error('the session ended');
+      const dir = join(downloadsDir, sanitizeId(this.id));
       await mkdir(dir, { recursive: true });
-      const path = join(dir, `${downloadId}-${safeFileName(download.suggestedFilename())}`);
+      path = join(dir, `${downloadId}-${safeFileName(download.suggestedFilename())}`);
       await download.saveAs(path);
       const size = (await stat(path)).size;
+      if (this.closed) throw new Error('the session ended');
+      // Downloads Chromium did not report progress for, or saved side by side, are checked here at the latest.
+      if (this.downloadBytes + size > maxDownloadBytes) {
+        this.overByteCap.add(download);
+        throw new Error('over the byte cap');
+      }
+      this.downloadBytes += size;
+      // The path only for an operator who says another tool can read it (the API contract), and only whole.
+      const shown = exposeDownloadPaths && path.length <= DOWNLOAD_PATH_MAX && !/[\p{Cc}\u2028\u2029]/u.test(path);
       this.pendingChanges.push({
         type: 'download_completed',
         download_id: downloadId,
         url,
-        path,
+        ...(shown ? { path } : {}),
         size_bytes: size,
       });
     } catch {
+      if (path) await rm(path, { force: true }).catch(() => undefined);
       // A fixed phrase: the error's own text may carry paths (TOOLSET-CONTRACT D3).
-      this.pendingChanges.push({ type: 'download_failed', download_id: downloadId, url, error: 'the download failed' });
+      if (this.overByteCap.has(download)) this.downloadRefused(downloadId, url);
+      else this.pendingChanges.push({ type: 'download_failed', download_id: downloadId, url, error: DOWNLOAD_FAILED });
+    } finally {
+      this.downloadsInFlight.delete(download);
+      // Chromium's progress of downloads no longer in flight is stale (a tab that closed sends no more).
+      if (this.downloadsInFlight.size === 0) {
+        this.downloadUrls.clear();
+        this.downloadExpected.clear();
+      }
+      // Playwright keeps its own copy until the context closes; not awaited: a stalled download never ends.
+      void download.delete().catch(() => undefined);
+      // A save that outlived close() may have made the folder again.
+      if (this.closed) await this.manager.removeSessionDownloads(this.id);
+    }
+  }
+
+  /** A download over the session's caps: reported failed with a fixed text, and the model told once per result. */
+  private downloadRefused(downloadId: string, url: string): void {
+    // A page looping downloads cannot grow the pending events without bound; the notice tells of the rest.
+    if (this.pendingChanges.length < STATE_CHANGES_MAX) {
+      this.pendingChanges.push({ type: 'download_failed', download_id: downloadId, url, error: DOWNLOAD_LIMIT_ERROR });
+    }
+    if (this.downloadLimitNoticed) return;
+    this.downloadLimitNoticed = true;
+    const { maxDownloads, maxDownloadBytes } = this.manager.options;
+    this.notice(
+      `A download was cancelled: this session reached its download limit (${maxDownloads} downloads, ${maxDownloadBytes} bytes).`,
+    );
+  }
+
+  /**
+   * Chromium's progress of a download in one of the session's tabs. When the
+   * bytes it has received or announced (Content-Length) would take the session
+   * past its byte cap, the downloads in flight from that URL are cancelled
+   * (Playwright does not tell Chromium's guid of a download: the URL is what
+   * matches; with no URL known, every download in flight is).
+   */
+  private onDownloadProgress(event: { guid: string; totalBytes: number; receivedBytes: number; state: string }): void {
+    if (event.state !== 'inProgress') {
+      this.downloadUrls.delete(event.guid);
+      this.downloadExpected.delete(event.guid);
+      return;
+    }
+    this.downloadExpected.set(event.guid, Math.max(event.receivedBytes, event.totalBytes));
+    let expected = this.downloadBytes;
+    for (const bytes of this.downloadExpected.values()) expected += bytes;
+    if (expected <= this.manager.options.maxDownloadBytes) return;
+    const url = this.downloadUrls.get(event.guid);
+    // Not announced by Playwright yet: its next progress event finds it in flight.
+    for (const download of this.downloadsInFlight) {
+      if (url !== undefined && download.url() !== url) continue;
+      this.overByteCap.add(download);
+      void download.cancel().catch(() => undefined);
     }
   }
 
@@ -451,9 +686,18 @@ export class BrowserSession {
     );
   }
 
-  /** The tab a call acts on: `tabId`, or the active tab; a session with no tab opens one. */
-  async page(tabId?: string | null): Promise<{ page: Page; tabId: string }> {
+  /**
+   * The tab a call acts on: `tabId`, or the active tab; a session with no tab
+   * opens one. `opensPage`: the call loads a page of its own (navigate to a
+   * URL), so it may run in a fresh tab after the browser lost the old ones.
+   */
+  async page(tabId?: string | null, opensPage = false): Promise<{ page: Page; tabId: string }> {
     await this.contextNow();
+    if (this.tabsLost && !opensPage) {
+      // Once: the notice tells the rest on the next successful result.
+      this.tabsLost = false;
+      throw new BrowserCrashedError("the browser went away since this session's last call, and its tabs with it");
+    }
     if (tabId) {
       const tab = this.tabs.get(tabId);
       if (!tab) throw this.noTab(tabId);
@@ -491,6 +735,7 @@ export class BrowserSession {
   async closeTab(tabId: string): Promise<void> {
     const tab = this.tabs.get(tabId);
     if (!tab) throw this.noTab(tabId);
+    this.closingOnRequest.add(tabId);
     await tab.page.close({ runBeforeUnload: false });
     this.forget(tabId);
   }
@@ -564,6 +809,9 @@ export class BrowserSession {
       throw new BrowserCrashedError('the browser went away during the call');
     }
     if (!ok) return undefined;
+    // This result shows the tabs there are now, and the notice.
+    this.tabsLost = false;
+    this.tabsGoneUnasked = 0;
     const tabs = await this.inventory();
     // Only tabs still open once the inventory is taken: a popup may close while titles are read.
     const opened = openedDuringCall.filter((id) => tabs.some((t) => t.tab_id === id));
@@ -645,6 +893,7 @@ export class BrowserSession {
     if (noticesShown) {
       this.pendingNotices = [];
       this.droppedNotices = 0;
+      this.downloadLimitNoticed = false;
     }
   }
 
@@ -666,10 +915,15 @@ export class BrowserSession {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     await this.context?.close().catch(() => undefined);
     this.context = undefined;
     this.tabs.clear();
     this.activeId = undefined;
+    // Downloads end with the session: those still being saved first, then its folder (docs/SECURITY.md).
+    for (const download of this.downloadsInFlight) void download.cancel().catch(() => undefined);
+    if (this.saving.size) await Promise.race([Promise.allSettled([...this.saving]), sleep(DOWNLOAD_WAIT_MS)]);
+    await this.manager.removeSessionDownloads(this.id);
   }
 }
 

@@ -3,17 +3,23 @@
  * element search (`find`), the visible text (`get_page_text`), and the
  * element references (`[ref_N]`) that later calls target.
  *
- * The work runs in the page, in one script (PAGE_SCRIPT) evaluated per call.
- * It keeps a registry on the page's `window` (a non-enumerable property made
- * once per document): ref number → WeakRef(element) and element → number. So
- * an element keeps its ref across calls, and a navigation (a new document)
- * starts an empty registry, which makes every older ref stale.
+ * The work runs in the page, in one script (PAGE_SCRIPT) evaluated per call,
+ * in an isolated world of the page's main frame (CDP
+ * `Page.createIsolatedWorld`): it sees the same DOM, but not the page's
+ * JavaScript, and the page cannot see or change it. There it keeps a registry
+ * (a non-enumerable property of that world's `window`, made once per
+ * document): ref number → WeakRef(element) and element → number. So an
+ * element keeps its ref across calls, and a navigation (a new document, with
+ * a new world) starts an empty registry, which makes every older ref stale.
+ * (Before, the registry lived in the page's own world: a hostile page could
+ * set its counter past the ref pattern and break refs for every session.)
  *
  * Ref numbers come from one counter for the whole process (`highestRef`):
  * each call passes the next free number as a floor and the registry never
  * issues below it. A number therefore names at most one element ever, so a
  * ref from an earlier document or another tab can never resolve to some other
- * element: it is refused.
+ * element: it is refused. The counter only moves by as many refs as a call can
+ * have issued, whatever a page does.
  *
  * The script is a plain JavaScript string, not a TypeScript function passed to
  * `page.evaluate`: the project has no DOM types, and tsx (esbuild keepNames)
@@ -23,7 +29,8 @@
  * Page text, names and titles are untrusted: every name is folded to one line,
  * stripped of control characters, quoted with `"` and `\` escaped, and bounded.
  */
-import type { ElementHandle, Page } from 'playwright';
+import { randomUUID } from 'node:crypto';
+import type { CDPSession, ElementHandle, Page } from 'playwright';
 import { ToolInputError } from '../errors.ts';
 import { echo } from '../../toolsets/text.ts';
 
@@ -56,7 +63,8 @@ const REF_PATTERN = /^\[?ref_([1-9][0-9]{0,9})\]?$/;
  * - `{op: 'read', floor, filter, depth, ref, budget}` → `{lines, truncated, offscreen, deeper, next}` or `{error}`;
  * - `{op: 'find', floor, tokens, soft, roles, phrase, max}` → `{lines, total, next}`;
  * - `{op: 'text', budget}` → `{main, rest, truncated}`;
- * - `{op: 'resolve', floor, ref}` → the element, or `{error}`;
+ * - `{op: 'mark', floor, ref, token}` → 'ok' after setting `data-deskbatch-ref=token` on the element, or a problem;
+ * - `{op: 'unmark', token}` → removes that attribute;
  * - `{op: 'center', floor, ref}` → `{x, y}` or `{error}`.
  * `error` is one of 'navigated', 'unknown', 'removed', 'nobox'.
  */
@@ -436,10 +444,19 @@ const PAGE_SCRIPT = String.raw`(req) => {
     return { main: mainText, rest: clean(rest.map(clean).filter(Boolean).join('\n')) };
   }
 
-  if (req.op === 'resolve' || req.op === 'center') {
+  if (req.op === 'unmark') {
+    for (const el of document.querySelectorAll('[data-deskbatch-ref]')) {
+      if (el.getAttribute('data-deskbatch-ref') === req.token) el.removeAttribute('data-deskbatch-ref');
+    }
+    return 'ok';
+  }
+  if (req.op === 'mark' || req.op === 'center') {
     const el = resolve(req.ref);
-    if (typeof el === 'string') return req.op === 'resolve' ? el : { error: el };
-    if (req.op === 'resolve') return el;
+    if (typeof el === 'string') return req.op === 'mark' ? el : { error: el };
+    if (req.op === 'mark') {
+      el.setAttribute('data-deskbatch-ref', req.token);
+      return 'ok';
+    }
     // The centre of the element's first visible box, scrolled into view if it is not in the viewport.
     const boxes = () => Array.from(el.getClientRects()).filter((r) => r.width > 0 && r.height > 0);
     if (!boxes().length) return { error: 'nobox' };
@@ -475,20 +492,81 @@ function script(request: Record<string, unknown>): string {
   return `(${PAGE_SCRIPT})(${JSON.stringify({ ...request, floor: highestRef + 1 })})`;
 }
 
-/** Runs a request in the page; a call that races a navigation is retried once on the new document. */
-async function inPage<T>(page: Page, request: Record<string, unknown>): Promise<T> {
-  try {
-    return (await page.evaluate(script(request))) as T;
-  } catch (err) {
-    if (!/Execution context was destroyed|navigat/i.test(String(err))) throw err;
-    await page.waitForLoadState('domcontentloaded').catch(() => undefined);
-    return (await page.evaluate(script(request))) as T;
+/** The name of the isolated world the page script runs in. */
+const WORLD_NAME = 'deskbatch';
+
+/** A page's CDP session, and its isolated world's execution context for the current document. */
+interface World {
+  cdp: CDPSession;
+  contextId: number | undefined;
+}
+const worlds = new WeakMap<Page, Promise<World>>();
+
+function worldOf(page: Page): Promise<World> {
+  let world = worlds.get(page);
+  if (!world) {
+    world = page
+      .context()
+      .newCDPSession(page)
+      .then((cdp): World => ({ cdp, contextId: undefined }));
+    worlds.set(page, world);
+    world.catch(() => worlds.delete(page));
+  }
+  return world;
+}
+
+const GONE_CONTEXT =
+  /Cannot find context|context with specified id|Execution context was destroyed|Inspected target navigated/i;
+
+/** Evaluates `expression` in the page's isolated world (made for the document on first use), returning its value. */
+async function evaluateIsolated(page: Page, expression: string): Promise<unknown> {
+  const world = await worldOf(page);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      if (world.contextId === undefined) {
+        const { frameTree } = (await world.cdp.send('Page.getFrameTree')) as { frameTree: { frame: { id: string } } };
+        const made = (await world.cdp.send('Page.createIsolatedWorld', {
+          frameId: frameTree.frame.id,
+          worldName: WORLD_NAME,
+        })) as { executionContextId: number };
+        world.contextId = made.executionContextId;
+      }
+      const res = (await world.cdp.send('Runtime.evaluate', {
+        expression,
+        contextId: world.contextId,
+        returnByValue: true,
+      })) as { result: { value?: unknown }; exceptionDetails?: { text: string; exception?: { description?: string } } };
+      if (res.exceptionDetails) {
+        throw new Error(res.exceptionDetails.exception?.description ?? res.exceptionDetails.text);
+      }
+      return res.result.value;
+    } catch (err) {
+      // The document changed (and its world with it): make a world for the new one.
+      if (attempt >= 3 || !GONE_CONTEXT.test(String(err))) throw err;
+      world.contextId = undefined;
+    }
   }
 }
 
-/** Records the refs a call issued, so no later page issues the same numbers. */
+/** Runs a request in the page; a call that races a navigation is retried once on the new document. */
+async function inPage<T>(page: Page, request: Record<string, unknown>): Promise<T> {
+  try {
+    return (await evaluateIsolated(page, script(request))) as T;
+  } catch (err) {
+    if (!/Execution context was destroyed|navigat/i.test(String(err))) throw err;
+    await page.waitForLoadState('domcontentloaded').catch(() => undefined);
+    return (await evaluateIsolated(page, script(request))) as T;
+  }
+}
+
+/** Most refs one call can issue: one per element a page can have within the output budget, with room to spare. */
+const REFS_PER_CALL_MAX = 1_000_000;
+
+/** Records the refs a call issued (no more than one call can issue), so no later page issues the same numbers. */
 function issued(next: number): void {
-  highestRef = Math.max(highestRef, next - 1);
+  const floor = highestRef + 1;
+  if (!Number.isInteger(next) || next < floor) return;
+  highestRef = Math.min(next, floor + REFS_PER_CALL_MAX) - 1;
 }
 
 /** `ref_7` (or `[ref_7]`) → 7; anything else is refused with the allowed form. */
@@ -694,16 +772,27 @@ export async function pageText(page: Page): Promise<string> {
   return `${text.slice(0, READ_OUTPUT_MAX - TEXT_TRUNCATED_NOTE.length - 1)}\n${TEXT_TRUNCATED_NOTE}`;
 }
 
-/** The element a ref names on this page; a malformed, unknown or stale ref is refused, never replaced. */
+/**
+ * The element a ref names on this page; a malformed, unknown or stale ref is
+ * refused, never replaced. The isolated world marks the element with a random
+ * token for the moment it takes Playwright to find it (Playwright's handles
+ * live in the page's own world): the page cannot guess the token, though it
+ * could move the mark on its own elements meanwhile, which misdirects nothing
+ * outside that page.
+ */
 // `ElementHandle` is Playwright's `ElementHandle<Node>`: this project has no DOM lib, so `Element` cannot be named.
 export async function refElement(page: Page, ref: string): Promise<ElementHandle> {
   const n = refNumber(ref);
-  const handle = await page.evaluateHandle(script({ op: 'resolve', ref: n }));
-  const element = handle.asElement();
-  if (element) return element;
-  const problem = (await handle.jsonValue()) as RefProblem;
-  await handle.dispose();
-  throw refError(n, problem);
+  const token = randomUUID();
+  const marked = await inPage<'ok' | RefProblem>(page, { op: 'mark', ref: n, token });
+  if (marked !== 'ok') throw refError(n, marked);
+  try {
+    const handle = await page.$(`[data-deskbatch-ref="${token}"]`);
+    if (!handle) throw refError(n, 'removed');
+    return handle;
+  } finally {
+    await inPage(page, { op: 'unmark', token }).catch(() => undefined);
+  }
 }
 
 /** Scrolls the ref's element into view if needed; the centre of its visible box, in viewport CSS pixels. */

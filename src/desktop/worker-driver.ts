@@ -366,7 +366,9 @@ export class WorkerDesktopDriver implements DesktopDriver {
       execArgv: ['--import', tsxLoader()],
       serialization: 'advanced',
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-      env: { ...process.env, DISPLAY: this.display },
+      // No compile cache: the worker is started again after a crash, and code it would load from a
+      // writable cache folder (/tmp/tsx-<uid>) is code anyone who can write there chooses (docs/SECURITY.md).
+      env: { ...process.env, DISPLAY: this.display, TSX_DISABLE_CACHE: '1' },
     });
     this.log('info', 'desktop worker started', { pid: proc.pid, display: this.display });
     let markReady!: () => void;

@@ -17,7 +17,8 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
-import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -48,6 +49,12 @@ export interface VirtualDisplayOptions {
    * stop() removes.
    */
   logDir?: string;
+  /**
+   * The client authority file (what `XAUTHORITY` names) that gets this
+   * display's cookie, created mode 0600 if missing; several displays may share
+   * one. By default a file of the display's own, removed by stop().
+   */
+  xauthority?: string;
 }
 
 export interface VirtualDisplay {
@@ -57,6 +64,13 @@ export interface VirtualDisplay {
   height: number;
   /** PID of the Xvfb process. */
   pid: number;
+  /**
+   * The authority file holding this display's cookie: X clients need it
+   * (`XAUTHORITY`), since the server refuses connections without the cookie.
+   */
+  xauthority: string;
+  /** `DISPLAY` and `XAUTHORITY` for a client of this display. */
+  env: { DISPLAY: string; XAUTHORITY: string };
   /** PID of openbox, when it was started. */
   windowManagerPid?: number;
   /** Stops openbox and Xvfb (SIGTERM, SIGKILL after STOP_DEADLINE_MS) and waits for both to exit. Idempotent. */
@@ -226,6 +240,7 @@ async function raceDeadline(promise: Promise<void>, ms: number): Promise<'done' 
  */
 async function spawnXvfb(
   screen: string,
+  authPath: string,
   logFd: number,
   logPath: string,
   timeoutMs: number,
@@ -241,6 +256,8 @@ async function spawnXvfb(
     '-nolisten',
     'tcp',
     '-noreset',
+    '-auth',
+    authPath,
   ];
   const [command, args] = dieWithParent('Xvfb', xvfbArgs);
   const child = spawn(command, args, { stdio: ['ignore', logFd, logFd, 'pipe'] });
@@ -297,13 +314,69 @@ async function spawnXvfb(
   }
 }
 
+/**
+ * Puts the cookie for display `number` in the authority file at `path`
+ * (created mode 0600), replacing any entry for that number: an older one, for
+ * a display that used the number before, would be found first and refused.
+ * `cookie` undefined just removes the entry.
+ */
+async function setXauthEntry(path: string, number: string, cookie: Buffer | undefined): Promise<void> {
+  const old = await readFile(path).catch(() => Buffer.alloc(0));
+  const kept: Buffer[] = [];
+  let off = 0;
+  try {
+    while (off + 2 <= old.length) {
+      const start = off;
+      off += 2; // family
+      const fields: Buffer[] = [];
+      for (let i = 0; i < 4; i++) {
+        const len = old.readUInt16BE(off);
+        fields.push(old.subarray(off + 2, off + 2 + len));
+        off += 2 + len;
+      }
+      if (off > old.length) break;
+      if (fields[1]!.toString('latin1') !== number) kept.push(old.subarray(start, off));
+    }
+  } catch {
+    // a truncated tail: keep what parsed
+  }
+  if (cookie) kept.push(xauthEntry(number, cookie));
+  await writeFile(path, Buffer.concat(kept), { mode: 0o600 });
+  await chmod(path, 0o600);
+}
+
+/**
+ * One Xauthority entry (the Xau file format: big-endian lengths): FamilyWild,
+ * no address, `number` ('' for any display), MIT-MAGIC-COOKIE-1 and `cookie`.
+ */
+function xauthEntry(number: string, cookie: Buffer): Buffer {
+  const field = (data: Buffer): Buffer => {
+    const len = Buffer.alloc(2);
+    len.writeUInt16BE(data.length);
+    return Buffer.concat([len, data]);
+  };
+  const family = Buffer.alloc(2);
+  family.writeUInt16BE(0xffff);
+  return Buffer.concat([
+    family,
+    field(Buffer.alloc(0)),
+    field(Buffer.from(number, 'latin1')),
+    field(Buffer.from('MIT-MAGIC-COOKIE-1', 'latin1')),
+    field(cookie),
+  ]);
+}
+
 /** Runs an X client tool with an argument array; resolves with stdout, rejects on failure. */
-function runXTool(command: string, args: string[], display: string): Promise<string> {
+function runXTool(command: string, args: string[], display: string, xauthority?: string): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile(
       command,
       args,
-      { env: { ...process.env, DISPLAY: display }, timeout: X_TOOL_TIMEOUT_MS, encoding: 'utf8' },
+      {
+        env: { ...process.env, DISPLAY: display, ...(xauthority ? { XAUTHORITY: xauthority } : {}) },
+        timeout: X_TOOL_TIMEOUT_MS,
+        encoding: 'utf8',
+      },
       (err, stdout, stderr) => {
         if (err) {
           const e = err as NodeJS.ErrnoException;
@@ -326,9 +399,9 @@ function runXTool(command: string, args: string[], display: string): Promise<str
 }
 
 /** Whether a window manager has announced itself on the display (EWMH `_NET_SUPPORTING_WM_CHECK`). */
-async function windowManagerRunning(display: string): Promise<boolean> {
+async function windowManagerRunning(display: string, xauthority: string): Promise<boolean> {
   try {
-    const out = await runXTool('xprop', ['-root', '_NET_SUPPORTING_WM_CHECK'], display);
+    const out = await runXTool('xprop', ['-root', '_NET_SUPPORTING_WM_CHECK'], display, xauthority);
     return /window id # 0x[0-9a-f]+/i.test(out);
   } catch (err) {
     if (err instanceof VirtualDisplayError) throw err;
@@ -338,6 +411,7 @@ async function windowManagerRunning(display: string): Promise<boolean> {
 
 async function startOpenbox(
   display: string,
+  xauthority: string,
   rcPath: string,
   logFd: number,
   logPath: string,
@@ -346,7 +420,7 @@ async function startOpenbox(
   const [command, args] = dieWithParent('openbox', ['--sm-disable', '--config-file', rcPath]);
   const child = spawn(command, args, {
     stdio: ['ignore', logFd, logFd],
-    env: { ...process.env, DISPLAY: display },
+    env: { ...process.env, DISPLAY: display, XAUTHORITY: xauthority },
   });
   trackChild(child);
   let failure: VirtualDisplayError | undefined;
@@ -370,7 +444,7 @@ async function startOpenbox(
           `openbox ${exitDescription(child.exitCode, child.signalCode)} during start-up${tail ? `:\n${tail}` : ''}`,
         );
       }
-      if (await windowManagerRunning(display)) return child;
+      if (await windowManagerRunning(display, xauthority)) return child;
       if (Date.now() > deadline) {
         const tail = await logTail(logPath);
         throw new VirtualDisplayError(
@@ -410,6 +484,11 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
 
   const startedAt = performance.now();
   const workDir = await mkdtemp(join(tmpdir(), 'deskbatch-xvfb-'));
+  // The server's cookie: only clients that hold it can connect (no other local user or process).
+  const cookie = randomBytes(16);
+  const serverAuthPath = join(workDir, 'server-auth');
+  await writeFile(serverAuthPath, xauthEntry('', cookie), { mode: 0o600 });
+  const xauthority = options.xauthority ?? join(workDir, 'Xauthority');
   const xvfbLogPath = join(options.logDir ?? workDir, 'xvfb.log');
   const openboxLogPath = join(options.logDir ?? workDir, 'openbox.log');
   const rcPath = join(workDir, 'openbox-rc.xml');
@@ -429,9 +508,16 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
 
   let display: string;
   try {
-    const started = await spawnXvfb(`${width}x${height}x${depth}`, xvfbLog.fd, xvfbLogPath, startTimeoutMs);
+    const started = await spawnXvfb(
+      `${width}x${height}x${depth}`,
+      serverAuthPath,
+      xvfbLog.fd,
+      xvfbLogPath,
+      startTimeoutMs,
+    );
     xvfb = started.child;
     display = `:${started.displayNumber}`;
+    await setXauthEntry(xauthority, String(started.displayNumber), cookie);
     // -displayfd is written once the server listens; the probe double-checks the socket path we hand out.
     const deadline = Date.now() + startTimeoutMs;
     while (!(await isDisplayReachable(display))) {
@@ -444,7 +530,7 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
 
     if (windowManager && openboxLog) {
       await writeFile(rcPath, OPENBOX_RC);
-      openbox = await startOpenbox(display, rcPath, openboxLog.fd, openboxLogPath, startTimeoutMs);
+      openbox = await startOpenbox(display, xauthority, rcPath, openboxLog.fd, openboxLogPath, startTimeoutMs);
       log('debug', 'openbox ready', { display, pid: openbox.pid, ms: Math.round(performance.now() - startedAt) });
     }
   } catch (err) {
@@ -469,6 +555,7 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
       await cleanUp();
+      if (options.xauthority) await setXauthEntry(options.xauthority, displayNumber, undefined).catch(() => undefined);
       log('debug', 'virtual display stopped', { display });
     })();
     return stopping;
@@ -494,6 +581,8 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     width,
     height,
     pid: xvfbChild.pid as number,
+    xauthority,
+    env: { DISPLAY: display, XAUTHORITY: xauthority },
     ...(openboxChild?.pid !== undefined ? { windowManagerPid: openboxChild.pid } : {}),
     stop,
   };

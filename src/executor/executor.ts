@@ -9,6 +9,9 @@
  *   bad input, timeout, cancel, disconnect, and an error in the daemon itself.
  * - Cancellation is not a failure: cancelled calls get the toolset's cancelled
  *   text and a `cancelled` event, never a `failed` one.
+ * - A batch has a time budget (`maxBatchMs`, from when it gets the desktop):
+ *   once spent, the batch is cancelled like any other (the running call and
+ *   every later one get the cancelled text; `cancelled: true`).
  */
 import type { BatchResult, Failure, ScreenshotFile, ToolEvent, ToolResult, ToolUse } from '../protocol.ts';
 import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError } from '../errors.ts';
@@ -55,6 +58,11 @@ export interface BatchRequest {
   emit: (event: ToolEvent) => void;
   /** The session's memory of repeated failures (loop detection). */
   repeats?: RepeatTracker;
+  /**
+   * Time budget of the batch, in ms, counted from when it holds the desktop (or starts, when it needs none):
+   * then the running call is cancelled and the rest are answered with the cancelled text. None when absent.
+   */
+  maxBatchMs?: number;
 }
 
 type Outcome =
@@ -89,9 +97,24 @@ export class Executor {
     return this.toolsets;
   }
 
-  async run(req: BatchRequest): Promise<BatchResult> {
+  async run(request: BatchRequest): Promise<BatchResult> {
     const started = performance.now();
-    const log = this.options.log.child({ session: req.sessionId, batch: req.batchId });
+    const log = this.options.log.child({ session: request.sessionId, batch: request.batchId });
+    // The batch stops on the caller's cancel, or when its time budget is spent: one signal for both.
+    const stop = new AbortController();
+    const onCancel = (): void => stop.abort(request.signal.reason);
+    if (request.signal.aborted) onCancel();
+    else request.signal.addEventListener('abort', onCancel, { once: true });
+    let budget: NodeJS.Timeout | undefined;
+    const startBudget = (): void => {
+      const ms = request.maxBatchMs;
+      if (ms === undefined || stop.signal.aborted) return;
+      budget = setTimeout(() => {
+        log.warn('batch time budget spent; cancelling the rest of the batch', { max_batch_ms: ms });
+        stop.abort(new CancelledError(`the batch's time budget of ${ms} ms was spent`));
+      }, ms);
+    };
+    const req: BatchRequest = { ...request, signal: stop.signal };
     const results: ToolResult[] = [];
     const failures: Failure[] = [];
     // A Map, not an object: a toolset_name such as 'constructor' must not look halted.
@@ -119,6 +142,7 @@ export class Executor {
       if (req.toolUses.some((tu) => this.usesDesktop(tu))) {
         release = await this.options.lane.acquire(req.signal).catch(() => undefined);
       }
+      startBudget();
       for (const [index, tu] of req.toolUses.entries()) {
         if (req.signal.aborted) {
           cancelled = true;
@@ -180,6 +204,8 @@ export class Executor {
         event(index, tu, 'failed', { error });
       }
     } finally {
+      clearTimeout(budget);
+      request.signal.removeEventListener('abort', onCancel);
       release?.();
     }
     return {

@@ -14,8 +14,28 @@ import type { HttpRoute, ServerStatus } from '../server/server.ts';
 
 export type NotReadyReason = 'shutting_down' | 'display_unreachable' | 'display_unresponsive' | 'browser_circuit_open';
 
+/**
+ * What holds the model in (docs/SECURITY.md), said in /readyz so an operator
+ * or an orchestrator sees a daemon that runs less contained than it should.
+ */
+export interface Containment {
+  /** Chromium's managed policy (src/browser/policy.ts): installed, missing, or no browser. */
+  browser_policy: 'enforced' | 'missing' | 'off';
+  /** The egress proxy (src/browser/egress.ts): non-public addresses refused, allowed by the operator, or no browser. */
+  browser_egress: 'filtered' | 'private_networks_allowed' | 'off';
+  /** Chromium's renderer sandbox; `not_started` until the browser's first launch tells. */
+  browser_sandbox: 'on' | 'off' | 'not_started' | 'off_no_browser';
+  /** The X display: our own Xvfb, which admits only cookie holders, or a display the operator gave. */
+  display_auth: 'cookie' | 'external';
+}
+
 export type Readiness =
-  | { status: 'ready'; display: { width: number; height: number }; browser: 'off' | 'ok' }
+  | {
+      status: 'ready';
+      display: { width: number; height: number };
+      browser: 'off' | 'ok';
+      containment: Containment;
+    }
   | { status: 'not_ready'; reason: NotReadyReason };
 
 /** The browser's launch circuit (src/resilience.ts ResourceBreaker): open means launches are refused now. */
@@ -29,6 +49,7 @@ export interface ReadinessDeps {
   displaySize: () => Promise<{ width: number; height: number }>;
   /** Undefined when the daemon serves no browser. */
   browser?: BrowserCircuitView;
+  containment: () => Containment;
   /** How long the display may take to answer, in ms. Default 1000. */
   timeoutMs?: number;
   /** How long a display answer is reused, in ms. Default 1000. */
@@ -88,7 +109,7 @@ export function createReadiness(deps: ReadinessDeps): ReadinessCheck {
     if (deps.browser?.open()) return { status: 'not_ready', reason: 'browser_circuit_open' };
     // Shutdown may have begun while the display answered.
     if (!deps.status().accepting) return { status: 'not_ready', reason: 'shutting_down' };
-    return { status: 'ready', display: d.size, browser: deps.browser ? 'ok' : 'off' };
+    return { status: 'ready', display: d.size, browser: deps.browser ? 'ok' : 'off', containment: deps.containment() };
   };
 
   return {

@@ -5,7 +5,7 @@
 import type { ActivityHub } from '../activity.ts';
 import type { Executor } from '../executor/executor.ts';
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
-import { createReadiness, type BrowserCircuitView } from './health.ts';
+import { createReadiness, type BrowserCircuitView, type Containment } from './health.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
 
 export interface OpsDeps {
@@ -16,6 +16,7 @@ export interface OpsDeps {
   status: () => ServerStatus;
   /** The browser's launch circuit; undefined when the daemon serves no browser. */
   browserCircuit: BrowserCircuitView | undefined;
+  containment: () => Containment;
 }
 
 export interface Ops {
@@ -29,6 +30,7 @@ export function createOps(deps: OpsDeps): Ops {
     status: deps.status,
     displaySize: () => deps.driver.displaySize(),
     browser: deps.browserCircuit,
+    containment: deps.containment,
   });
   return { metrics, routes: [metrics.route, readiness.route] };
 }

@@ -1,10 +1,12 @@
 /**
  * Handshake checks (docs/PROTOCOL.md "Transport"): the bearer token, from the
  * Authorization header or the `deskbatch.token.<token>` subprotocol, compared
- * in constant time; never from the query string. The Origin allowlist.
+ * in constant time; never from the query string. The Origin allowlist. The
+ * Host allowlist of the HTTP routes.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import { isIP } from 'node:net';
 import { PROTOCOL_VERSION, TOKEN_SUBPROTOCOL_PREFIX } from '../protocol.ts';
 
 /** Constant-time comparison: both sides are hashed first, so lengths never leak through timing. */
@@ -45,11 +47,41 @@ export function isOriginAllowed(req: IncomingMessage, allowOrigins: readonly str
 }
 
 /**
- * A page this daemon served, connecting back: its Origin is `http://<Host>`. Only for a Host that is
- * an IP literal or `localhost` (a DNS name could be rebound to this machine by a hostile page); the
- * token is still required.
+ * A host name (no port) that no hostile page can have a browser send: an IP literal, `localhost`, or a
+ * name the operator vouched for (`--allow-host-header`, lower-case). Any other name could be one an attacker
+ * controls and has rebound to this machine (DNS rebinding); the name, not the address, is what they control.
  */
-export function isSameOrigin(req: IncomingMessage): boolean {
+export function isTrustedHostName(hostname: string, allowHostHeaders: readonly string[] = []): boolean {
+  const name = hostname.toLowerCase();
+  if (name === 'localhost' || isIP(name) === 4) return true;
+  if (name.startsWith('[') && name.endsWith(']')) return isIP(name.slice(1, -1)) === 6;
+  return allowHostHeaders.includes(name);
+}
+
+/**
+ * The Host check of the HTTP routes: a request whose Host names a trusted host (any port: behind a port
+ * forward or a Service the port differs) passes; so does one without Host (HTTP/1.0; every browser sends it).
+ */
+export function isHostAllowed(req: IncomingMessage, allowHostHeaders: readonly string[] = []): boolean {
+  const host = req.headers.host;
+  if (host === undefined) return true;
+  let url: URL;
+  try {
+    url = new URL(`http://${host}`);
+  } catch {
+    return false;
+  }
+  // Only a bare authority: `host[:port]`, nothing the URL parser would have dropped or moved.
+  if (url.username || url.password || url.pathname !== '/' || url.search || url.hash) return false;
+  return isTrustedHostName(url.hostname, allowHostHeaders);
+}
+
+/**
+ * A page this daemon served, connecting back: its Origin is `http://<Host>`. Only for a Host the HTTP
+ * routes answer to (an IP literal, `localhost` or an `--allow-host-header` name; any other DNS name could
+ * be rebound to this machine by a hostile page); the token is still required.
+ */
+export function isSameOrigin(req: IncomingMessage, allowHostHeaders: readonly string[] = []): boolean {
   const { origin, host } = req.headers;
   if (origin === undefined || host === undefined) return false;
   let url: URL;
@@ -59,6 +91,5 @@ export function isSameOrigin(req: IncomingMessage): boolean {
     return false;
   }
   if (url.protocol !== 'http:' || url.host !== host.toLowerCase()) return false;
-  const name = url.hostname;
-  return name === 'localhost' || /^\d{1,3}(\.\d{1,3}){3}$/.test(name) || name.startsWith('[');
+  return isTrustedHostName(url.hostname, allowHostHeaders);
 }

@@ -2,12 +2,16 @@
  * One WebSocket connection: parses client messages, answers protocol errors
  * with `error` frames (the connection stays usable), hands batches to its
  * session, and forwards events and results. A frame over `maxPayload` is
- * closed by ws with 1009, as the protocol says.
+ * closed by ws with 1009, as the protocol says. A client that lets more than
+ * `limits.maxBufferedBytes` wait unread is closed with 4008: its session is
+ * released (batches cancelled, results kept for resume) at once.
  */
 import type { RawData, WebSocket } from 'ws';
 import type { DaemonConfig } from '../config.ts';
 import type { Logger } from '../log.ts';
 import {
+  CLOSE_SEND_BUFFER_FULL,
+  CLOSE_SESSION_RESUMED,
   ClientMessageSchema,
   type BatchMessage,
   type ErrorCode,
@@ -33,6 +37,8 @@ export interface SessionRegistry {
 /** What a `hello` asked to find in its welcome. */
 export interface WelcomeOptions {
   legacyTools?: boolean;
+  /** `hello.all_limits`: the limits added within v1 too. */
+  allLimits?: boolean;
 }
 
 export interface ConnectionDeps {
@@ -44,12 +50,19 @@ export interface ConnectionDeps {
 
 /** How long close() waits for the peer's close frame before terminating. */
 const CLOSE_WAIT_MS = 1_000;
+/**
+ * The same wait after a send-buffer overflow: the close frame queues behind the unread bytes, so a client that
+ * was only slow gets time to drain them and read why. Memory stays bounded meanwhile: nothing more is queued.
+ */
+const OVERFLOW_CLOSE_WAIT_MS = 10_000;
 
 export class Connection {
   private session: Session | undefined;
   private alive = true;
   /** Set when the socket closed or another connection took the session: queued messages then do nothing. */
   private done = false;
+  /** Set once the send buffer went over its bound: nothing more is sent. */
+  private overflowed = false;
   private log: Logger;
   private readonly messages: TokenBucket;
   /** Whether this connection wants `tool_event` frames (`hello.events`). */
@@ -101,13 +114,13 @@ export class Connection {
     this.ws.ping();
   }
 
-  close(code: number, reason: string): Promise<void> {
+  close(code: number, reason: string, waitMs = CLOSE_WAIT_MS): Promise<void> {
     if (this.ws.readyState === this.ws.CLOSED) return Promise.resolve();
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.ws.terminate();
         resolve();
-      }, CLOSE_WAIT_MS);
+      }, waitMs);
       this.ws.once('close', () => {
         clearTimeout(timer);
         resolve();
@@ -117,7 +130,27 @@ export class Connection {
   }
 
   private send(message: ServerMessage): void {
-    if (this.ws.readyState === this.ws.OPEN) this.ws.send(JSON.stringify(message));
+    if (this.ws.readyState !== this.ws.OPEN || this.overflowed) return;
+    if (this.ws.bufferedAmount > this.deps.config.limits.maxBufferedBytes) return this.overflow();
+    this.ws.send(JSON.stringify(message));
+  }
+
+  /**
+   * The client does not read what it is sent: stop sending (the frame at hand is dropped; a batch_result stays
+   * stored for replay), release the session as a disconnect would (its batches are cancelled, the session is kept
+   * for the grace period), and close with CLOSE_SEND_BUFFER_FULL.
+   */
+  private overflow(): void {
+    this.overflowed = true;
+    this.done = true;
+    this.log.warn('the client is not reading: its send buffer passed the bound; closing', {
+      buffered_bytes: this.ws.bufferedAmount,
+      max_buffered_bytes: this.deps.config.limits.maxBufferedBytes,
+    });
+    const session = this.session;
+    this.session = undefined;
+    if (session) this.deps.sessions.releaseSession(session, this);
+    void this.close(CLOSE_SEND_BUFFER_FULL, 'send buffer full: the client is not reading', OVERFLOW_CLOSE_WAIT_MS);
   }
 
   private error(code: ErrorCode, message: string, batchId?: string): void {
@@ -161,7 +194,8 @@ export class Connection {
 
   private async onHello(msg: HelloMessage): Promise<void> {
     if (msg.events !== undefined) this.events = msg.events;
-    if (msg.legacy_tools !== undefined) this.welcomeOptions = { legacyTools: msg.legacy_tools };
+    if (msg.legacy_tools !== undefined) this.welcomeOptions = { ...this.welcomeOptions, legacyTools: msg.legacy_tools };
+    if (msg.all_limits !== undefined) this.welcomeOptions = { ...this.welcomeOptions, allLimits: msg.all_limits };
     if (this.session) {
       if (msg.resume_session_id && msg.resume_session_id !== this.session.id) {
         return this.error('invalid_message', 'hello with resume_session_id must be the first message');
@@ -197,7 +231,7 @@ export class Connection {
         // Another connection resumed this session; this one no longer owns it and takes no more work.
         this.done = true;
         this.session = undefined;
-        void this.close(4001, 'session resumed by another connection');
+        void this.close(CLOSE_SESSION_RESUMED, 'session resumed by another connection');
       },
     );
   }

@@ -2,6 +2,8 @@
  * Token buckets for the handshake and message rate limits (issue 4, promise 6):
  * a burst of `capacity`, refilled at `perSecond`.
  */
+import { isIP } from 'node:net';
+
 export class TokenBucket {
   private tokens: number;
   private last = performance.now();
@@ -41,5 +43,54 @@ export class KeyedBuckets {
     this.buckets.set(key, bucket);
     if (this.buckets.size > this.maxKeys) this.buckets.delete(this.buckets.keys().next().value!);
     return bucket.take();
+  }
+}
+
+/**
+ * The key a remote address is rate-limited under: an IPv4 address as it is (also when it arrives IPv4-mapped,
+ * `::ffff:a.b.c.d`), an IPv6 address by its /64, the smallest prefix a site is given: one host holds a whole /64
+ * and could otherwise take a fresh bucket with every address.
+ */
+export function handshakeKey(address: string): string {
+  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
+  if (mapped) return mapped[1]!;
+  const plain = address.split('%')[0]!.toLowerCase(); // a zone id (fe80::1%eth0) is not part of the address
+  if (isIP(plain) !== 6) return address;
+  // A dotted IPv4 tail (64:ff9b::1.2.3.4) fills the last two groups.
+  const groupsText = plain.replace(/\d{1,3}(?:\.\d{1,3}){3}$/, '0:0');
+  const [head = '', tail] = groupsText.split('::');
+  const first = head ? head.split(':') : [];
+  const last = tail ? tail.split(':') : [];
+  const groups =
+    tail === undefined ? first : [...first, ...Array<string>(8 - first.length - last.length).fill('0'), ...last];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => parseInt(g, 16).toString(16))
+    .join(':')}::/64`;
+}
+
+export interface HandshakeLimits {
+  handshakeBurst: number;
+  handshakesPerSecond: number;
+  globalHandshakeBurst: number;
+  globalHandshakesPerSecond: number;
+}
+
+/**
+ * The handshake budget: one bucket per address (IPv6: per /64), and one for all addresses together, so that
+ * many addresses (a botnet, or more than the 1024 remembered) cannot flood either. The per-address bucket is
+ * asked first: an address past its own budget spends none of the shared one.
+ */
+export class HandshakeLimiter {
+  private readonly perAddress: KeyedBuckets;
+  private readonly global: TokenBucket;
+
+  constructor(limits: HandshakeLimits) {
+    this.perAddress = new KeyedBuckets(limits.handshakeBurst, limits.handshakesPerSecond);
+    this.global = new TokenBucket(limits.globalHandshakeBurst, limits.globalHandshakesPerSecond);
+  }
+
+  take(address: string): boolean {
+    return this.perAddress.take(handshakeKey(address)) && this.global.take();
   }
 }

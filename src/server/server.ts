@@ -11,10 +11,10 @@ import type { DaemonConfig } from '../config.ts';
 import type { Executor } from '../executor/executor.ts';
 import type { Logger } from '../log.ts';
 import { PROTOCOL_PATH, PROTOCOL_VERSION, type ToolsetInfo, type Welcome } from '../protocol.ts';
-import { isAuthorized, isOriginAllowed, isSameOrigin } from './auth.ts';
+import { isAuthorized, isHostAllowed, isOriginAllowed, isSameOrigin } from './auth.ts';
 import { Connection, type WelcomeOptions } from './connection.ts';
-import { Session } from './session.ts';
-import { KeyedBuckets } from './rate-limit.ts';
+import { ResultBudget, Session } from './session.ts';
+import { HandshakeLimiter } from './rate-limit.ts';
 import { RepeatTracker } from '../executor/repeats.ts';
 import type { Geometry } from '../geometry.ts';
 import { ActivityHub } from '../activity.ts';
@@ -75,7 +75,9 @@ export class DeskbatchServer {
   private readonly connections = new Set<Connection>();
   private heartbeat: NodeJS.Timeout | undefined;
   private state: State = 'idle';
-  private readonly handshakes: KeyedBuckets;
+  private readonly handshakes: HandshakeLimiter;
+  /** Stored results of every session: the byte budget they share (`resultCache.maxTotalBytes`). */
+  readonly storedResults: ResultBudget;
   private closing: Promise<void> | undefined;
   readonly activity: ActivityHub;
   private readonly routes: ReadonlyMap<string, HttpRoute>;
@@ -84,7 +86,8 @@ export class DeskbatchServer {
   constructor(private readonly deps: ServerDeps) {
     const { config } = deps;
     this.activity = deps.activity ?? new ActivityHub();
-    this.handshakes = new KeyedBuckets(config.limits.handshakeBurst, config.limits.handshakesPerSecond);
+    this.handshakes = new HandshakeLimiter(config.limits);
+    this.storedResults = new ResultBudget(config.resultCache.maxTotalBytes);
     const healthz: HttpRoute = {
       method: 'GET',
       path: '/healthz',
@@ -116,6 +119,13 @@ export class DeskbatchServer {
   }
 
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // DNS rebinding: a page on a name its attacker controls, rebound to this machine, sends that name as Host.
+    if (!isHostAllowed(req, this.deps.config.allowHostHeaders)) {
+      res
+        .writeHead(421, { 'content-type': 'text/plain' })
+        .end('misdirected request: this daemon does not answer to that Host (see --allow-host-header)\n');
+      return;
+    }
     const path = (req.url ?? '').split('?')[0] ?? '';
     // HEAD is answered as GET; Node leaves the body out.
     const route = this.routes.get(`${req.method === 'HEAD' ? 'GET' : req.method} ${path}`);
@@ -200,7 +210,9 @@ export class DeskbatchServer {
     if (!this.handshakes.take(req.socket.remoteAddress ?? '')) {
       return this.reject(socket, 429, 'Too Many Requests', { 'retry-after': '1' });
     }
-    const sameOrigin = extra?.route.sameOrigin === true && isSameOrigin(req);
+    // No Host check here: a handshake needs the token, which a rebound page does not have, and clients may
+    // connect through any name (a cluster's per-pod DNS names, an ingress) without configuring it.
+    const sameOrigin = extra?.route.sameOrigin === true && isSameOrigin(req, config.allowHostHeaders);
     if (!sameOrigin && !isOriginAllowed(req, config.allowOrigins)) {
       log.warn('refused handshake: origin not allowed', { origin: String(req.headers.origin).slice(0, 200) });
       return this.reject(socket, 403, 'Forbidden');
@@ -237,7 +249,11 @@ export class DeskbatchServer {
     const repeats = new RepeatTracker();
     const activity = this.activity;
     const session: Session = new Session(
-      { maxQueuedBatches: config.limits.maxQueuedBatches, resultCache: config.resultCache },
+      {
+        maxQueuedBatches: config.limits.maxQueuedBatches,
+        resultCache: config.resultCache,
+        sharedCache: this.storedResults,
+      },
       async (batchId, toolUses, signal) => {
         const id = session.id;
         if (activity.observed) {
@@ -261,6 +277,7 @@ export class DeskbatchServer {
             session.emit?.(event);
           },
           repeats,
+          maxBatchMs: config.limits.maxBatchMs,
         });
         logBatch(log.child({ session: id }), result, toolUses, notExecuted);
         if (activity.observed) activity.publish({ type: 'batch_finished', session: id, result, at: Date.now() });
@@ -333,6 +350,14 @@ export class DeskbatchServer {
         max_tool_uses: config.limits.maxToolUsesPerBatch,
         max_payload_bytes: config.limits.maxPayloadBytes,
         max_queued_batches: config.limits.maxQueuedBatches,
+        ...(options.allLimits
+          ? {
+              max_batch_ms: config.limits.maxBatchMs,
+              max_buffered_bytes: config.limits.maxBufferedBytes,
+              result_cache_bytes: config.resultCache.maxBytes,
+              result_cache_total_bytes: config.resultCache.maxTotalBytes,
+            }
+          : {}),
       },
     };
   }

@@ -11,6 +11,46 @@ import { canonicalJson } from '../text.ts';
 export interface SessionLimits {
   maxQueuedBatches: number;
   resultCache: { maxEntries: number; maxBytes: number; ttlMs: number };
+  /** The byte budget this session's stored results share with every other session's. */
+  sharedCache?: ResultBudget;
+}
+
+/**
+ * Stored results of every session, in the order they were stored, under one byte budget: storing past it
+ * evicts the least recently stored results first, whichever session holds them. Each session still keeps its
+ * own bounds (`resultCache`); this one bounds the sum, `maxSessions` × `maxBytes` being far more than a host
+ * should hold.
+ */
+export class ResultBudget {
+  /** Insertion order is store order: the first entry is the least recently stored. */
+  private readonly entries = new Map<object, { bytes: number; evict: () => void }>();
+  private total = 0;
+
+  constructor(readonly maxBytes: number) {}
+
+  /** Bytes and results stored now, over every session. */
+  get usage(): { entries: number; bytes: number } {
+    return { entries: this.entries.size, bytes: this.total };
+  }
+
+  /** A result was stored; `evict` drops it from its session (and calls `remove`). May evict `key` itself. */
+  add(key: object, bytes: number, evict: () => void): void {
+    this.remove(key);
+    this.entries.set(key, { bytes, evict });
+    this.total += bytes;
+    for (const [k, entry] of this.entries) {
+      if (this.total <= this.maxBytes) break;
+      entry.evict();
+      this.remove(k); // in case evict did not
+    }
+  }
+
+  remove(key: object): void {
+    const entry = this.entries.get(key);
+    if (!entry) return;
+    this.entries.delete(key);
+    this.total -= entry.bytes;
+  }
 }
 
 /** Runs one batch; the session decides when. */
@@ -70,6 +110,8 @@ export class Session {
   private pending = 0;
   private storedBytes = 0;
   private graceTimer: NodeJS.Timeout | undefined;
+  /** Set by close(): results finishing later are not stored in the shared budget. */
+  private closed = false;
 
   constructor(
     private readonly limits: SessionLimits,
@@ -106,6 +148,9 @@ export class Session {
         this.pending--;
         stored.done = true;
         stored.finishedAt = Date.now();
+        if (!this.closed && this.batches.get(batchId) === stored) {
+          this.limits.sharedCache?.add(stored, stored.bytes, () => this.evict(batchId, stored));
+        }
         this.evictOverflow();
       });
     this.batches.set(batchId, stored);
@@ -157,11 +202,16 @@ export class Session {
   close(): void {
     clearTimeout(this.graceTimer);
     this.cancelAll();
+    this.closed = true;
+    // The session is gone: its stored results no longer count against the budget shared with the others.
+    for (const b of this.batches.values()) this.limits.sharedCache?.remove(b);
   }
 
   private evict(id: string, b: StoredBatch): void {
+    if (this.batches.get(id) !== b) return;
     this.batches.delete(id);
     this.storedBytes -= b.bytes;
+    this.limits.sharedCache?.remove(b);
   }
 
   private evictExpired(): void {

@@ -13,6 +13,7 @@ import { createLogger } from '../../src/log.ts';
 import {
   ServerMessageSchema,
   type BatchResult,
+  type ErrorMessage,
   type ServerMessage,
   type ToolEvent,
   type ToolUse,
@@ -20,7 +21,7 @@ import {
 } from '../../src/protocol.ts';
 import { newLogDir } from './artifacts.ts';
 
-export const TEST_TOKEN = 'test-token-0123456789abcdef';
+export const TEST_TOKEN = 'test-token-0123456789abcdef-0123456789';
 
 /** Config overrides; nested settings may be partial (resolveConfig merges them over the defaults). */
 type Overrides = Partial<Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience'>> & {
@@ -49,6 +50,9 @@ export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDa
     tokenConfigured: true,
     screenshotsDir,
     ...overrides,
+    // The tests' web servers listen on 127.0.0.1: the browser reaches them through the operator's
+    // opt-in, as a deployment reaching an intranet would. test/containment.test.ts turns it off.
+    browserSettings: { allowPrivateNetworks: true, ...overrides.browserSettings },
   } as Parameters<typeof resolveConfig>[0]);
   // Every line at debug level goes to the test file's log folder (test/helpers/artifacts.ts);
   // DESKBATCH_TEST_LOG=1 also prints them.
@@ -132,11 +136,17 @@ export class TestClient {
       return Promise.resolve(seen);
     }
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () =>
-          reject(new Error(`timed out waiting for a message; have: ${JSON.stringify(this.messages).slice(0, 500)}`)),
-        timeoutMs,
-      );
+      const timer = setTimeout(() => {
+        // The newest messages, in short: what did arrive says where it stopped.
+        const recent = this.messages
+          .slice(-12)
+          .map((m) =>
+            [m.type, 'batch_id' in m ? m.batch_id : '', 'name' in m ? m.name : '', 'phase' in m ? m.phase : '']
+              .filter(Boolean)
+              .join(' '),
+          );
+        reject(new Error(`timed out after ${timeoutMs} ms waiting for a message; the latest: ${recent.join(' | ')}`));
+      }, timeoutMs);
       this.waiters.push({
         match,
         resolve: (m) => {
@@ -156,7 +166,13 @@ export class TestClient {
   /** Sends a batch and waits for its result; returns the events seen for it too. */
   async batch(batchId: string, toolUses: ToolUse[]): Promise<{ result: BatchResult; events: ToolEvent[] }> {
     this.send({ type: 'batch', batch_id: batchId, tool_uses: toolUses });
-    const result = await this.next((m): m is BatchResult => m.type === 'batch_result' && m.batch_id === batchId);
+    // Its result, or the protocol error that refused it (then at once, with the daemon's reason).
+    const answer = await this.next(
+      (m): m is BatchResult | ErrorMessage =>
+        (m.type === 'batch_result' || m.type === 'error') && 'batch_id' in m && m.batch_id === batchId,
+    );
+    if (answer.type === 'error') throw new Error(`batch ${batchId} was refused: ${answer.code}: ${answer.message}`);
+    const result = answer;
     const events = this.messages.filter((m): m is ToolEvent => m.type === 'tool_event' && m.batch_id === batchId);
     for (const e of events) this.messages.splice(this.messages.indexOf(e), 1);
     return { result, events };

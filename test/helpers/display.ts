@@ -11,7 +11,9 @@
  *   await withDisplay({ width: 1024, height: 768 }, async (d) => { ... });
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { isDisplayReachable } from '../../src/desktop/display.ts';
 import { newLogDir } from './artifacts.ts';
@@ -31,9 +33,19 @@ function testLog(level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields
   if (level === 'warn' || level === 'error') console.error(`[display] ${level}: ${msg}`, fields ?? '');
 }
 
+/**
+ * The displays' X servers admit only clients holding their cookie. Every
+ * display a test process starts puts its cookie in this one file, and the
+ * process's XAUTHORITY names it, so every X client the tests start (the
+ * daemon's worker, Chromium, xev, xdotool, the input fence) inherits it.
+ */
+const XAUTHORITY = join(tmpdir(), `deskbatch-test-xauth-${process.pid}`);
+process.env.XAUTHORITY = XAUTHORITY;
+process.on('exit', () => rmSync(XAUTHORITY, { force: true }));
+
 /** Xvfb's and openbox's logs stay in the test file's log folder (test/helpers/artifacts.ts). */
 export function startTestDisplay(options: TestDisplayOptions): Promise<VirtualDisplay> {
-  return startVirtualDisplay({ ...options, log: testLog, logDir: newLogDir('display') });
+  return startVirtualDisplay({ ...options, log: testLog, logDir: newLogDir('display'), xauthority: XAUTHORITY });
 }
 
 /** Runs `fn` with a fresh display, and stops the display afterwards whatever happens. */

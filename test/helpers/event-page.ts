@@ -34,7 +34,7 @@
  * - wheel: deltaX, deltaY, deltaMode, clientX/Y, modifiers. Ctrl+wheel is
  *   prevented so the page never zooms (which would break the pixel mapping).
  * - scroll (of #scroll only): coalesced like mousemove, scrollLeft, scrollTop.
- * - keydown, keyup: key, code, repeat, modifiers.
+ * - keydown, keyup: key, code, repeat, modifiers, and `stamp` (the event's timeStamp).
  * - input (of #t): inputType, data, value (the whole textarea value).
  * - focus / blur of the window (`target: 'window'`), to debug focus problems.
  *
@@ -101,6 +101,12 @@ export interface RecordedKey extends Modifiers {
   type: 'keydown' | 'keyup';
   target: string;
   time: number;
+  /**
+   * The event's own timeStamp: when the X server made it (Chromium converts
+   * the X event time), not when the page got round to it, which can lag by
+   * tens of ms on a busy machine.
+   */
+  stamp: number;
   key: string;
   code: string;
   repeat: boolean;
@@ -199,7 +205,7 @@ export const EVENT_PAGE_HTML = `<!doctype html>
   });
   for (const type of ['keydown', 'keyup']) {
     addEventListener(type, (e) => {
-      events.push({ ...base(e), key: e.key, code: e.code, repeat: e.repeat, ...mods(e) });
+      events.push({ ...base(e), key: e.key, code: e.code, repeat: e.repeat, stamp: e.timeStamp, ...mods(e) });
     }, true);
   }
   const textarea = document.getElementById('t');

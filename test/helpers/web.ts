@@ -30,7 +30,8 @@ export interface WebServer {
   close(): Promise<void>;
 }
 
-export async function startWebServer(): Promise<WebServer> {
+/** Listens on 127.0.0.1, on `port` (default 0: a free one). */
+export async function startWebServer(port = 0): Promise<WebServer> {
   const routes = new Map<string, Route>();
   const requests: ReceivedRequest[] = [];
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
@@ -49,10 +50,13 @@ export async function startWebServer(): Promise<WebServer> {
         .end(route.body);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', resolve);
+  });
+  const bound = (server.address() as AddressInfo).port;
   return {
-    origin: `http://127.0.0.1:${port}`,
+    origin: `http://127.0.0.1:${bound}`,
     route: (path, route) => routes.set(path, typeof route === 'string' ? { body: route } : route),
     requests,
     close: () =>

@@ -7,6 +7,7 @@ import type { Page } from 'playwright';
 import { z } from 'zod';
 import type { BrowserSession, BrowserManager } from '../../src/browser/manager.ts';
 import type { UrlPolicy } from '../../src/browser/url-policy.ts';
+import type { EgressFilter } from '../../src/browser/egress.ts';
 import type { Point } from '../../src/desktop/driver.ts';
 import { ToolInputError } from '../../src/errors.ts';
 import { fitSize, isInside, toDisplay, type Geometry } from '../../src/geometry.ts';
@@ -20,12 +21,26 @@ export interface BrowserDeps {
   maxTypeTextLength: number;
   /** Folders `file_upload` may read from; empty means uploads are refused. */
   uploadRoots: readonly string[];
+  /** Where the browser may connect (src/browser/egress.ts); `navigate` refuses a target it would refuse. */
+  egress?: EgressFilter;
 }
 
 export interface BrowserCallContext extends CallContext, BrowserDeps {
   session: BrowserSession;
-  /** The tab this call acts on: `tabId`, else the active tab; a session with no tab opens one. */
-  tab(tabId?: string | null): Promise<{ page: Page; tabId: string }>;
+  /**
+   * Ends this call's own work now (its `signal` aborts), e.g. when the browser
+   * died under it: a `wait` must not sleep on for its whole duration after its
+   * result went out.
+   */
+  stop(reason: unknown): void;
+  /** Stops following the executor's signal; call once the call is over. */
+  release(): void;
+  /**
+   * The tab this call acts on: `tabId`, else the active tab; a session with no
+   * tab opens one. After the browser died and took the session's tabs, it
+   * fails with BrowserCrashedError once, unless the call `opensPage` itself.
+   */
+  tab(tabId?: string | null, opensPage?: boolean): Promise<{ page: Page; tabId: string }>;
   /** The viewport and the screenshot that represents it. */
   geometry(page: Page): Geometry;
   /** A coordinate target in screenshot pixels → viewport pixels, refusing one outside the screenshot. */
@@ -34,6 +49,11 @@ export interface BrowserCallContext extends CallContext, BrowserDeps {
 
 export function createBrowserContext(deps: BrowserDeps, call: CallContext): BrowserCallContext {
   const session = deps.manager.session(call.sessionId);
+  // The call's own signal: it follows the executor's (cancel, timeout, shutdown) and can also be stopped here.
+  const local = new AbortController();
+  const follow = (): void => local.abort(call.signal.reason);
+  if (call.signal.aborted) follow();
+  else call.signal.addEventListener('abort', follow, { once: true });
   const geometry = (page: Page): Geometry => {
     const display = page.viewportSize() ?? deps.manager.options.viewport;
     return { display, screenshot: fitSize(display, deps.screenshots.limits) };
@@ -41,8 +61,11 @@ export function createBrowserContext(deps: BrowserDeps, call: CallContext): Brow
   return {
     ...call,
     ...deps,
+    signal: local.signal,
+    stop: (reason) => local.abort(reason),
+    release: () => call.signal.removeEventListener('abort', follow),
     session,
-    tab: (tabId) => session.page(tabId),
+    tab: (tabId, opensPage) => session.page(tabId, opensPage),
     geometry,
     viewportPoint(page, target, field = 'target') {
       const g = geometry(page);

@@ -86,6 +86,8 @@ async function aroundCall(
   const { session } = ctx;
   const call = session.beginCall();
   const death = session.watchDeath();
+  // The call's own work (a `wait`'s sleep, a `hold_key`) ends with the browser too.
+  death.died.catch((err: unknown) => ctx.stop(err));
   let outputs: MemberOutput[];
   try {
     // A browser dying under a Playwright call can leave it pending for ever: the race ends the call.
@@ -96,6 +98,7 @@ async function aroundCall(
     throw err;
   } finally {
     death.dispose();
+    ctx.release();
   }
   // Actions (clicks, keys) may have set off a navigation that the next call must not race.
   const report = await session.endCall(call, true, member.effect === 'write' && member.kind === 'ack');

@@ -80,7 +80,18 @@ export const navigate = browserMember({
       command === 'back' || command === 'forward' || command === 'reload'
         ? undefined
         : resolveNavigationUrl(input.url, ctx.urlPolicy);
-    const { page } = await ctx.tab(input.tab_id);
+    if (target !== undefined && ctx.egress) {
+      const url = new URL(target);
+      const port = url.port ? Number(url.port) : url.protocol === 'https:' ? 443 : 80;
+      const decision = await ctx.egress.decide(url.hostname, port);
+      // The proxy would refuse it anyway; saying so here is clearer than an error page.
+      if (!decision.allowed && decision.reason !== 'unresolved') {
+        throw new ToolRefusedError(
+          'Refused: that address is not on the public internet, and this browser may not connect to it.',
+        );
+      }
+    }
+    const { page } = await ctx.tab(input.tab_id, target !== undefined && !input.tab_id);
     await ctx.session.guardNavigations(ctx.urlPolicy);
     const options = { waitUntil: 'domcontentloaded', timeout: NAV_DOM_TIMEOUT_MS } as const;
     const before = page.url();
