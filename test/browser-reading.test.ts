@@ -279,7 +279,8 @@ describe('browser reading members through the daemon', () => {
     assert.match(await call(f, 'find', { query: 'button' }), /^No element on the page matched "button"/);
   });
 
-  test('read_page on a medium page (~300 elements) is fast', async (t) => {
+  // Its speed is a figure for `npm run bench`, never a pass/fail here (shared machines are noisy).
+  test('read_page on a medium page (~300 elements) reads every element', async (t) => {
     await call(f, 'navigate', { url: `${origin}/medium` });
     const times: number[] = [];
     let text = '';
@@ -293,7 +294,6 @@ describe('browser reading members through the daemon', () => {
     const count = text.split('\n').filter((l) => l.includes('[ref_')).length;
     t.diagnostic(`read_page on ${count} elements: median ${median.toFixed(1)} ms (round trip through the daemon)`);
     assert.ok(count >= 300, `only ${count} elements`);
-    assert.ok(median < 2000, `median ${median} ms`);
   });
 });
 

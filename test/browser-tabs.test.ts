@@ -297,7 +297,8 @@ describe('browser navigation, tabs, screen and optional members', () => {
   test('dialogs never hang a call, and the model is told', async () => {
     const t0 = performance.now();
     const r = await run(f, [use('navigate', { url: `${origin}/dialogs` })]);
-    assert.ok(performance.now() - t0 < 10_000);
+    // Not held until the 30 s call limit by a dialog nobody answers.
+    assert.ok(performance.now() - t0 < 25_000, `${Math.round(performance.now() - t0)} ms`);
     const text = textOf(r.tool_results[0]!);
     assert.match(text, /^Navigated to .*\/dialogs — Dialogs \(HTTP 200\)/);
     assert.match(text, /An alert dialog "hi there" was dismissed\./);

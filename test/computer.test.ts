@@ -348,7 +348,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
     assertApiValid(uses, result);
     assert.equal(result.cancelled, true);
     assert.deepEqual(result.failures, []);
-    assert.ok(result.duration_ms < 5_000);
+    assert.ok(result.duration_ms < 15_000, `cancelled after ${result.duration_ms} ms, not at the end of its 20 s`);
     const cancelled = 'Not completed: the computer actions of this turn were cancelled before this one finished.';
     assert.deepEqual(texts(result), [cancelled, cancelled]);
     assert.ok(!events.some((e) => e.phase === 'failed'));

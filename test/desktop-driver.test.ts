@@ -645,10 +645,9 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         typing.catch(() => {}); // failing already: do not add an unhandled rejection
         throw new Error(`the page did not report the first typed key: ${(err as Error).message}`);
       });
-      const t0 = performance.now();
       ac.abort();
+      // Cancelled, not finished: that fewer keys than the whole text arrived is checked below.
       await assert.rejects(typing, CancelledError);
-      assert.ok(performance.now() - t0 < 100, 'rejects promptly');
       // A real round trip to the worker (displaySize is cached in the parent): it runs once the
       // worker has stopped typing. Then the fence: every key it sent has reached the page.
       await driver.cursorPosition();
@@ -780,7 +779,11 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       const tAbort = performance.now();
       ac.abort();
       await assert.rejects(hold, CancelledError);
-      assert.ok(performance.now() - tAbort < 100, 'rejects promptly');
+      // Long before the 10 s hold would have ended, however busy the machine.
+      assert.ok(
+        performance.now() - tAbort < 5_000,
+        `rejected ${Math.round(performance.now() - tAbort)} ms after the abort`,
+      );
       evs = await waitFor(async () => {
         const e = await events();
         return e.some((x) => x.type === 'keyup' && x.key === 'Control') ? e : undefined;
@@ -1096,7 +1099,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         try {
           const t0 = performance.now();
           await assert.rejects(d.moveMouse({ x: 3, y: 4 }), DriverCrashedError);
-          assert.ok(performance.now() - t0 < 3000);
+          // Ended by the 1 s call limit, where a stuck X server would otherwise hold it for ever.
+          assert.ok(performance.now() - t0 < 15_000, `rejected after ${Math.round(performance.now() - t0)} ms`);
         } finally {
           xvfb.proc.kill('SIGCONT');
         }
