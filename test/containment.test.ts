@@ -13,12 +13,10 @@
  */
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
-import { request, createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { request } from 'node:http';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { WebSocketServer } from 'ws';
 import { EgressFilter, isNonPublicAddress, startEgressProxy, type EgressProxy } from '../src/browser/egress.ts';
 import { browserPolicyState } from '../src/browser/policy.ts';
 import { isAllowedUrl } from '../src/browser/url-policy.ts';
@@ -29,38 +27,11 @@ import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { newLogDir } from './helpers/artifacts.ts';
 import { until } from './helpers/wait.ts';
-import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
+import { browserUse, startVictim, startWebServer, type Victim, type WebServer } from './helpers/web.ts';
 
 const texts = (r: BatchResult): string[] =>
   r.tool_results.flatMap((t) => t.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])));
 const everything = (r: BatchResult): string => JSON.stringify(r);
-
-/** A server that must never hear from the browser: it records every request and WebSocket that reaches it. */
-async function startVictim(): Promise<{ origin: string; port: number; hits: string[]; close(): Promise<void> }> {
-  const hits: string[] = [];
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    hits.push(`${req.method} ${req.url}`);
-    res.writeHead(200, { 'content-type': 'text/html' }).end('<title>victim</title>victim-secret-7781');
-  });
-  const wss = new WebSocketServer({ server });
-  wss.on('connection', (ws) => {
-    hits.push('websocket');
-    ws.close();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    origin: `http://127.0.0.1:${port}`,
-    port,
-    hits,
-    close: () =>
-      new Promise<void>((resolve) => {
-        wss.close();
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
-}
 
 // ---------------------------------------------------------------- the egress filter, alone
 
@@ -211,7 +182,7 @@ describe('egress: which addresses are not the public internet', () => {
 
 describe('egress: the browser cannot reach private networks or the daemon itself', () => {
   let web: WebServer;
-  let victim: Awaited<ReturnType<typeof startVictim>>;
+  let victim: Victim;
   let d: TestDaemon;
   let c: TestClient;
   before(async () => {

@@ -36,8 +36,6 @@
  * SOAK_KEEP=1 (keep the temp folder with the daemon's log).
  */
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
@@ -50,7 +48,7 @@ import { DEFAULT_CONFIG } from '../src/config.ts';
 import type { BatchResult, ErrorInfo, ToolUse, Welcome } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { startTestDisplay } from './helpers/display.ts';
-import { startWebServer, type WebServer } from './helpers/web.ts';
+import { startVictim, startWebServer, type Victim, type WebServer } from './helpers/web.ts';
 import { RESOURCE_DOWN_TYPES, childPids, descendants, killAll, processFootprint } from './helpers/faults.ts';
 import {
   LoadClient,
@@ -138,31 +136,6 @@ interface Fault {
 
 /** Faults that take nothing down, so there is no recovery to wait for. */
 const noRecovery = (f: Fault): boolean => f.kind === 'malformed_burst' || f.kind === 'attack';
-
-/** A server on a private address (loopback) that the browser must never reach; it records what reaches it. */
-async function startVictim(): Promise<AttackSites['victim'] & { close(): Promise<void> }> {
-  const hits: string[] = [];
-  const server = createServer((req, res) => {
-    hits.push(`${req.method} ${req.url}`);
-    res.writeHead(200).end('private');
-  });
-  server.on('upgrade', (req, socket) => {
-    hits.push(`upgrade ${req.url}`);
-    socket.destroy();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    origin: `http://127.0.0.1:${port}`,
-    port,
-    hits,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
-}
 
 const samples: Sample[] = [];
 const faults: Fault[] = [];
@@ -489,7 +462,7 @@ async function browserFault(client: LoadClient, origin: string, daemonPid: numbe
 /** The attack round's sites: a page of the soak's own (allowed), and a private address that must never be reached. */
 interface AttackSites {
   site: WebServer;
-  victim: { origin: string; port: number; hits: string[] };
+  victim: Victim;
 }
 
 /**

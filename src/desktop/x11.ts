@@ -300,25 +300,14 @@ export class XConnection {
     this.send(req);
   }
 
-  /** XTestFakeInput: KeyPress/KeyRelease with a keycode, ButtonRelease with a button. */
+  /** XTestFakeInput: KeyPress/KeyRelease with a keycode, ButtonPress/ButtonRelease with a button. */
   fakeInput(xtestOpcode: number, type: number, detail: number): void {
-    const req = Buffer.alloc(36);
-    req[0] = xtestOpcode;
-    req[1] = XTEST_FAKE_INPUT;
-    req.writeUInt16LE(9, 2);
-    req[4] = type;
-    req[5] = detail;
-    this.send(req);
+    this.send(fakeInputRequest(xtestOpcode, type, detail));
   }
 
   /** XTestFakeInput MotionNotify: moves the pointer to (x, y) on the root window, in the same queue as fakeInput's events. */
   fakeMotion(xtestOpcode: number, x: number, y: number): void {
-    const req = Buffer.alloc(36);
-    req[0] = xtestOpcode;
-    req[1] = XTEST_FAKE_INPUT;
-    req.writeUInt16LE(9, 2);
-    req[4] = MOTION_NOTIFY;
-    req[5] = 0; // absolute
+    const req = fakeInputRequest(xtestOpcode, MOTION_NOTIFY, 0); // detail 0: absolute
     req.writeUInt32LE(this.root, 12);
     req.writeInt16LE(x, 24);
     req.writeInt16LE(y, 26);
@@ -398,6 +387,17 @@ export class XConnection {
     this.closed = true;
     this.socket.destroy();
   }
+}
+
+/** An XTestFakeInput request (xXTestFakeInputReq, 36 bytes): time 0 (now), root and position 0 unless set. */
+function fakeInputRequest(xtestOpcode: number, type: number, detail: number): Buffer {
+  const req = Buffer.alloc(36);
+  req[0] = xtestOpcode;
+  req[1] = XTEST_FAKE_INPUT;
+  req.writeUInt16LE(9, 2);
+  req[4] = type;
+  req[5] = detail;
+  return req;
 }
 
 function pad4(b: Buffer): Buffer {

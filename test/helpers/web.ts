@@ -6,6 +6,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { WebSocketServer } from 'ws';
 import type { ToolUse } from '../../src/protocol.ts';
 import { startTestDaemon, type TestClient, type TestDaemon } from './daemon.ts';
 
@@ -101,5 +102,41 @@ export function browserUse(name: string, input: Record<string, unknown> = {}, id
     name,
     toolset_name: 'browser',
     input,
+  };
+}
+
+/** A server on a private address (loopback) that a contained browser must never reach. */
+export interface Victim {
+  origin: string;
+  port: number;
+  /** Every request and WebSocket that reached it. */
+  hits: string[];
+  close(): Promise<void>;
+}
+
+/** Starts a Victim on 127.0.0.1, port 0: it records what reaches it and answers with a secret-looking page. */
+export async function startVictim(): Promise<Victim> {
+  const hits: string[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    hits.push(`${req.method} ${req.url}`);
+    res.writeHead(200, { 'content-type': 'text/html' }).end('<title>victim</title>victim-secret-7781');
+  });
+  const wss = new WebSocketServer({ server });
+  wss.on('connection', (ws) => {
+    hits.push('websocket');
+    ws.close();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    origin: `http://127.0.0.1:${port}`,
+    port,
+    hits,
+    close: () =>
+      new Promise<void>((resolve) => {
+        wss.close();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
 }
