@@ -348,6 +348,22 @@ describe('the X display admits only holders of its cookie', () => {
       process.env.XAUTHORITY = saved;
     }
   });
+
+  test('displays started at once with one authority file each keep their cookie in it', async () => {
+    // startTestDisplay shares this process's authority file; three updates of
+    // it at once must not lose an entry (each would be refused if one did).
+    const displays = await Promise.all(
+      [1, 2, 3].map(() => startTestDisplay({ width: 160, height: 100, windowManager: false })),
+    );
+    try {
+      for (const started of displays) {
+        const conn = await XConnection.open(started.display);
+        conn.close();
+      }
+    } finally {
+      await Promise.all(displays.map((started) => started.stop()));
+    }
+  });
 });
 
 // ---------------------------------------------------------------- Chromium's own interface, driven as a person would

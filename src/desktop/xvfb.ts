@@ -6,7 +6,7 @@
  *   number using its own lock files (/tmp/.X<n>-lock), so parallel starts never
  *   collide and there is no check-then-use race.
  * - `-noreset`: without it the server resets its keyboard map whenever the last
- *   client leaves; `-nolisten tcp`: local sockets only (shared/notes/MEASURED.md).
+ *   client leaves; `-nolisten tcp`: local sockets only (docs/MEASURED.md).
  * - openbox runs with a generated minimal config (OPENBOX_RC below) that binds
  *   no keys and no modifier+mouse chords, so Alt+click, Alt+Tab, Ctrl+Alt+arrows
  *   reach the applications instead of the window manager.
@@ -18,7 +18,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -314,13 +314,26 @@ async function spawnXvfb(
   }
 }
 
+/** The authority file updates of this process, one at a time (setXauthEntry). */
+let xauthUpdates: Promise<void> = Promise.resolve();
+
 /**
  * Puts the cookie for display `number` in the authority file at `path`
  * (created mode 0600), replacing any entry for that number: an older one, for
  * a display that used the number before, would be found first and refused.
  * `cookie` undefined just removes the entry.
  */
-async function setXauthEntry(path: string, number: string, cookie: Buffer | undefined): Promise<void> {
+function setXauthEntry(path: string, number: string, cookie: Buffer | undefined): Promise<void> {
+  // Read, change, write: two displays started at once by this process would
+  // each write back what they read and lose the other's entry, so the updates
+  // run one at a time; the new file is renamed into place so that an X client
+  // reading it meanwhile sees the old or the new file, never half of one.
+  const run = xauthUpdates.then(() => rewriteXauth(path, number, cookie));
+  xauthUpdates = run.catch(() => undefined);
+  return run;
+}
+
+async function rewriteXauth(path: string, number: string, cookie: Buffer | undefined): Promise<void> {
   const old = await readFile(path).catch(() => Buffer.alloc(0));
   const kept: Buffer[] = [];
   let off = 0;
@@ -341,8 +354,10 @@ async function setXauthEntry(path: string, number: string, cookie: Buffer | unde
     // a truncated tail: keep what parsed
   }
   if (cookie) kept.push(xauthEntry(number, cookie));
-  await writeFile(path, Buffer.concat(kept), { mode: 0o600 });
-  await chmod(path, 0o600);
+  const temp = `${path}.${process.pid}.tmp`;
+  await writeFile(temp, Buffer.concat(kept), { mode: 0o600 });
+  await chmod(temp, 0o600);
+  await rename(temp, path);
 }
 
 /**
