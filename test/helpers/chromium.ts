@@ -84,6 +84,21 @@ function coversScreen(g: PageGeometry, width: number, height: number): boolean {
   );
 }
 
+/**
+ * The kiosk window's own tab. Chromium may start with more pages than the one
+ * Playwright asked for (measured, about one launch in twenty under load: two
+ * `chrome-error://` pages of 1x1 and 154x44, for start pages the managed
+ * policy blocks, listed in any order), so `pages()[0]` was at times one of
+ * those and never covered the screen. The tab is the one not showing an error
+ * page; the others are closed.
+ */
+async function kioskPage(context: BrowserContext): Promise<Page> {
+  const isError = (p: Page): boolean => p.url().startsWith('chrome-error:');
+  const page = context.pages().find((p) => !isError(p)) ?? (await context.newPage());
+  for (const other of context.pages()) if (other !== page && isError(other)) await other.close().catch(() => undefined);
+  return page;
+}
+
 export async function launchKioskChromium(options: KioskChromiumOptions): Promise<KioskChromium> {
   const { display, width, height, url } = options;
   const context = await chromium.launchPersistentContext('', {
@@ -114,7 +129,7 @@ export async function launchKioskChromium(options: KioskChromiumOptions): Promis
   try {
     const browser = context.browser();
     if (!browser) throw new Error('Playwright returned no Browser for the chromium persistent context');
-    const page = context.pages()[0] ?? (await context.newPage());
+    const page = await kioskPage(context);
     await page.goto(url);
     const deadline = Date.now() + GEOMETRY_TIMEOUT_MS;
     let geometry = await pageGeometry(page);
