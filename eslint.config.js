@@ -29,6 +29,59 @@ const nodeGlobals = Object.fromEntries(
   ].map((name) => [name, 'readonly']),
 );
 
+/**
+ * The layers, top to bottom; an import may only point down (docs/ARCHITECTURE.md):
+ *   cli → daemon → ops, viewer → server → executor → toolsets → drivers (desktop, browser) → leaves.
+ * The client library stands apart (the protocol and the leaves only); the SDK classes use the client.
+ * `layer(name, files, ...below)` lets the layer's `files` import their own group, the groups named
+ * `below` and the leaves; every other group is forbidden.
+ */
+const GROUPS = {
+  cli: ['**/cli.ts'],
+  daemon: ['**/daemon.ts'],
+  ops: ['**/ops/**', '**/viewer/**'],
+  server: ['**/server/**'],
+  executor: ['**/executor/**'],
+  toolsets: ['**/toolsets/**'],
+  desktop: ['**/desktop/**'],
+  browser: ['**/browser/**'],
+  client: ['**/client/**'],
+  sdk: ['**/sdk/**'],
+};
+const LEAVES = [
+  'src/protocol.ts',
+  'src/text.ts',
+  'src/geometry.ts',
+  'src/image.ts',
+  'src/errors.ts',
+  'src/log.ts',
+  'src/zod-text.ts',
+  'src/keysym-names.ts',
+  'src/config.ts',
+  'src/resilience.ts',
+  'src/activity.ts',
+  'src/screenshot-store.ts',
+];
+function layer(name, files, ...below) {
+  const groups = Object.keys(GROUPS).filter(
+    (g) => !below.includes(g) && !files.some((f) => GROUPS[g].includes(`**/${f.replace(/^src\//, '')}`)),
+  );
+  return {
+    files,
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: groups.map((g) => ({
+            group: GROUPS[g],
+            message: `the ${name} may not import from the ${g} layer: imports point down (docs/ARCHITECTURE.md).`,
+          })),
+        },
+      ],
+    },
+  };
+}
+
 export default defineConfig(
   { ignores: ['node_modules/', 'screenshots/', 'downloads/', 'test-artifacts/', '.deskbatch/'] },
   js.configs.recommended,
@@ -48,4 +101,14 @@ export default defineConfig(
       ],
     },
   },
+  layer('leaves', LEAVES),
+  layer('desktop driver', ['src/desktop/**']),
+  layer('browser driver', ['src/browser/**']),
+  layer('toolsets', ['toolsets/**'], 'desktop', 'browser'),
+  layer('executor', ['src/executor/**'], 'toolsets'),
+  layer('server', ['src/server/**'], 'executor'),
+  layer('ops and viewer', ['src/ops/**', 'src/viewer/**'], 'server', 'executor', 'toolsets'),
+  layer('daemon', ['src/daemon.ts'], 'ops', 'server', 'executor', 'toolsets', 'desktop', 'browser'),
+  layer('client library', ['src/client/**']),
+  layer('SDK classes', ['src/sdk/**'], 'client'),
 );

@@ -22,7 +22,7 @@
 import { writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
-import type { ImageFormat } from '../src/desktop/driver.ts';
+import type { ImageFormat } from '../src/image.ts';
 import { anatomyFigures } from './anatomy.ts';
 import { browserFigures, launchFigure, launchSample, withWebPage } from './browser.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';

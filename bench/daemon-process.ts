@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import type { ImageFormat } from '../src/desktop/driver.ts';
+import type { ImageFormat } from '../src/image.ts';
 import { desktopWorkerPids, processFootprint } from '../test/helpers/faults.ts';
 import { BenchClient, nextId, toolUse } from './client.ts';
 

@@ -7,7 +7,7 @@
  *
  * Forked by bench/floor.ts with DISPLAY set to the bench display, one child
  * per display: libnut opens the display on its first call and keeps it, and
- * a process whose X server goes away dies (shared/notes/MEASURED.md), so the
+ * a process whose X server goes away dies (docs/MEASURED.md), so the
  * bench process itself never loads nut-js.
  *
  * One pipeline run per request, so the bench can interleave floor runs with

@@ -10,7 +10,8 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ConfigError, DEFAULT_CONFIG, resolveConfig, type BrowserMode } from './config.ts';
 import { startDaemon } from './daemon.ts';
-import type { ImageFormat } from './desktop/driver.ts';
+import { BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
+import type { ImageFormat } from './image.ts';
 import { startVirtualDisplay, type VirtualDisplay } from './desktop/xvfb.ts';
 import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel } from './log.ts';
 
@@ -33,8 +34,8 @@ Options:
                            the rest is cancelled (default ${DEFAULT_CONFIG.limits.maxBatchMs})
   --expose-error-messages  let the model read thrown errors' messages, not only their type
   --disable MEMBER         switch a member off (in both toolsets); repeatable
-  --browser-enable MEMBER  switch on an optional browser member: javascript_exec,
-                           read_console, read_network, file_upload; repeatable
+  --browser-enable MEMBER  switch on an optional browser member: ${BROWSER_OPTIONAL_MEMBERS.slice(0, 2).join(', ')},
+                           ${BROWSER_OPTIONAL_MEMBERS.slice(2).join(', ')}; repeatable
   --allow-host HOST        navigate only to these hosts and their subdomains; repeatable
   --deny-host HOST         never navigate to these hosts or their subdomains; repeatable
   --allow-private-networks let the browser reach loopback, private and link-local

@@ -4,7 +4,7 @@
  * the caller's; impossible combinations are refused with an exact message.
  */
 import { isIP } from 'node:net';
-import type { ImageFormat, SettleOptions } from './desktop/driver.ts';
+import type { ImageFormat, SettleOptions } from './image.ts';
 import type { ScreenshotLimits } from './geometry.ts';
 import type { LogLevel } from './log.ts';
 import type { BreakerSettings, RetrySettings } from './resilience.ts';
@@ -34,7 +34,7 @@ export interface DaemonConfig {
   browser: BrowserMode;
   /** The browser toolset's own settings. */
   browserSettings: {
-    /** Optional members switched on: javascript_exec, read_console, read_network, file_upload. */
+    /** Optional browser members switched on (the daemon checks the names against the toolset). */
     enable: string[];
     /** URL policy for navigate: when allowHosts is non-empty only those hosts (and subdomains). */
     allowHosts: string[];
@@ -198,6 +198,7 @@ const DAY_MS = 24 * HOUR_MS;
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
+  readonly code = 'ERR_CONFIG';
 }
 
 export function isLoopback(host: string): boolean {
@@ -327,11 +328,6 @@ export function resolveConfig(
   const { attempts } = config.resilience.retry;
   if (!Number.isInteger(attempts) || attempts < 0 || attempts > 5) {
     throw new ConfigError(`resilience.retry.attempts must be 0–5, got ${attempts}`);
-  }
-  const optional = ['javascript_exec', 'read_console', 'read_network', 'file_upload'];
-  const notOptional = config.browserSettings.enable.filter((m) => !optional.includes(m));
-  if (notOptional.length) {
-    throw new ConfigError(`--browser-enable takes ${optional.join(', ')}; not: ${notOptional.join(', ')}`);
   }
   const downloadCaps: [string, number][] = [
     ['--max-downloads', config.browserSettings.maxDownloads],

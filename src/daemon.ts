@@ -18,7 +18,9 @@ import { DeskbatchServer, type HttpRoute, type SocketRoute } from './server/serv
 import { ActivityHub } from './activity.ts';
 import { createOps } from './ops/index.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
-import { BROWSER_MEMBER_NAMES, createBrowserToolset } from '../toolsets/browser/index.ts';
+import { BROWSER_MEMBER_NAMES, BROWSER_OPTIONAL_MEMBERS, createBrowserToolset } from '../toolsets/browser/index.ts';
+import { createLegacyComputerTool } from '../toolsets/computer-legacy/index.ts';
+import { describeToolsets } from '../toolsets/describe.ts';
 import { BrowserManager, BrowserUnavailableError } from './browser/manager.ts';
 import { EgressFilter, parsePrivateAllow, startEgressProxy, type EgressProxy } from './browser/egress.ts';
 import { browserPolicyState } from './browser/policy.ts';
@@ -41,6 +43,13 @@ export interface Daemon {
   close(): Promise<void>;
 }
 
+/** Refuses `--browser-enable` names that are not optional browser members. */
+function checkEnabled(names: readonly string[]): void {
+  const optional: readonly string[] = BROWSER_OPTIONAL_MEMBERS;
+  const wrong = names.filter((m) => !optional.includes(m));
+  if (wrong.length) throw new ConfigError(`--browser-enable takes ${optional.join(', ')}; not: ${wrong.join(', ')}`);
+}
+
 /** Refuses `--disable` names that are no member's, and disabling every computer member (the API rejects that entry). */
 function checkDisabled(names: readonly string[]): void {
   const computer: readonly string[] = COMPUTER_MEMBERS.map((m) => m.name);
@@ -57,6 +66,7 @@ const WELCOME_GEOMETRY_WAIT_MS = 250;
 
 export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
   checkDisabled(config.disabledMembers);
+  checkEnabled(config.browserSettings.enable);
   let lastGeometry: Geometry | undefined;
   const driver = new WorkerDesktopDriver({
     display: config.display ?? '',
@@ -151,6 +161,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
         });
   const executor = new Executor({
     toolsets: browser ? [computer, browser] : [computer],
+    // The older `computer` tool, on top of the computer toolset (toolsets/computer-legacy/).
+    plainTool: createLegacyComputerTool(computer),
     callTimeoutMs: config.callTimeoutMs,
     exposeErrorMessages: config.exposeErrorMessages,
     images: { limits: config.screenshot.limits, maxBase64Bytes: config.screenshot.maxBase64Bytes },
@@ -198,6 +210,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const server: DeskbatchServer = new DeskbatchServer({
     config,
     executor,
+    describeToolsets: describeToolsets(executor.served, executor.plainTool),
     log,
     activity,
     routes,

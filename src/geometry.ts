@@ -1,11 +1,22 @@
 /**
  * Screenshot geometry: how big the screenshot of a display is, and how a point
  * in screenshot pixels maps to display pixels and back. Pure functions, shared
- * by every toolset that returns screenshots (TOOLSET-CONTRACT B3, B5).
+ * by every toolset that returns screenshots (docs/TOOLSETS.md B3, B5).
  */
-import type { Point, Rect, Size } from './desktop/driver.ts';
+export interface Point {
+  x: number;
+  y: number;
+}
 
-/** The API counts one visual token per started 28×28 tile (TOOLSET-CONTRACT B5). */
+export interface Size {
+  width: number;
+  height: number;
+}
+
+/** A rectangle in display pixels; `width` and `height` are at least 1. */
+export interface Rect extends Point, Size {}
+
+/** The API counts one visual token per started 28×28 tile (docs/TOOLSETS.md B5). */
 export const VISUAL_TOKEN_TILE_PX = 28;
 
 export interface ScreenshotLimits {

@@ -102,7 +102,7 @@ export type ImageBlock = z.output<typeof ImageBlockSchema>;
 
 /**
  * `browser_state` strings: at most 4096 characters, no C0/C1 controls, DEL,
- * U+2028 or U+2029 (TOOLSET-CONTRACT C4).
+ * U+2028 or U+2029 (docs/TOOLSETS.md C4).
  */
 const StateString = z
   .string()
@@ -136,7 +136,7 @@ export const BrowserStateChangeSchema = z.discriminatedUnion('type', [
 ]);
 export type BrowserStateChange = z.output<typeof BrowserStateChangeSchema>;
 
-/** The browser's tab inventory after a call, and what the call changed (TOOLSET-CONTRACT C4). */
+/** The browser's tab inventory after a call, and what the call changed (docs/TOOLSETS.md C4). */
 export const BrowserStateBlockSchema = z.strictObject({
   type: z.literal('browser_state'),
   tabs: z.array(BrowserStateTabSchema).max(100),

@@ -8,7 +8,7 @@
 import { mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { join, resolve, sep } from 'node:path';
 import type { Logger } from './log.ts';
-import type { CapturedImage } from './desktop/driver.ts';
+import type { CapturedImage } from './image.ts';
 import type { ScreenshotFile } from './protocol.ts';
 
 export interface RetentionOptions {

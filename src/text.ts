@@ -20,3 +20,17 @@ export function canonicalJson(value: unknown): string {
 export function oneLine(value: string): string {
   return value.replace(/[\p{Cc}\u2028\u2029]+/gu, ' ').trim();
 }
+
+/** Longest input value echoed into an acknowledgment (the SDK folds to one line and bounds it). */
+export const ECHO_MAX_CHARS = 200;
+
+/** Folds a value from the input into one bounded line for an acknowledgment text. */
+export function echo(value: string | number): string {
+  const line = oneLine(String(value));
+  return line.length > ECHO_MAX_CHARS ? `${line.slice(0, ECHO_MAX_CHARS - 1)}…` : line;
+}
+
+/** Folds a name from the model into one bounded line; runs of quotes and spaces become one space (the SDK's unknown-member rule). */
+export function foldName(value: string): string {
+  return echo(value).replace(/['\s]+/g, ' ');
+}

@@ -22,7 +22,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
-import { parseKeySequence, parseModifiers } from '../src/browser/keys.ts';
+import { parseKeySequence, parsePlaywrightModifiers } from '../src/browser/keys.ts';
 import { ToolInputError } from '../src/errors.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { startedEvent } from './helpers/daemon.ts';
@@ -246,14 +246,14 @@ describe('keys.ts', () => {
   });
 
   it('parses modifiers and refuses non-modifiers and unknown keys', () => {
-    assert.deepEqual(parseModifiers('shift'), ['Shift']);
-    assert.deepEqual(parseModifiers('ctrl+shift'), ['Control', 'Shift']);
-    assert.deepEqual(parseModifiers('cmd+alt'), ['Meta', 'Alt']);
-    assert.deepEqual(parseModifiers('Win+Option+control'), ['Meta', 'Alt', 'Control']);
-    assert.deepEqual(parseModifiers(''), []);
-    assert.deepEqual(parseModifiers(null), []);
+    assert.deepEqual(parsePlaywrightModifiers('shift'), ['Shift']);
+    assert.deepEqual(parsePlaywrightModifiers('ctrl+shift'), ['Control', 'Shift']);
+    assert.deepEqual(parsePlaywrightModifiers('cmd+alt'), ['Meta', 'Alt']);
+    assert.deepEqual(parsePlaywrightModifiers('Win+Option+control'), ['Meta', 'Alt', 'Control']);
+    assert.deepEqual(parsePlaywrightModifiers(''), []);
+    assert.deepEqual(parsePlaywrightModifiers(null), []);
     assert.throws(
-      () => parseModifiers('ctrl+a'),
+      () => parsePlaywrightModifiers('ctrl+a'),
       (e: unknown) => e instanceof ToolInputError && /"a".*not a modifier/.test(e.message),
     );
     assert.throws(

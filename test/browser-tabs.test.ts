@@ -49,7 +49,7 @@ const stateOf = (r: Result): State | undefined =>
   blocks(r).find((b) => b.type === 'browser_state') as State | undefined;
 const activeTab = (s: State) => s.tabs.find((t) => t.active)?.tab_id;
 
-/** The browser_state rules of TOOLSET-CONTRACT C4 and F7. */
+/** The browser_state rules of docs/TOOLSETS.md C4 and F7. */
 function checkBrowserState(r: Result): void {
   const states = blocks(r).filter((b) => b.type === 'browser_state') as State[];
   assert.ok(states.length <= 1, 'at most one browser_state');

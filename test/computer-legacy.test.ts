@@ -14,12 +14,11 @@ import type {
 import type { BatchResult, ToolEvent, ToolUse, Welcome } from '../src/protocol.ts';
 import {
   LEGACY_ACTIONS,
-  LEGACY_CANCELLED_TEXT,
   LEGACY_COMPUTER_FAMILY,
-  LEGACY_NOT_EXECUTED_TEXT,
   LegacyInputSchema,
   toMemberCalls,
 } from '../toolsets/computer-legacy/index.ts';
+import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../toolsets/text.ts';
 import { COMPUTER_MEMBERS } from '../toolsets/computer/index.ts';
 import { assertApiValid, imageSize } from './helpers/api-rules.ts';
 import { computerUse, startTestDaemon, type TestClient } from './helpers/daemon.ts';
@@ -115,8 +114,8 @@ describe('the mapping of every action (no desktop)', () => {
   });
 
   test('the texts for skipped and cancelled calls are the SDK fallback texts, word for word', () => {
-    assert.equal(LEGACY_NOT_EXECUTED_TEXT, 'Not executed: an earlier action in this turn failed.');
-    assert.equal(LEGACY_CANCELLED_TEXT, 'Not completed: this turn was cancelled before this action finished.');
+    assert.equal(FALLBACK_NOT_EXECUTED_TEXT, 'Not executed: an earlier action in this turn failed.');
+    assert.equal(FALLBACK_CANCELLED_TEXT, 'Not completed: this turn was cancelled before this action finished.');
   });
 });
 
@@ -318,8 +317,8 @@ describe('older computer tools on 1280x800', () => {
     assert.deepEqual(texts(result), [
       "invalid input for the computer tool: action: 'teleport' is not an action of this tool; the actions are: " +
         `${LEGACY_ACTIONS.join(', ')}.`,
-      LEGACY_NOT_EXECUTED_TEXT,
-      LEGACY_NOT_EXECUTED_TEXT,
+      FALLBACK_NOT_EXECUTED_TEXT,
+      FALLBACK_NOT_EXECUTED_TEXT,
     ]);
     assert.ok(result.tool_results.every((r) => r.is_error === true));
     assertNoToolsetName(result, uses);
@@ -387,7 +386,7 @@ describe('older computer tools on 1280x800', () => {
     assert.equal(t[3], COMPUTER_NOT_EXECUTED);
     assert.match(t[4]!, /^Error: 'bash' is not a toolset member call \(it has no toolset_name\)/);
     assert.equal(result.tool_results[5]!.is_error, true);
-    assert.equal(t[6], LEGACY_NOT_EXECUTED_TEXT);
+    assert.equal(t[6], FALLBACK_NOT_EXECUTED_TEXT);
     assert.equal(t[7], COMPUTER_NOT_EXECUTED);
     assert.deepEqual(
       result.tool_results.map((r) => r.is_error === true),
@@ -428,7 +427,7 @@ describe('older computer tools on 1280x800', () => {
     const { result } = await d.client.batch('legacy-cancel', uses);
     assertApiValid(uses, result, { clientTools: ['computer'] });
     assert.equal(result.cancelled, true);
-    assert.deepEqual(texts(result), [LEGACY_CANCELLED_TEXT, LEGACY_CANCELLED_TEXT]);
+    assert.deepEqual(texts(result), [FALLBACK_CANCELLED_TEXT, FALLBACK_CANCELLED_TEXT]);
     assert.deepEqual(result.failures, []);
     assert.equal(mouse(await d.drain(), 'mousedown').length, 0);
   });
@@ -449,7 +448,7 @@ describe('older computer tools on 1280x800', () => {
       assertApiValid(uses, result, { clientTools: ['computer'] });
       assert.deepEqual(texts(result), [
         "The 'zoom' action is not permitted by this application's permissions and cannot be used in this session.",
-        LEGACY_NOT_EXECUTED_TEXT,
+        FALLBACK_NOT_EXECUTED_TEXT,
       ]);
       assert.equal(result.failures[0]!.error.type, 'ToolRefusedError');
     } finally {

@@ -22,11 +22,12 @@ import { setTimeout as delay } from 'node:timers/promises';
 import sharp from 'sharp';
 import { chromium, type Browser, type Page } from 'playwright';
 import { Key } from '@nut-tree-fork/shared';
-import { parseChord, parseModifiers, KEY_NAMES_HELP, KEYSYMS, checkTypeable } from '../src/desktop/keys.ts';
+import { parseChord, parseModifierKeys, KEY_NAMES_HELP, KEYSYMS, checkTypeable } from '../src/desktop/keys.ts';
 import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
 import { XConnection } from '../src/desktop/x11.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/errors.ts';
-import type { DriverKey, Point } from '../src/desktop/driver.ts';
+import type { DriverKey } from '../src/desktop/driver.ts';
+import type { Point } from '../src/geometry.ts';
 import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
 import type { RecordedEvent } from './helpers/event-page.ts';
 import { InputFence, isWheelMarker } from './helpers/input-fence.ts';
@@ -259,15 +260,15 @@ describe('parseChord', () => {
     assert.throws(() => parseChord('ctrl+'), /Empty key name/);
   });
 
-  test('parseModifiers accepts only modifiers', () => {
-    assert.deepEqual(parseModifiers('shift'), ['LeftShift']);
-    assert.deepEqual(parseModifiers('ctrl+shift'), ['LeftControl', 'LeftShift']);
-    assert.deepEqual(parseModifiers('Alt+Super'), ['LeftAlt', 'LeftSuper']);
-    assert.deepEqual(parseModifiers(''), []);
-    assert.throws(() => parseModifiers('a'), ToolInputError);
-    assert.throws(() => parseModifiers('shift+Return'), /not a modifier/);
-    assert.throws(() => parseModifiers('A'), ToolInputError);
-    assert.throws(() => parseModifiers('shfit'), /Did you mean "shift"/);
+  test('parseModifierKeys accepts only modifiers', () => {
+    assert.deepEqual(parseModifierKeys('shift'), ['LeftShift']);
+    assert.deepEqual(parseModifierKeys('ctrl+shift'), ['LeftControl', 'LeftShift']);
+    assert.deepEqual(parseModifierKeys('Alt+Super'), ['LeftAlt', 'LeftSuper']);
+    assert.deepEqual(parseModifierKeys(''), []);
+    assert.throws(() => parseModifierKeys('a'), ToolInputError);
+    assert.throws(() => parseModifierKeys('shift+Return'), /not a modifier/);
+    assert.throws(() => parseModifierKeys('A'), ToolInputError);
+    assert.throws(() => parseModifierKeys('shfit'), /Did you mean "shift"/);
   });
 
   test('KEY_NAMES_HELP lists the main names', () => {

@@ -9,7 +9,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { z } from 'zod';
-import { Executor, UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT } from '../src/executor/executor.ts';
+import { Executor } from '../src/executor/executor.ts';
+import { FALLBACK_NOT_EXECUTED_TEXT } from '../toolsets/text.ts';
 import { Lane } from '../src/executor/lane.ts';
 import { silentLogger } from '../src/log.ts';
 import type { ToolEvent, ToolUse } from '../src/protocol.ts';
@@ -20,7 +21,7 @@ import { assertApiValid } from './helpers/api-rules.ts';
 class LeakyDriverError extends Error {
   override name = 'LeakyDriverError';
 }
-/** The contract's exact halt text for the computer toolset (TOOLSET-CONTRACT A5). */
+/** The contract's exact halt text for the computer toolset (docs/TOOLSETS.md A5). */
 const COMPUTER_NOT_EXECUTED_TEXT = 'Not executed: an earlier computer action in this turn failed.';
 const SECRET = 'password=hunter2 at /home/op/.ssh/id_rsa on db.internal';
 
@@ -160,7 +161,7 @@ describe('executor', () => {
                 ? COMPUTER_NOT_EXECUTED_TEXT
                 : family === 'browser'
                   ? 'Not executed: an earlier action in this turn failed.'
-                  : UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT;
+                  : FALLBACK_NOT_EXECUTED_TEXT;
             assert.equal(text, expected, `call ${i} gets its toolset's exact halt text`);
             assert.equal(
               events

@@ -1,21 +1,10 @@
-/** Helpers for texts the model reads. */
-import { oneLine } from '../src/text.ts';
+/**
+ * The SDK's fallback texts, for a family of calls that defines none of its own
+ * (docs/TOOLSETS.md A5): an unknown toolset_name, the older `computer` tool,
+ * and the browser toolset, whose SDK class uses them too. One definition each.
+ */
 
-/** Longest input value echoed into an acknowledgment (the SDK folds to one line and bounds it). */
-export const ECHO_MAX_CHARS = 200;
-
-/** Folds a value from the input into one bounded line for an acknowledgment text. */
-export function echo(value: string | number): string {
-  const line = oneLine(String(value));
-  return line.length > ECHO_MAX_CHARS ? `${line.slice(0, ECHO_MAX_CHARS - 1)}…` : line;
-}
-
-/** Folds a name from the model into one bounded line; runs of quotes and spaces become one space (the SDK's unknown-member rule). */
-export function foldName(value: string): string {
-  return echo(value).replace(/['\s]+/g, ' ');
-}
-
-/** The SDK's fallback halt text for a family it does not know (TOOLSET-CONTRACT A5). */
+/** Calls skipped after an earlier failure of the same family. */
 export const FALLBACK_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
-/** The SDK's fallback text for a call a cancel stopped, for a family it does not know. */
+/** Calls a cancel (or a disconnect) stopped. */
 export const FALLBACK_CANCELLED_TEXT = 'Not completed: this turn was cancelled before this action finished.';

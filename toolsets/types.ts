@@ -8,14 +8,14 @@
  * turns it into API content, enforcing the contract in one place.
  */
 import type { z } from 'zod';
-import type { CapturedImage, ImageFormat, SettleOptions } from '../src/desktop/driver.ts';
-import type { ScreenshotLimits } from '../src/geometry.ts';
-import type { BrowserStateBlock } from '../src/protocol.ts';
+import type { CapturedImage, ImageFormat, SettleOptions } from '../src/image.ts';
+import type { ScreenshotLimits, Size } from '../src/geometry.ts';
+import type { BrowserStateBlock, LegacyComputerTools } from '../src/protocol.ts';
 
 /** Whether a call can change anything (issue 4 retries only `read` members). */
 export type Effect = 'read' | 'write';
 
-/** Content block types a toolset's results may hold (TOOLSET-CONTRACT A3). */
+/** Content block types a toolset's results may hold (docs/TOOLSETS.md A3). */
 export type BlockType = 'text' | 'image' | 'browser_state';
 
 /** How screenshots are sized and encoded, for every toolset that returns them. */
@@ -47,6 +47,8 @@ interface MemberBase<S extends z.ZodType, Ctx> {
   effect: Effect;
   /** Time allowed on top of the daemon's call timeout, from the input (`wait`, `hold_key`). */
   extraTimeMs?: (input: z.output<S>) => number;
+  /** Off unless the operator switches it on: the API's own optional members (docs/TOOLSETS.md C1). */
+  optional?: boolean;
 }
 
 /** A pure action: the model reads the acknowledgment text. */
@@ -145,7 +147,7 @@ export interface Toolset {
   type: string;
   /** The `toolset_name` its tool_use blocks carry. */
   name: string;
-  /** Exact text for calls skipped after an earlier failure of this toolset (TOOLSET-CONTRACT A5). */
+  /** Exact text for calls skipped after an earlier failure of this toolset (docs/TOOLSETS.md A5). */
   notExecutedText: string;
   /** Text for calls stopped by cancel or disconnect (docs/PROTOCOL.md, execution rule 7). */
   cancelledText: string;
@@ -165,4 +167,84 @@ export interface Toolset {
   closeSession?(sessionId: string): Promise<void>;
   /** Releases everything at shutdown. */
   close?(): Promise<void>;
+}
+
+/**
+ * A tool that is not a toolset, run by the executor like a toolset's members:
+ * its `tool_use` blocks carry no `toolset_name` (the older `computer` tool,
+ * toolsets/computer-legacy/). The daemon builds it and hands it to the
+ * executor, which knows no particular tool.
+ */
+export interface PlainTool extends Toolset {
+  /** The name its `tool_use` blocks (and `tools[]` entries) carry, e.g. `computer`. */
+  toolName: string;
+  /** Whether a tool_use is a call of this tool. */
+  handles(toolUse: { name: string; toolset_name?: string | null | undefined }): boolean;
+  /**
+   * The member that runs this input. Throws ToolInputError or ToolRefusedError
+   * with the text the model reads; the rest of the input is checked when the
+   * executor parses it with the member's schema, before anything runs.
+   */
+  member(input: unknown): RunnableMember;
+  /** Its `tools[]` entries for a welcome, sized in screenshot pixels. */
+  describe(screenshot: Size): LegacyComputerTools;
+}
+
+/**
+ * A toolset as data: its texts and rules, and its members in the SDK's order.
+ * The member list is the one table: the names, the optional ones and the
+ * `tools[]` configs all derive from it (defineToolset, memberNames).
+ */
+export interface ToolsetDefinition<Ctx> extends Pick<
+  Toolset,
+  'type' | 'name' | 'notExecutedText' | 'cancelledText' | 'usesDesktop' | 'allowedBlocks' | 'closeSession' | 'close'
+> {
+  members: readonly Member<z.ZodType, Ctx>[];
+  /** Builds a call's context. */
+  context: (call: CallContext) => Ctx;
+  /** Wraps every call (the browser adds its `browser_state`). */
+  around?: (ctx: Ctx, member: Member<z.ZodType, Ctx>, run: () => Promise<MemberOutput[]>) => Promise<MemberOutput[]>;
+}
+
+/** The names of a member table, in its order. */
+export function memberNames<const M extends readonly { name: string }[]>(members: M): M[number]['name'][] {
+  return members.map((m) => m.name);
+}
+
+/** The members of a table that are off unless switched on. */
+export function optionalNames(members: readonly { name: string; optional?: boolean }[]): string[] {
+  return members.filter((m) => m.optional).map((m) => m.name);
+}
+
+/**
+ * The Toolset the executor runs, from its definition and the operator's
+ * choices: every member served unless `disabled`, an optional one only when
+ * `enabled`.
+ */
+export function defineToolset<Ctx>(
+  def: ToolsetDefinition<Ctx>,
+  choice: { enabled?: readonly string[]; disabled?: readonly string[] } = {},
+): Toolset {
+  const { enabled = [], disabled = [] } = choice;
+  const members = new Map<string, RunnableMember>();
+  const off = new Set<string>();
+  for (const m of def.members) {
+    if (disabled.includes(m.name) || (m.optional && !enabled.includes(m.name))) off.add(m.name);
+    else members.set(m.name, bindMember(m, def.context, def.around));
+  }
+  const optional = optionalNames(def.members);
+  return {
+    type: def.type,
+    name: def.name,
+    notExecutedText: def.notExecutedText,
+    cancelledText: def.cancelledText,
+    usesDesktop: def.usesDesktop,
+    allowedBlocks: def.allowedBlocks,
+    allMemberNames: memberNames(def.members),
+    ...(optional.length ? { optionalMemberNames: optional } : {}),
+    members,
+    disabledMemberNames: off,
+    ...(def.closeSession ? { closeSession: def.closeSession } : {}),
+    ...(def.close ? { close: def.close } : {}),
+  };
 }

@@ -2,10 +2,10 @@
  * `zoom`, shared by both toolsets: the region input, its bounds check in
  * screenshot pixels, and the capture plan (the display/viewport rectangle it
  * covers, and the output size fitted into the screenshot size, upscaled so
- * the model sees the region's detail; TOOLSET-CONTRACT B2, C3).
+ * the model sees the region's detail; docs/TOOLSETS.md B2, C3).
  */
 import { z } from 'zod';
-import type { Rect, Size } from '../src/desktop/driver.ts';
+import type { Rect, Size } from '../src/geometry.ts';
 import { ToolInputError } from '../src/errors.ts';
 import { fitSize, regionToDisplay, type Geometry, type ScreenshotLimits } from '../src/geometry.ts';
 

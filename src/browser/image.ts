@@ -7,7 +7,8 @@
  */
 import type { Page } from 'playwright';
 import sharp from 'sharp';
-import type { CapturedImage, ImageFormat, Rect, Size } from '../desktop/driver.ts';
+import type { Rect, Size } from '../geometry.ts';
+import type { CapturedImage, ImageFormat } from '../image.ts';
 
 export interface ViewportCaptureOptions {
   /** Part of the viewport, in viewport (CSS) pixels; the whole viewport when absent. */

@@ -1,7 +1,7 @@
 /**
  * Key names as the model writes them for the browser toolset's `key`,
  * `hold_key` and `modifiers` fields → Playwright `page.keyboard` key strings
- * (TOOLSET-CONTRACT C3: a key, a `+` chord, or a space-separated sequence).
+ * (docs/TOOLSETS.md C3: a key, a `+` chord, or a space-separated sequence).
  *
  * The model mixes xdotool names ("Return", "BackSpace", "Page_Down") with DOM
  * names ("Enter", "ArrowUp", "PageDown"); both are accepted, case-insensitively.
@@ -112,7 +112,7 @@ export function parseKeySequence(text: string): string[] {
  * Parses a `modifiers` field ("shift", "ctrl+shift", "cmd+alt"): every part
  * must be a modifier. Blank means none.
  */
-export function parseModifiers(text: string | null | undefined): Modifier[] {
+export function parsePlaywrightModifiers(text: string | null | undefined): Modifier[] {
   if (!text || text.trim() === '') return [];
   const result: Modifier[] = [];
   for (const raw of text.split('+')) {

@@ -12,6 +12,7 @@
 import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { BrowserMode } from '../config.ts';
 import type { Browser, BrowserContext, ConsoleMessage, Dialog, Download, Page, Request } from 'playwright';
 import { ToolInputError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -21,10 +22,11 @@ import { sanitizeId } from '../screenshot-store.ts';
 import { oneLine } from '../text.ts';
 import { isAllowedUrl, type UrlPolicy } from './url-policy.ts';
 
-export type BrowserMode = 'headless' | 'headful';
+/** How the browser runs once it runs (the operator's `--browser`, minus `off`). */
+export type LaunchMode = Exclude<BrowserMode, 'off'>;
 
 export interface BrowserOptions {
-  mode: BrowserMode;
+  mode: LaunchMode;
   /** X display for headful mode; headless is used when there is none. */
   display: string | undefined;
   executablePath: string;
@@ -50,6 +52,7 @@ export interface BrowserOptions {
 /** The browser process went away during the call; the next call relaunches it. */
 export class BrowserCrashedError extends Error {
   override readonly name = 'BrowserCrashedError';
+  readonly code = 'ERR_BROWSER_CRASHED';
   readonly retryable = true;
   /** Its pages went with it: an automatic retry would act on a fresh, blank browser (src/resilience.ts). */
   readonly resetsState = true;
@@ -58,10 +61,11 @@ export class BrowserCrashedError extends Error {
 /** The browser could not be started, or its circuit is open after repeated failed starts. */
 export class BrowserUnavailableError extends Error {
   override readonly name = 'BrowserUnavailableError';
+  readonly code = 'ERR_BROWSER_UNAVAILABLE';
   readonly retryable = true;
 }
 
-/** Chromium switches that matter on a VM with no outside network (shared/notes/MEASURED.md). */
+/** Chromium switches that matter on a VM with no outside network (docs/MEASURED.md). */
 const CHROMIUM_ARGS = [
   '--disable-gpu',
   '--disable-background-networking',
@@ -72,7 +76,7 @@ const CHROMIUM_ARGS = [
   // WebRTC may only use UDP through the proxy, which has none: no way around the egress proxy.
   '--force-webrtc-ip-handling-policy=disable_non_proxied_udp',
 ];
-/** Dialog notices: the SDK's caps (TOOLSET-CONTRACT D2). */
+/** Dialog notices: the SDK's caps (docs/TOOLSETS.md D2). */
 const DIALOG_MESSAGE_MAX = 200;
 const DIALOG_NOTICES_MAX = 3;
 /**
@@ -84,7 +88,7 @@ const DOWNLOAD_WAIT_MS = 2_000;
 /** After an action: how long the round trip to the page may take, and the grace after it, for a navigation to start. */
 const NAVIGATION_START_WAIT_MS = 200;
 const NAVIGATION_START_GRACE_MS = 30;
-/** browser_state limits (TOOLSET-CONTRACT E). */
+/** browser_state limits (docs/TOOLSETS.md E). */
 const TABS_MAX = 100;
 const STATE_CHANGES_MAX = 200;
 /** How long the inventory waits for one tab's title. */
@@ -98,7 +102,7 @@ const CONSOLE_LINE_MAX = 1_000;
 const REFUSED_NAVIGATION_NOTICE = 'A navigation was refused.';
 const FILE_CHOOSER_NOTICE = 'A file chooser was opened and closed: files reach pages only through file_upload.';
 const TABS_LOST_NOTICE = 'The browser was restarted after a crash; the tabs open before were closed.';
-/** Fixed, path-free texts for a download over the session's caps (TOOLSET-CONTRACT D3). */
+/** Fixed, path-free texts for a download over the session's caps (docs/TOOLSETS.md D3). */
 const DOWNLOAD_LIMIT_ERROR = "the session's download limit was reached";
 const DOWNLOAD_FAILED = 'the download failed';
 /** How saveDownload names a saved file (`dl-N-` and a safeFileName). */
@@ -623,7 +627,7 @@ export class BrowserSession {
       });
     } catch {
       if (path) await rm(path, { force: true }).catch(() => undefined);
-      // A fixed phrase: the error's own text may carry paths (TOOLSET-CONTRACT D3).
+      // A fixed phrase: the error's own text may carry paths (docs/TOOLSETS.md D3).
       if (this.overByteCap.has(download)) this.downloadRefused(downloadId, url);
       else this.pendingChanges.push({ type: 'download_failed', download_id: downloadId, url, error: DOWNLOAD_FAILED });
     } finally {
@@ -791,7 +795,7 @@ export class BrowserSession {
    * Ends a call. On success, reports the inventory, the tabs this call opened
    * that are still open, and every pending download event (one per download:
    * the latest). On failure, `tab_opened` is dropped and the rest waits for
-   * the next successful result (TOOLSET-CONTRACT C4). Either way, a browser
+   * the next successful result (docs/TOOLSETS.md C4). Either way, a browser
    * that died during the call makes the call fail with BrowserCrashedError.
    */
   async endCall(token: object, ok: boolean, acted = false): Promise<CallReport | undefined> {

@@ -32,9 +32,9 @@
 import { randomUUID } from 'node:crypto';
 import type { CDPSession, ElementHandle, Page } from 'playwright';
 import { ToolInputError } from '../errors.ts';
-import { echo } from '../../toolsets/text.ts';
+import { echo } from '../text.ts';
 
-/** Longest text a reading member returns, note included (TOOLSET-CONTRACT C2, E). */
+/** Longest text a reading member returns, note included (docs/TOOLSETS.md C2, E). */
 export const READ_OUTPUT_MAX = 50_000;
 /** `read_page` depth when none is given. */
 export const DEFAULT_DEPTH = 15;

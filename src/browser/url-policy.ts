@@ -1,5 +1,5 @@
 /**
- * Which URLs `navigate` may open (TOOLSET-CONTRACT C3: the API does not
+ * Which URLs `navigate` may open (docs/TOOLSETS.md C3: the API does not
  * filter URLs). Only http and https by default; the operator may add a host
  * allowlist and a denylist. A refusal is a ToolRefusedError whose text is
  * written for the model and names no host or path of ours.

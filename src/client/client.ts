@@ -18,6 +18,7 @@ import { EventEmitter } from 'node:events';
 import WebSocket, { type RawData } from 'ws';
 import {
   BatchIdSchema,
+  CLOSE_SESSION_RESUMED,
   PROTOCOL_PATH,
   ServerMessageSchema,
   type BatchResult,
@@ -546,11 +547,11 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     clearInterval(this.heartbeat);
     this.heartbeat = undefined;
     if (this.isClosed) return;
-    // Another connection resumed our session (4001): taking it back would make two clients fight over it.
-    const stay = code !== 4001 && this.reconnectOptions.maxAttempts > 0;
+    // Another connection resumed our session: taking it back would make two clients fight over it.
+    const stay = code !== CLOSE_SESSION_RESUMED && this.reconnectOptions.maxAttempts > 0;
     if (stay) this.currentState = 'reconnecting';
     this.notify('disconnect', { code, reason });
-    if (code === 4001) return this.giveUp('session_taken', 'another connection took over the session');
+    if (code === CLOSE_SESSION_RESUMED) return this.giveUp('session_taken', 'another connection took over the session');
     if (!stay) return this.giveUp('connection_lost', `the connection closed (${code}) and reconnecting is off`);
     void this.reconnect();
   }

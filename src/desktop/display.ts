@@ -6,7 +6,7 @@ const PROBE_TIMEOUT_MS = 500;
 /**
  * Parses an X display name (`:0`, `:99.0`, `unix:5`) into its local socket
  * path. Returns undefined for TCP displays (`host:0`), which deskbatch does not
- * probe: Xvfb runs with `-nolisten tcp` (shared/notes/MEASURED.md).
+ * probe: Xvfb runs with `-nolisten tcp` (docs/MEASURED.md).
  */
 export function displaySocketPath(display: string): string | undefined {
   const m = /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(display);

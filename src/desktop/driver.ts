@@ -1,49 +1,25 @@
 /**
  * The desktop driver: everything deskbatch does to the X display goes through
  * this interface. Coordinates here are DISPLAY pixels; mapping from screenshot
- * pixels happens in the computer toolset (toolsets/computer/coords.ts).
+ * pixels happens in the computer toolset (toolsets/computer/context.ts, with src/geometry.ts).
  *
  * The implementation (src/desktop/worker-driver.ts) runs nut-js in a supervised
  * child process, because nut-js segfaults when the display goes away
- * (shared/notes/MEASURED.md). Every method may reject with
+ * (docs/MEASURED.md). Every method may reject with
  * DisplayUnavailableError (display unreachable) or DriverCrashedError (the child
  * died during the call); the next call restarts the child once the display is
  * back. Every method honours `signal`: when it aborts, the promise rejects
  * with CancelledError as soon as possible (a hold or a wait ends early).
  */
 
+import type { Point, Rect, Size } from '../geometry.ts';
+import type { CapturedImage, ImageFormat, SettleOptions } from '../image.ts';
+
 /** A key as the driver understands it: the name of a nut-js `Key` enum member. */
 export type DriverKey = string;
 
 export type MouseButton = 'left' | 'right' | 'middle';
 export type ScrollDirection = 'up' | 'down' | 'left' | 'right';
-
-export interface Point {
-  x: number;
-  y: number;
-}
-
-export interface Size {
-  width: number;
-  height: number;
-}
-
-/** A rectangle in display pixels; `width` and `height` are at least 1. */
-export interface Rect extends Point, Size {}
-
-export type ImageFormat = 'png' | 'jpeg' | 'webp';
-
-/**
- * The settle step before a capture (docs/PERFORMANCE.md): right after input,
- * the screen may still be redrawing, so frames are grabbed `intervalMs` apart
- * until two in a row are identical, for at most `maxMs`; the last frame is
- * encoded. On a screen that saw no input for `afterInputMs`, one grab is all.
- */
-export interface SettleOptions {
-  afterInputMs: number;
-  intervalMs: number;
-  maxMs: number;
-}
 
 export interface CaptureOptions {
   /** Region of the display to capture; the whole display when absent. */
@@ -55,16 +31,6 @@ export interface CaptureOptions {
   format: ImageFormat;
   /** 1–100, for jpeg and webp. */
   quality: number;
-}
-
-export interface CapturedImage {
-  /** Encoded image bytes (not base64). */
-  data: Buffer;
-  mediaType: 'image/png' | 'image/jpeg' | 'image/webp';
-  width: number;
-  height: number;
-  /** How the settle step went, when it ran: time spent, frames grabbed, and whether the last two matched. */
-  settled?: { ms: number; frames: number; stable: boolean };
 }
 
 export interface DesktopDriver {

@@ -19,7 +19,7 @@ export interface Stroke {
 
 /**
  * X keysym of every DriverKey this module can produce. Checked with xev on
- * Xvfb against what nut-js/libnut sends (shared/notes/MEASURED.md): note
+ * Xvfb against what nut-js/libnut sends (docs/MEASURED.md): note
  * `Return` is XK_Return but `Enter` is XK_KP_Enter (the keypad key), and
  * libnut's "meta"/"win" both send Super_L.
  */
@@ -149,7 +149,7 @@ const US_SHIFT_MAP: ReadonlyMap<string, Stroke> = (() => {
 /**
  * How to type one printable ASCII character (0x20–0x7e) on a US layout: the
  * base key plus Shift when needed. nut-js `keyboard.type` gets the shifted
- * half of this wrong on X11 (MEASURED.md), so the worker presses Shift itself.
+ * half of this wrong on X11 (docs/MEASURED.md), so the worker presses Shift itself.
  */
 export function usStroke(char: string): Stroke | undefined {
   return US_SHIFT_MAP.get(char);
@@ -197,7 +197,7 @@ const NAMES: ReadonlyMap<string, Stroke> = (() => {
   const add = (key: DriverKey, shift: boolean, ...names: string[]): void => {
     for (const n of names) m.set(n, { key, shift });
   };
-  // Return is the main Enter key; Key.Enter in nut-js is the keypad Enter (MEASURED.md).
+  // Return is the main Enter key; Key.Enter in nut-js is the keypad Enter (docs/MEASURED.md).
   add('Return', false, 'return', 'enter', 'ret');
   add('Enter', false, 'kp_enter');
   add('Tab', false, 'tab');
@@ -288,7 +288,7 @@ export function parseChord(text: string): DriverKey[] {
  * super): for clicks, scrolls and drags that hold modifiers. An empty or
  * blank string means no modifiers.
  */
-export function parseModifiers(text: string): DriverKey[] {
+export function parseModifierKeys(text: string): DriverKey[] {
   if (text.trim() === '') return [];
   return parse(text, true);
 }

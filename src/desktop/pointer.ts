@@ -18,7 +18,8 @@
  *   the window under the pointer and waits until it has, so the click, and
  *   any typing after it, reaches that window, as with a person's click.
  */
-import type { MouseButton, Point } from './driver.ts';
+import type { MouseButton } from './driver.ts';
+import type { Point } from '../geometry.ts';
 import { BUTTON_PRESS, BUTTON_RELEASE, type XConnection } from './x11.ts';
 
 const MOTION_BUTTONS: Record<MouseButton, number> = { left: 1, middle: 2, right: 3 };

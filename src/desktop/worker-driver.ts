@@ -4,7 +4,7 @@
  *
  * Why a child: nut-js segfaults (exit 139, nothing catchable) when DISPLAY is
  * unreachable at its first call or the X server goes away under it
- * (shared/notes/MEASURED.md). So this class
+ * (docs/MEASURED.md). So this class
  * - probes the display socket before starting a child, and refuses with
  *   DisplayUnavailableError instead of spawning one that would crash;
  * - before every call, checks the display socket is still the one the child
@@ -23,16 +23,9 @@ import { fileURLToPath } from 'node:url';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../errors.ts';
 import type { StartGuard } from '../resilience.ts';
 import { displaySocketPath, isDisplayReachable } from './display.ts';
-import type {
-  CaptureOptions,
-  CapturedImage,
-  DesktopDriver,
-  DriverKey,
-  MouseButton,
-  Point,
-  ScrollDirection,
-  Size,
-} from './driver.ts';
+import type { CaptureOptions, DesktopDriver, DriverKey, MouseButton, ScrollDirection } from './driver.ts';
+import type { Point, Size } from '../geometry.ts';
+import type { CapturedImage } from '../image.ts';
 
 export type DriverLog = (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) => void;
 

@@ -4,7 +4,7 @@
  * Started by WorkerDesktopDriver (worker-driver.ts) with `child_process.fork`,
  * `--import tsx` and `serialization: 'advanced'` (Buffers cross IPC as bytes).
  * It is a separate process because nut-js segfaults, with nothing catchable
- * in JS, when the X server goes away under it (shared/notes/MEASURED.md);
+ * in JS, when the X server goes away under it (docs/MEASURED.md);
  * here a crash only costs the in-flight call, and the parent starts a new
  * worker for the next one.
  *
@@ -21,7 +21,7 @@
  *   that is a setTimeout (≈1.2 ms per toggle measured, 40x the toggle itself).
  * - A small X11 protocol client (XConnection below) reads the keymap and
  *   sends XTEST key events itself, for what nut-js cannot do safely:
- *   non-ASCII characters (nut-js types nothing for them, MEASURED.md), keys
+ *   non-ASCII characters (nut-js types nothing for them, docs/MEASURED.md), keys
  *   whose keysym has no keycode in the current keymap (libnut then sends
  *   keycode 0 and Xlib kills the process with BadValue: measured for F13–F24
  *   on Xvfb, and for dead keys under non-US layouts), and keys libnut does not
@@ -33,16 +33,9 @@
  *   "héllo wörld — 你好 ✓ 😀 ñÑ€" arrived garbled even at --delay 12. Binding
  *   first, waiting BIND_SETTLE_MS, then pressing was exact in every run.
  */
-import type {
-  CaptureOptions,
-  CapturedImage,
-  DriverKey,
-  MouseButton,
-  Point,
-  Rect,
-  ScrollDirection,
-  Size,
-} from './driver.ts';
+import type { CaptureOptions, DriverKey, MouseButton, ScrollDirection } from './driver.ts';
+import type { Point, Rect, Size } from '../geometry.ts';
+import type { CapturedImage } from '../image.ts';
 import { BUTTON_RELEASE, KEY_PRESS, KEY_RELEASE, LOCK_MASK, SLOTS_PROPERTY, XConnection } from './x11.ts';
 import { WHEEL_BUTTONS, XPointer } from './pointer.ts';
 import { KEYSYMS, MODIFIER_KEYS, charKeysym, checkTypeable, usStroke, type Stroke } from './keys.ts';
@@ -328,7 +321,7 @@ function devices(): Promise<Devices> {
     // A CommonJS module: depending on the loader its exports arrive as the namespace or as `default`.
     const mod = (await import('@nut-tree-fork/nut-js')) as Nut & { default?: Nut };
     const nut = mod.default ?? mod;
-    // Defaults are 300 ms per key and 100 ms per click (MEASURED.md).
+    // Defaults are 300 ms per key and 100 ms per click (docs/MEASURED.md).
     nut.keyboard.config.autoDelayMs = 0;
     const keyboard = nut.providerRegistry.getKeyboard();
     keyboard.setKeyboardDelay(0); // KeyboardClass's constructor set libnut's delay to 300
@@ -644,7 +637,7 @@ async function typeText(d: Devices, args: { text: unknown }, ctx: OpContext): Pr
     }
     const keysym = charKeysym(cp);
     // Printable ASCII: press the US base key, with Shift when needed. nut-js's own
-    // keyboard.type loses Shift for ! # $ % & * + : > ? @ ^ _ { | } ~ and drops " (MEASURED.md).
+    // keyboard.type loses Shift for ! # $ % & * + : > ? @ ^ _ { | } ~ and drops " (docs/MEASURED.md).
     const stroke = usStroke(ch);
     if (stroke && sender.typesExactly(stroke, keysym)) items.push({ via: 'nut', stroke });
     else items.push({ via: 'x', keysym });
@@ -805,7 +798,7 @@ async function capture(d: Devices, options: CaptureOptions, ctx: OpContext): Pro
 
 /**
  * nut-js returns 4 bytes per pixel in B,G,R,X order, rows `byteWidth` apart.
- * The 4th byte is NOT alpha (MEASURED.md): giving it to sharp as RGBA yields
+ * The 4th byte is NOT alpha (docs/MEASURED.md): giving it to sharp as RGBA yields
  * mostly black images, so we copy out 3-channel RGB.
  */
 function bgrxToRgb(src: Buffer, width: number, height: number, byteWidth: number): Buffer {

@@ -1,6 +1,6 @@
 /**
  * The batch executor: the batch rules live here and nowhere else
- * (docs/PROTOCOL.md "Execution rules", TOOLSET-CONTRACT A5).
+ * (docs/PROTOCOL.md "Execution rules", docs/TOOLSETS.md A5).
  *
  * - One lane: calls run one at a time, in the listed order.
  * - Halting is per toolset: after a failure of toolset T, every later call of
@@ -17,25 +17,25 @@ import type { BatchResult, Failure, ScreenshotFile, ToolEvent, ToolResult, ToolU
 import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ScreenshotStore } from '../screenshot-store.ts';
-import type { MemberOutput, RunnableMember, Toolset } from '../../toolsets/types.ts';
+import type { MemberOutput, PlainTool, RunnableMember, Toolset } from '../../toolsets/types.ts';
 import { errorInfo, modelErrorText } from './failure.ts';
 import type { Lane } from './lane.ts';
 import { ContractViolationError, errorResult, successResult, type ImageRules } from './results.ts';
-import { describeZodError } from './zod-text.ts';
+import { describeZodError } from '../zod-text.ts';
 import { REPEAT_ADVICE, REPEAT_THRESHOLD, type RepeatTracker } from './repeats.ts';
-import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT, foldName as oneLine } from '../../toolsets/text.ts';
+import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../../toolsets/text.ts';
+import { foldName } from '../text.ts';
 import { readRetry, type RetrySettings } from '../resilience.ts';
 import type { RetryPolicy } from 'cockatiel';
-import { createLegacyComputerTool, type LegacyComputerTool } from '../../toolsets/computer-legacy/index.ts';
 
-/** The SDK's fallback texts for a family it does not know (TOOLSET-CONTRACT A5). */
-export const UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT = FALLBACK_NOT_EXECUTED_TEXT;
-export const UNKNOWN_TOOLSET_CANCELLED_TEXT = FALLBACK_CANCELLED_TEXT;
+/** The SDK's fallback texts for a family it does not know (docs/TOOLSETS.md A5). */
 /** How long a cancelled or timed-out handler may take to wind down before the lane moves on. */
 const WIND_DOWN_MS = 2_000;
 
 export interface ExecutorOptions {
   toolsets: readonly Toolset[];
+  /** A tool whose calls carry no toolset_name (the older `computer` tool), if the daemon serves one. */
+  plainTool?: PlainTool;
   /** Base time limit of one call; members add input-dependent time (`wait`). */
   callTimeoutMs: number;
   /** Operator opt-in: the model also reads messages of errors not written for it. */
@@ -73,12 +73,12 @@ type Outcome =
 export class Executor {
   private readonly toolsets: ReadonlyMap<string, Toolset>;
   private readonly readRetry: RetryPolicy | undefined;
-  /** The older `computer` tool (no toolset_name), served on top of the computer toolset. */
-  private readonly legacy: LegacyComputerTool | undefined;
+  /** The tool whose calls carry no toolset_name (the older `computer` tool), when one is served. */
+  readonly plainTool: PlainTool | undefined;
 
   constructor(private readonly options: ExecutorOptions) {
     this.toolsets = new Map(options.toolsets.map((t) => [t.name, t]));
-    this.legacy = createLegacyComputerTool(this.toolsets.get('computer'));
+    this.plainTool = options.plainTool;
     this.readRetry = options.retry && options.retry.attempts > 0 ? readRetry(options.retry) : undefined;
   }
 
@@ -135,7 +135,7 @@ export class Executor {
       });
 
     const cancelledText = (tu: ToolUse): string =>
-      this.toolsetOf(this.familyOf(tu))?.cancelledText || UNKNOWN_TOOLSET_CANCELLED_TEXT;
+      this.toolsetOf(this.familyOf(tu))?.cancelledText || FALLBACK_CANCELLED_TEXT;
 
     let release: (() => void) | undefined;
     try {
@@ -152,7 +152,7 @@ export class Executor {
         }
         const family = this.familyOf(tu);
         if (family !== undefined && halted.has(family)) {
-          const text = this.toolsetOf(family)?.notExecutedText ?? UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT;
+          const text = this.toolsetOf(family)?.notExecutedText ?? FALLBACK_NOT_EXECUTED_TEXT;
           results.push(errorResult(tu, text));
           event(index, tu, 'not_executed');
           continue;
@@ -188,7 +188,14 @@ export class Executor {
             failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
             if (family !== undefined) halted.set(family, index);
             event(index, tu, 'failed', { duration_ms, error });
-            log.warn('tool call failed', { tool_use: tu.id, name: tu.name, toolset: family, error });
+            const code = (outcome.error as { code?: unknown } | null)?.code;
+            log.warn('tool call failed', {
+              tool_use: tu.id,
+              name: tu.name,
+              toolset: family,
+              error,
+              ...(typeof code === 'string' ? { code } : {}),
+            });
             break;
           }
         }
@@ -227,12 +234,12 @@ export class Executor {
 
   /** What halts together: the toolset_name, or the older `computer` tool's own family (no toolset_name). */
   private familyOf(tu: ToolUse): string | undefined {
-    return tu.toolset_name ?? (this.legacy?.handles(tu) ? this.legacy.name : undefined);
+    return tu.toolset_name ?? (this.plainTool?.handles(tu) ? this.plainTool.name : undefined);
   }
 
   private toolsetOf(family: string | undefined): Toolset | undefined {
     if (family === undefined) return undefined;
-    return family === this.legacy?.name ? this.legacy : this.toolsets.get(family);
+    return family === this.plainTool?.name ? this.plainTool : this.toolsets.get(family);
   }
 
   /** Resolves the member, validates the input, runs the handler under its time limit. Never throws. */
@@ -292,16 +299,16 @@ export class Executor {
 
   private resolve(tu: ToolUse): { toolset: Toolset; member: RunnableMember } {
     if (!tu.toolset_name) {
-      if (this.legacy?.handles(tu)) return { toolset: this.legacy, member: this.legacy.member(tu.input) };
+      if (this.plainTool?.handles(tu)) return { toolset: this.plainTool, member: this.plainTool.member(tu.input) };
       throw new ToolRefusedError(
-        `Error: '${oneLine(tu.name)}' is not a toolset member call (it has no toolset_name); ` +
+        `Error: '${foldName(tu.name)}' is not a toolset member call (it has no toolset_name); ` +
           `this executor runs only the members of: ${[...this.toolsets.keys()].join(', ')}.`,
       );
     }
     const toolset = this.toolsets.get(tu.toolset_name);
     if (!toolset) {
       throw new ToolRefusedError(
-        `Error: the '${oneLine(tu.toolset_name)}' toolset is not available here; ` +
+        `Error: the '${foldName(tu.toolset_name)}' toolset is not available here; ` +
           `available: ${[...this.toolsets.keys()].join(', ')}.`,
       );
     }
@@ -317,7 +324,7 @@ export class Executor {
         `The ${toolset.name} toolset member '${tu.name}' is not available in this environment.`,
       );
     }
-    throw new ToolRefusedError(`Error: unknown ${toolset.name} toolset member '${oneLine(tu.name)}'`);
+    throw new ToolRefusedError(`Error: unknown ${toolset.name} toolset member '${foldName(tu.name)}'`);
   }
 
   private async store(

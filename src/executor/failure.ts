@@ -1,5 +1,5 @@
 /**
- * What a failure tells whom (shared/seeds/002, docs/PROTOCOL.md rule 6).
+ * What a failure tells whom (docs/PROTOCOL.md rule 6).
  * The caller gets the whole error. The model reads the message only of errors
  * written for it (ModelFacingError); of any other error only its type, unless
  * the operator opted in to messages. A timeout states the configured limit.

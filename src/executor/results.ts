@@ -1,6 +1,6 @@
 /**
  * The result boundary: the one place where handler output becomes API content.
- * Everything the Messages API would reject is stopped here (TOOLSET-CONTRACT
+ * Everything the Messages API would reject is stopped here (docs/TOOLSETS.md
  * A3, D1, F): `toolset_name` echoed exactly and only on member results, only
  * the toolset's allowed block types, no empty text, error results text-only,
  * well-formed Unicode, bounded error text, images within the image limits.
@@ -14,7 +14,7 @@ import {
   type ToolResult,
   type ToolUse,
 } from '../protocol.ts';
-import type { CapturedImage } from '../desktop/driver.ts';
+import type { CapturedImage } from '../image.ts';
 import { fitsLimits, type ScreenshotLimits } from '../geometry.ts';
 import type { BlockType, MemberOutput } from '../../toolsets/types.ts';
 import { ERROR_TEXT_MAX_CODE_POINTS } from './failure.ts';
@@ -26,6 +26,7 @@ export const EMPTY_ERROR_TEXT = 'The tool call failed with an empty error messag
 
 /** A handler produced something the API would reject. Never sent to the API. */
 export class ContractViolationError extends Error {
+  readonly code = 'ERR_CONTRACT_VIOLATION';
   override readonly name = 'ContractViolationError';
 }
 
@@ -67,7 +68,7 @@ function imageBlock(image: CapturedImage, rules: ImageRules): ImageBlock {
   return { type: 'image', source: { type: 'base64', media_type: image.mediaType, data } };
 }
 
-/** Longest string in a browser_state block (TOOLSET-CONTRACT C4). */
+/** Longest string in a browser_state block (docs/TOOLSETS.md C4). */
 const STATE_STRING_MAX = 4096;
 
 /** Page titles and URLs are untrusted: drop the characters the API refuses, and bound the length. */

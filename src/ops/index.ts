@@ -10,7 +10,7 @@ import { createMetrics, type Metrics } from './metrics.ts';
 
 export interface OpsDeps {
   activity: ActivityHub;
-  executor: Pick<Executor, 'served'>;
+  executor: Pick<Executor, 'served' | 'plainTool'>;
   driver: { displaySize(): Promise<{ width: number; height: number }> };
   /** The server's status(); read lazily, so the server may be built after the routes. */
   status: () => ServerStatus;
@@ -25,7 +25,12 @@ export interface Ops {
 }
 
 export function createOps(deps: OpsDeps): Ops {
-  const metrics = createMetrics({ activity: deps.activity, served: deps.executor.served, status: deps.status });
+  const metrics = createMetrics({
+    activity: deps.activity,
+    served: deps.executor.served,
+    ...(deps.executor.plainTool ? { plainToolName: deps.executor.plainTool.toolName } : {}),
+    status: deps.status,
+  });
   const readiness = createReadiness({
     status: deps.status,
     displaySize: () => deps.driver.displaySize(),

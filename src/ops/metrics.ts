@@ -8,7 +8,6 @@
  * only names the daemon defines are used, anything else reads "unknown";
  * error types outside the daemon's own read "other".
  */
-import { LEGACY_COMPUTER_TOOL_NAME } from '../../toolsets/computer-legacy/index.ts';
 import { readFileSync } from 'node:fs';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, exponentialBuckets } from 'prom-client';
 import type { Activity, ActivityHub } from '../activity.ts';
@@ -44,13 +43,15 @@ export const BATCH_DURATION_BUCKETS = [
 export const IMAGE_SIZE_BUCKETS = exponentialBuckets(1024, 2, 15);
 
 const UNKNOWN = 'unknown';
-/** The `toolset` label of the older computer tool's calls. */
-const LEGACY_TOOLSET_LABEL = 'computer_legacy';
+/** The `toolset` label of the plain tool's calls (the older `computer` tool: no toolset_name). */
+const PLAIN_TOOL_LABEL = 'computer_legacy';
 
 export interface MetricsDeps {
   activity: ActivityHub;
   /** The toolsets the daemon serves (Executor.served): the only toolset and member names used as labels. */
   served: ReadonlyMap<string, Toolset>;
+  /** The name a served plain tool's calls carry (Executor.plainTool: the older `computer` tool), if any. */
+  plainToolName?: string;
   /** Read at scrape time. */
   status: () => ServerStatus;
   /** deskbatch's version, for deskbatch_build_info; default: package.json's. */
@@ -102,18 +103,19 @@ export function createMetrics(deps: MetricsDeps): Metrics {
   const registry = new Registry();
   const registers = [registry];
 
-  // A tool_use without toolset_name reads "computer_legacy" when it is the older `computer` tool
-  // (toolsets/computer-legacy), else "none" (a plain tool, refused).
+  // A tool_use without toolset_name reads "computer_legacy" when it is the served plain tool
+  // (the older `computer` tool), else "none" (a plain tool, refused).
+  const plain = deps.plainToolName;
   const toolsetLabel = (name: string | null | undefined, member?: string): string =>
     name === null || name === undefined
-      ? member === LEGACY_COMPUTER_TOOL_NAME
-        ? LEGACY_TOOLSET_LABEL
+      ? plain !== undefined && member === plain
+        ? PLAIN_TOOL_LABEL
         : 'none'
       : deps.served.has(name)
         ? name
         : UNKNOWN;
   const memberLabel = (toolset: string, name: string): string => {
-    if (toolset === LEGACY_TOOLSET_LABEL) return LEGACY_COMPUTER_TOOL_NAME;
+    if (toolset === PLAIN_TOOL_LABEL && plain !== undefined) return plain;
     const t = deps.served.get(toolset);
     return t && (t.members.has(name) || t.allMemberNames.includes(name)) ? name : UNKNOWN;
   };
@@ -222,7 +224,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
       for (const block of r.content) {
         if (block.type !== 'image') continue;
         // Only member results and the older computer tool's (no toolset_name) can hold images.
-        const toolset = toolsetLabel(r.toolset_name, LEGACY_COMPUTER_TOOL_NAME);
+        const toolset = toolsetLabel(r.toolset_name, plain);
         const labels = { toolset, media_type: block.source.media_type };
         imageBytes.inc(labels, block.source.data.length);
         imageSize.observe(labels, block.source.data.length);

@@ -19,7 +19,7 @@ import {
   type ServerMessage,
   type Welcome,
 } from '../protocol.ts';
-import { describeZodError } from '../executor/zod-text.ts';
+import { describeZodError } from '../zod-text.ts';
 import type { Session } from './session.ts';
 import { TokenBucket } from './rate-limit.ts';
 

@@ -10,16 +10,21 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import type { DaemonConfig } from '../config.ts';
 import type { Executor } from '../executor/executor.ts';
 import type { Logger } from '../log.ts';
-import { PROTOCOL_PATH, PROTOCOL_VERSION, type ToolsetInfo, type Welcome } from '../protocol.ts';
+import {
+  PROTOCOL_PATH,
+  PROTOCOL_VERSION,
+  type LegacyComputerTools,
+  type ToolsetInfo,
+  type Welcome,
+} from '../protocol.ts';
 import { isAuthorized, isHostAllowed, isOriginAllowed, isSameOrigin } from './auth.ts';
 import { Connection, type WelcomeOptions } from './connection.ts';
 import { ResultBudget, Session } from './session.ts';
 import { HandshakeLimiter } from './rate-limit.ts';
 import { RepeatTracker } from '../executor/repeats.ts';
-import type { Geometry } from '../geometry.ts';
+import type { Geometry, Size } from '../geometry.ts';
 import { ActivityHub } from '../activity.ts';
 import { logBatch } from './batch-log.ts';
-import { legacyComputerTools } from '../../toolsets/computer-legacy/index.ts';
 
 /**
  * A plain HTTP route on the daemon's port (health, metrics, the viewer page).
@@ -60,6 +65,11 @@ export interface ServerDeps {
   log: Logger;
   /** The display and screenshot sizes now, or undefined while the display is unreachable. */
   geometry: () => Promise<Geometry | undefined>;
+  /** The served tools as `welcome` describes them (toolsets/describe.ts; the daemon wires it). */
+  describeToolsets: (options: { legacyTools?: boolean; screenshot?: Size }) => {
+    toolsets: ToolsetInfo[];
+    legacy_tools?: LegacyComputerTools;
+  };
   /** Where the server publishes what happens (sessions, batches, calls). */
   activity?: ActivityHub;
   routes?: readonly HttpRoute[];
@@ -310,42 +320,20 @@ export class DeskbatchServer {
   }
 
   async welcome(session: Session, resumed: boolean, options: WelcomeOptions = {}): Promise<Welcome> {
-    const { config, executor } = this.deps;
+    const { config } = this.deps;
     const geometry = await this.deps.geometry().catch(() => undefined);
-    // A toolset with no member served is not offered: the API rejects an entry that disables every member.
-    const offered = [...executor.served.values()].filter((t) => t.members.size > 0);
-    const toolsets: ToolsetInfo[] = offered.map((t) => {
-      // configs: switch off what the API enables by default but this daemon does not serve, and switch on
-      // optional members the operator enabled (TOOLSET-CONTRACT B1, C1).
-      const optional = t.optionalMemberNames ?? [];
-      const configs: Record<string, { enabled: boolean }> = {};
-      for (const name of t.allMemberNames) {
-        const served = t.members.has(name);
-        if (optional.includes(name) ? served : !served) configs[name] = { enabled: served };
-      }
-      return {
-        type: t.type,
-        toolset_name: t.name,
-        members: [...t.members.keys()],
-        not_executed_text: t.notExecutedText,
-        cancelled_text: t.cancelledText,
-        tool: {
-          type: t.type,
-          ...(Object.keys(configs).length ? { configs } : {}),
-        },
-      };
+    const described = this.deps.describeToolsets({
+      legacyTools: options.legacyTools,
+      ...(geometry ? { screenshot: geometry.screenshot } : {}),
     });
-    // Agents on computer_20250124/20251124 get their tools[] entry, sized in screenshot pixels.
-    const legacy =
-      options.legacyTools && geometry && legacyComputerTools(executor.served.get('computer'), geometry.screenshot);
     return {
       type: 'welcome',
       protocol: PROTOCOL_VERSION,
       session_id: session.id,
       resumed,
-      toolsets,
+      toolsets: described.toolsets,
       ...(geometry ? { display: geometry.display, screenshot: geometry.screenshot } : {}),
-      ...(legacy ? { legacy_tools: legacy } : {}),
+      ...(described.legacy_tools ? { legacy_tools: described.legacy_tools } : {}),
       limits: {
         max_tool_uses: config.limits.maxToolUsesPerBatch,
         max_payload_bytes: config.limits.maxPayloadBytes,

@@ -1,6 +1,6 @@
 /**
  * The Messages API's rules for the tool_result blocks of one turn
- * (shared/contract/TOOLSET-CONTRACT.md A3, A4, B5, D1, F), checked on every
+ * (docs/TOOLSETS.md A3, A4, B5, D1, F), checked on every
  * batch_result a test receives. The blocks are also typed as the SDK's
  * `BetaToolResultBlockParam`, so a shape the SDK does not accept fails to compile.
  */
@@ -52,7 +52,7 @@ export function imageSize(data: Buffer): { width: number; height: number } {
 
 const TAB_MEMBERS = ['new_tab', 'list_tabs', 'switch_tab', 'close_tab'];
 
-/** TOOLSET-CONTRACT C4 and F6-F7: browser_state only where allowed, and well-formed when there. */
+/** docs/TOOLSETS.md C4 and F6-F7: browser_state only where allowed, and well-formed when there. */
 function checkBrowserState(
   tu: ToolUse,
   isError: boolean,
@@ -177,13 +177,13 @@ const TOOLSET_MEMBERS = new Map<string, readonly string[]>([
   ['computer_toolset_20260801', BETA_COMPUTER_MEMBER_NAME_VALUES],
   ['browser_toolset_20260801', BETA_BROWSER_MEMBER_NAME_VALUES],
 ]);
-/** Members off unless `configs` enables them (TOOLSET-CONTRACT C1). */
+/** Members off unless `configs` enables them (docs/TOOLSETS.md C1). */
 const DEFAULT_DISABLED = new Set(['javascript_exec', 'file_upload', 'read_console', 'read_network']);
 const ENTRY_KEYS = new Set(['type', 'configs', 'cache_control', 'allowed_callers']);
-/** Headers the API refuses alongside the toolsets (TOOLSET-CONTRACT F11). */
+/** Headers the API refuses alongside the toolsets (docs/TOOLSETS.md F11). */
 const REFUSED_BETAS = ['fine-grained-tool-streaming-2025-05-14'];
 
-/** TOOLSET-CONTRACT B1, C1 and F11: the `tools[]` entries and `tool_choice`. */
+/** docs/TOOLSETS.md B1, C1 and F11: the `tools[]` entries and `tool_choice`. */
 export function assertToolsValid(tools: unknown, toolChoice?: unknown): void {
   if (tools === undefined) return;
   rule(Array.isArray(tools), 'tools must be an array');
@@ -280,7 +280,7 @@ function assertImageValid(block: Record<string, unknown>, where: string): void {
 }
 
 /**
- * One tool_result block against the tool_use it answers (TOOLSET-CONTRACT A3,
+ * One tool_result block against the tool_use it answers (docs/TOOLSETS.md A3,
  * B5, C4, D1, F): id, `toolset_name` echoed exactly and only on member
  * results, only the toolset's block types, error results text only and never
  * empty, no empty text, images within the limits, browser_state valid. The
@@ -334,7 +334,7 @@ export function assertToolResultValid(toolUse: ToolUseLike, block: unknown, wher
 /**
  * Every tool_use of an assistant turn is answered in the very next user
  * message: exactly one tool_result per tool_use with the same id, no result
- * for anything else, every tool_result before any other block (TOOLSET-CONTRACT A4, F1-F2).
+ * for anything else, every tool_result before any other block (docs/TOOLSETS.md A4, F1-F2).
  */
 export function assertTurnAnswered(assistant: unknown, next: unknown, where = 'messages'): void {
   rule(isRecord(assistant) && Array.isArray(assistant.content), `${where}: assistant content`);

@@ -1,14 +1,14 @@
 /**
  * The browser toolset's per-call context and the input pieces its members
  * share: `tab_id`, targets (a viewport coordinate or a `[ref_N]` from
- * read_page/find), modifier chords (TOOLSET-CONTRACT C2, C3).
+ * read_page/find), modifier chords (docs/TOOLSETS.md C2, C3).
  */
 import type { Page } from 'playwright';
 import { z } from 'zod';
 import type { BrowserSession, BrowserManager } from '../../src/browser/manager.ts';
 import type { UrlPolicy } from '../../src/browser/url-policy.ts';
 import type { EgressFilter } from '../../src/browser/egress.ts';
-import type { Point } from '../../src/desktop/driver.ts';
+import type { Point } from '../../src/geometry.ts';
 import { ToolInputError } from '../../src/errors.ts';
 import { fitSize, isInside, toDisplay, type Geometry } from '../../src/geometry.ts';
 import type { CallContext, Member, ScreenshotSettings } from '../types.ts';

@@ -1,74 +1,93 @@
 /**
- * `browser_toolset_20260801`: a Chromium browser with tabs (TOOLSET-CONTRACT
+ * `browser_toolset_20260801`: a Chromium browser with tabs (docs/TOOLSETS.md
  * section C). Every call runs between `beginCall` and `endCall` of the
  * session's browser, which is how `browser_state` learns what the call
  * changed: tab members answer with exactly one `browser_state`; other members
  * add one when the tabs changed or there are state changes to report.
  */
 import type { z } from 'zod';
-import type { Member, MemberOutput, RunnableMember, Toolset, CallContext } from '../types.ts';
-import { bindMember } from '../types.ts';
+import { FALLBACK_NOT_EXECUTED_TEXT } from '../text.ts';
+import {
+  defineToolset,
+  memberNames,
+  optionalNames,
+  type CallContext,
+  type Member,
+  type MemberOutput,
+  type Toolset,
+} from '../types.ts';
 import { createBrowserContext, type BrowserCallContext, type BrowserDeps } from './context.ts';
-import { INPUT_MEMBERS } from './input.ts';
-import { NAVIGATION_MEMBERS } from './navigation.ts';
-import { OPTIONAL_MEMBERS } from './optional.ts';
-import { READING_MEMBERS } from './reading.ts';
-import { SCREEN_MEMBERS } from './screen.ts';
+import {
+  doubleClick,
+  formInput,
+  holdKey,
+  hover,
+  key,
+  leftClick,
+  leftClickDrag,
+  leftMouseDown,
+  leftMouseUp,
+  middleClick,
+  mouseMove,
+  rightClick,
+  scroll,
+  scrollTo,
+  tripleClick,
+  type,
+  wait,
+} from './input.ts';
+import { closeTab, listTabs, navigate, newTab, switchTab } from './navigation.ts';
+import { fileUpload, javascriptExec, readConsole, readNetwork } from './optional.ts';
+import { find, getPageText, readPageMember } from './reading.ts';
+import { screenshot, zoom } from './screen.ts';
 
 export const BROWSER_TOOLSET_TYPE = 'browser_toolset_20260801';
 export const BROWSER_TOOLSET_NAME = 'browser';
 
-/** Exact halt text (TOOLSET-CONTRACT A5). */
-export const BROWSER_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
+/** Exact halt text (docs/TOOLSETS.md A5): the SDK's browser toolset uses the generic one. */
+export const BROWSER_NOT_EXECUTED_TEXT = FALLBACK_NOT_EXECUTED_TEXT;
 export const BROWSER_CANCELLED_TEXT =
   'Not completed: the browser actions of this turn were cancelled before this one finished.';
 
-/** All 31 members, in the SDK's order (`BetaBrowserMemberName`). */
-export const BROWSER_MEMBER_NAMES = [
-  'navigate',
-  'list_tabs',
-  'new_tab',
-  'switch_tab',
-  'close_tab',
-  'read_page',
-  'get_page_text',
-  'read_console',
-  'read_network',
-  'find',
-  'form_input',
-  'file_upload',
-  'scroll_to',
-  'screenshot',
-  'zoom',
-  'left_click',
-  'right_click',
-  'middle_click',
-  'double_click',
-  'triple_click',
-  'hover',
-  'left_click_drag',
-  'left_mouse_down',
-  'left_mouse_up',
-  'mouse_move',
-  'scroll',
-  'type',
-  'key',
-  'hold_key',
-  'wait',
-  'javascript_exec',
-] as const;
-
-/** Off unless the operator enables them (TOOLSET-CONTRACT C1). */
-export const BROWSER_OPTIONAL_MEMBERS = ['javascript_exec', 'read_console', 'read_network', 'file_upload'] as const;
-
-/** Every member implemented here. */
+/** All 31 members, in the SDK's order (`BetaBrowserMemberName`): the one table of the toolset. */
 export const BROWSER_MEMBERS = [
-  ...NAVIGATION_MEMBERS,
-  ...READING_MEMBERS,
-  ...SCREEN_MEMBERS,
-  ...INPUT_MEMBERS,
-  ...OPTIONAL_MEMBERS,
+  navigate,
+  listTabs,
+  newTab,
+  switchTab,
+  closeTab,
+  readPageMember,
+  getPageText,
+  readConsole,
+  readNetwork,
+  find,
+  formInput,
+  fileUpload,
+  scrollTo,
+  screenshot,
+  zoom,
+  leftClick,
+  rightClick,
+  middleClick,
+  doubleClick,
+  tripleClick,
+  hover,
+  leftClickDrag,
+  leftMouseDown,
+  leftMouseUp,
+  mouseMove,
+  scroll,
+  type,
+  key,
+  holdKey,
+  wait,
+  javascriptExec,
 ] as const;
+
+export const BROWSER_MEMBER_NAMES = memberNames(BROWSER_MEMBERS);
+
+/** Off unless the operator enables them (docs/TOOLSETS.md C1): marked `optional` on their definitions. */
+export const BROWSER_OPTIONAL_MEMBERS = optionalNames(BROWSER_MEMBERS);
 
 export interface BrowserToolsetOptions extends BrowserDeps {
   /** Optional members the operator switched on. */
@@ -120,27 +139,21 @@ async function aroundCall(
 
 export function createBrowserToolset(options: BrowserToolsetOptions): Toolset {
   const { enabled = [], disabled = [], ...deps } = options;
-  const context = (call: CallContext) => createBrowserContext(deps, call);
-  const optional: readonly string[] = BROWSER_OPTIONAL_MEMBERS;
-  const members = new Map<string, RunnableMember>();
-  const off = new Set<string>();
-  for (const m of BROWSER_MEMBERS as readonly Member<z.ZodType, BrowserCallContext>[]) {
-    if (disabled.includes(m.name) || (optional.includes(m.name) && !enabled.includes(m.name))) off.add(m.name);
-    else members.set(m.name, bindMember(m, context, aroundCall));
-  }
-  return {
-    type: BROWSER_TOOLSET_TYPE,
-    name: BROWSER_TOOLSET_NAME,
-    notExecutedText: BROWSER_NOT_EXECUTED_TEXT,
-    cancelledText: BROWSER_CANCELLED_TEXT,
-    // Playwright drives the page over CDP, not through the X display, so browser batches skip the desktop lane.
-    usesDesktop: false,
-    allowedBlocks: ['text', 'image', 'browser_state'],
-    allMemberNames: BROWSER_MEMBER_NAMES,
-    optionalMemberNames: BROWSER_OPTIONAL_MEMBERS,
-    members,
-    disabledMemberNames: off,
-    closeSession: (sessionId) => deps.manager.closeSession(sessionId),
-    close: () => deps.manager.close(),
-  };
+  return defineToolset(
+    {
+      type: BROWSER_TOOLSET_TYPE,
+      name: BROWSER_TOOLSET_NAME,
+      notExecutedText: BROWSER_NOT_EXECUTED_TEXT,
+      cancelledText: BROWSER_CANCELLED_TEXT,
+      // Playwright drives the page over CDP, not through the X display, so browser batches skip the desktop lane.
+      usesDesktop: false,
+      allowedBlocks: ['text', 'image', 'browser_state'],
+      members: BROWSER_MEMBERS as readonly Member<z.ZodType, BrowserCallContext>[],
+      context: (call: CallContext) => createBrowserContext(deps, call),
+      around: aroundCall,
+      closeSession: (sessionId) => deps.manager.closeSession(sessionId),
+      close: () => deps.manager.close(),
+    },
+    { enabled, disabled },
+  );
 }

@@ -1,5 +1,5 @@
 /**
- * Interaction members of the browser toolset (TOOLSET-CONTRACT C3): clicks,
+ * Interaction members of the browser toolset (docs/TOOLSETS.md C3): clicks,
  * hover, drags, raw mouse buttons, scrolling, form filling, typing, keys and
  * waiting. Pointer and keyboard actions go through Playwright's `page.mouse`
  * and `page.keyboard`, so the page gets real input events (trusted, with
@@ -10,11 +10,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ElementHandle, Page } from 'playwright';
 import { z } from 'zod';
-import { parseKeyChords, parseModifiers, type Modifier } from '../../src/browser/keys.ts';
+import { parseKeyChords, parsePlaywrightModifiers, type Modifier } from '../../src/browser/keys.ts';
 import { refCenter, refElement } from '../../src/browser/snapshot.ts';
-import type { Point } from '../../src/desktop/driver.ts';
+import type { Point } from '../../src/geometry.ts';
 import { ToolInputError } from '../../src/errors.ts';
-import { echo } from '../text.ts';
+import { echo } from '../../src/text.ts';
 import {
   browserMember,
   clickTarget,
@@ -110,7 +110,7 @@ function clickMember<const N extends string>(
     ack: () => ack,
     async handle(input, ctx) {
       // Parse and resolve everything before acting, so bad input changes nothing.
-      const held = parseModifiers(input.modifiers);
+      const held = parsePlaywrightModifiers(input.modifiers);
       const { page } = await ctx.tab(input.tab_id);
       const at = await targetPoint(ctx, page, input.target);
       await withModifiers(page, held, () => page.mouse.click(at.x, at.y, { button, clickCount }));
@@ -538,23 +538,3 @@ export const wait = browserMember({
     await sleep(input.duration * 1000, undefined, { signal: ctx.signal });
   },
 });
-
-export const INPUT_MEMBERS = [
-  formInput,
-  scrollTo,
-  leftClick,
-  rightClick,
-  middleClick,
-  doubleClick,
-  tripleClick,
-  hover,
-  leftClickDrag,
-  leftMouseDown,
-  leftMouseUp,
-  mouseMove,
-  scroll,
-  type,
-  key,
-  holdKey,
-  wait,
-] as const;

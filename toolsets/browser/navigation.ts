@@ -1,5 +1,5 @@
 /**
- * Navigation and tab members (TOOLSET-CONTRACT C3, C4): `navigate` opens a
+ * Navigation and tab members (docs/TOOLSETS.md C3, C4): `navigate` opens a
  * URL the policy allows, or goes back, forward or reloads; the four tab
  * members change the tab set and answer with exactly one `browser_state`
  * (added by the wrapper in index.ts).
@@ -20,13 +20,14 @@ const DOWNLOAD_EVENT_WAIT_MS = 2_000;
 /** Longest URL and title in navigate's text. */
 const TEXT_URL_MAX = 2_000;
 const TEXT_TITLE_MAX = 200;
-/** browser_state's limits for a tab_id (TOOLSET-CONTRACT C4), enforced on the model's tab_id too. */
+/** browser_state's limits for a tab_id (docs/TOOLSETS.md C4), enforced on the model's tab_id too. */
 const TAB_ID_MAX = 4096;
 const CONTROL_CHARS = /[\p{Cc}\u2028\u2029]/u;
 
-/** A navigation that did not complete, said without the URL or host (TOOLSET-CONTRACT D3). */
+/** A navigation that did not complete, said without the URL or host (docs/TOOLSETS.md D3). */
 class NavigationError extends ModelFacingError {
   override readonly name = 'NavigationError';
+  override readonly code = 'ERR_NAVIGATION';
   override readonly retryable = true;
 }
 
@@ -171,5 +172,3 @@ export const closeTab = browserMember({
     await ctx.session.closeTab(input.tab_id);
   },
 });
-
-export const NAVIGATION_MEMBERS = [navigate, listTabs, newTab, switchTab, closeTab] as const;

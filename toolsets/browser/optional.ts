@@ -1,6 +1,6 @@
 /**
  * The members the API leaves off unless the operator enables them
- * (TOOLSET-CONTRACT C1, C3): `javascript_exec`, `read_console`,
+ * (docs/TOOLSETS.md C1, C3): `javascript_exec`, `read_console`,
  * `read_network`, `file_upload`. index.ts serves them only when enabled.
  */
 import { realpath, stat } from 'node:fs/promises';
@@ -32,6 +32,7 @@ function bounded(lines: string[], empty: string): string {
 }
 
 export const javascriptExec = browserMember({
+  optional: true,
   name: 'javascript_exec',
   summary: 'Evaluate a JavaScript expression in the page and return its value as text.',
   kind: 'text',
@@ -88,6 +89,7 @@ function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
 }
 
 export const readConsole = browserMember({
+  optional: true,
   name: 'read_console',
   summary: "The tab's console messages since the last read.",
   kind: 'text',
@@ -112,6 +114,7 @@ async function networkLine(request: Request): Promise<string> {
 }
 
 export const readNetwork = browserMember({
+  optional: true,
   name: 'read_network',
   summary: "The tab's requests since the last read: method, URL, status, MIME type, duration.",
   kind: 'text',
@@ -144,6 +147,7 @@ async function insideRoots(path: string, roots: readonly string[]): Promise<stri
 }
 
 export const fileUpload = browserMember({
+  optional: true,
   name: 'file_upload',
   summary: 'Set the files of a file input, from the upload folders the operator allowed.',
   kind: 'ack',
@@ -195,5 +199,3 @@ export const fileUpload = browserMember({
     }
   },
 });
-
-export const OPTIONAL_MEMBERS = [javascriptExec, readConsole, readNetwork, fileUpload] as const;

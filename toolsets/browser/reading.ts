@@ -1,5 +1,5 @@
 /**
- * Reading members: `read_page`, `find`, `get_page_text` (TOOLSET-CONTRACT C2).
+ * Reading members: `read_page`, `find`, `get_page_text` (docs/TOOLSETS.md C2).
  * The page work and the element references live in src/browser/snapshot.ts.
  */
 import { z } from 'zod';
@@ -72,5 +72,3 @@ export const getPageText = browserMember({
     return pageText(page);
   },
 });
-
-export const READING_MEMBERS = [readPageMember, find, getPageText] as const;

@@ -1,6 +1,6 @@
 /**
  * Seeing members: `screenshot` (the viewport) and `zoom` (a region of it,
- * fitted to the screenshot size) (TOOLSET-CONTRACT C3, B5). Same geometry as
+ * fitted to the screenshot size) (docs/TOOLSETS.md C3, B5). Same geometry as
  * the computer toolset's: the viewport plays the display.
  */
 import { z } from 'zod';
@@ -38,5 +38,3 @@ export const zoom = browserMember({
     return captureViewport(page, { clip, output, format, quality, timeoutMs: CAPTURE_TIMEOUT_MS });
   },
 });
-
-export const SCREEN_MEMBERS = [screenshot, zoom] as const;

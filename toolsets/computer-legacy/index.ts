@@ -14,18 +14,18 @@
  *   did not ask for, so a model that wants to see the result asks for
  *   `screenshot` (as it does with the toolset).
  * - Calls of the tool run in order; after one fails, the later ones in the
- *   batch get LEGACY_NOT_EXECUTED_TEXT. The tool is its own family: a failure
+ *   batch get FALLBACK_NOT_EXECUTED_TEXT (the SDK's own for a family with none). The tool is its own family: a failure
  *   of it halts no toolset, and a toolset failure does not halt it.
  */
 import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../text.ts';
 import { z } from 'zod';
-import type { Size } from '../../src/desktop/driver.ts';
+import type { Size } from '../../src/geometry.ts';
 import { ToolInputError, ToolRefusedError } from '../../src/errors.ts';
-import { describeZodError } from '../../src/executor/zod-text.ts';
+import { describeZodError } from '../../src/zod-text.ts';
 import type { LegacyComputerTools } from '../../src/protocol.ts';
 import { COMPUTER_TOOLSET_TYPE } from '../computer/index.ts';
-import { foldName } from '../text.ts';
-import type { MemberOutput, RunnableMember, Toolset } from '../types.ts';
+import { foldName } from '../../src/text.ts';
+import type { MemberOutput, PlainTool, RunnableMember, Toolset } from '../types.ts';
 import {
   LEGACY_ACTION_SCHEMAS,
   LEGACY_ACTIONS,
@@ -47,26 +47,6 @@ export const LEGACY_COMPUTER_TYPES = ['computer_20250124', 'computer_20251124'] 
  * (`:` is outside the API's pattern), so it never shares halting with a toolset.
  */
 export const LEGACY_COMPUTER_FAMILY = 'legacy:computer';
-/**
- * Calls skipped after an earlier failure of the tool. No toolset defines one
- * for it; this is the SDK's fallback halt text (the executor's
- * UNKNOWN_TOOLSET_NOT_EXECUTED_TEXT), whose "action" is the older tool's own word.
- */
-export const LEGACY_NOT_EXECUTED_TEXT = FALLBACK_NOT_EXECUTED_TEXT;
-/** Calls stopped by cancel or disconnect (the executor's UNKNOWN_TOOLSET_CANCELLED_TEXT). */
-export const LEGACY_CANCELLED_TEXT = FALLBACK_CANCELLED_TEXT;
-
-export interface LegacyComputerTool extends Toolset {
-  /** Whether a tool_use is a call of this tool: named `computer`, without `toolset_name`. */
-  handles(toolUse: { name: string; toolset_name?: string | null | undefined }): boolean;
-  /**
-   * The member that runs this input's action. Throws ToolInputError or
-   * ToolRefusedError with the text the model reads; the rest of the input is
-   * checked when the executor parses it with the member's schema, before
-   * anything runs.
-   */
-  member(input: unknown): RunnableMember;
-}
 
 interface PlannedCall {
   member: RunnableMember;
@@ -79,7 +59,7 @@ function canServe(computer: Toolset | undefined): computer is Toolset {
 }
 
 /** The older tool on top of the computer toolset `computer`, or undefined when there is none. */
-export function createLegacyComputerTool(computer: Toolset | undefined): LegacyComputerTool | undefined {
+export function createLegacyComputerTool(computer: Toolset | undefined): PlainTool | undefined {
   if (!canServe(computer)) return undefined;
   const servedActions = LEGACY_ACTIONS.filter((a) => computer.members.has(a));
   const actionList = servedActions.join(', ');
@@ -148,14 +128,16 @@ export function createLegacyComputerTool(computer: Toolset | undefined): LegacyC
   return {
     type: LEGACY_COMPUTER_TYPES[LEGACY_COMPUTER_TYPES.length - 1]!,
     name: LEGACY_COMPUTER_FAMILY,
-    notExecutedText: LEGACY_NOT_EXECUTED_TEXT,
-    cancelledText: LEGACY_CANCELLED_TEXT,
+    notExecutedText: FALLBACK_NOT_EXECUTED_TEXT,
+    cancelledText: FALLBACK_CANCELLED_TEXT,
     usesDesktop: true,
     allowedBlocks: ['text', 'image'],
     allMemberNames: LEGACY_ACTIONS,
     disabledMemberNames: new Set(LEGACY_ACTIONS.filter((a) => !members.has(a))),
     members,
+    toolName: LEGACY_COMPUTER_TOOL_NAME,
     handles: (tu) => !tu.toolset_name && tu.name === LEGACY_COMPUTER_TOOL_NAME,
+    describe: (screenshot) => legacyComputerTools(computer, screenshot),
     member(input) {
       const action = actionOf(input);
       const member = members.get(action);
@@ -168,11 +150,9 @@ export function createLegacyComputerTool(computer: Toolset | undefined): LegacyC
 /**
  * The `tools[]` entries an agent on an older computer tool sends, for
  * `welcome.legacy_tools`: the display size the model sees is the screenshot
- * size, since coordinates are screenshot pixels. Undefined when the older
- * tool is not served.
+ * size, since coordinates are screenshot pixels.
  */
-export function legacyComputerTools(computer: Toolset | undefined, screenshot: Size): LegacyComputerTools | undefined {
-  if (!canServe(computer)) return undefined;
+function legacyComputerTools(computer: Toolset, screenshot: Size): LegacyComputerTools {
   const common = {
     name: LEGACY_COMPUTER_TOOL_NAME,
     display_width_px: screenshot.width,

@@ -1,11 +1,12 @@
 /**
  * The computer toolset's per-call context and the input pieces its members
  * share: coordinates in screenshot pixels, modifier chords, and the mapping to
- * display pixels with the bounds check (TOOLSET-CONTRACT B3: never clamp).
+ * display pixels with the bounds check (docs/TOOLSETS.md B3: never clamp).
  */
 import { z } from 'zod';
-import type { DesktopDriver, Point } from '../../src/desktop/driver.ts';
-import { parseModifiers } from '../../src/desktop/keys.ts';
+import type { DesktopDriver } from '../../src/desktop/driver.ts';
+import type { Point } from '../../src/geometry.ts';
+import { parseModifierKeys } from '../../src/desktop/keys.ts';
 import { ToolInputError } from '../../src/errors.ts';
 import { fitSize, isInside, toDisplay, type Geometry } from '../../src/geometry.ts';
 import type { CallContext, Member, ScreenshotSettings } from '../types.ts';
@@ -45,7 +46,7 @@ export function createComputerContext(deps: ComputerDeps, call: CallContext): Co
       }
       return toDisplay({ x, y }, g);
     },
-    modifiers: (text) => (text ? parseModifiers(text) : []),
+    modifiers: (text) => (text ? parseModifierKeys(text) : []),
   };
 }
 

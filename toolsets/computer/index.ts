@@ -1,10 +1,10 @@
 /**
  * `computer_toolset_20260801`: mouse, keyboard and screenshots on the X display
- * (TOOLSET-CONTRACT section B). The texts here are the ones the model reads for
+ * (docs/TOOLSETS.md section B). The texts here are the ones the model reads for
  * calls that did not run; the executor copies them, never rewrites them.
  */
 import type { z } from 'zod';
-import { bindMember, type CallContext, type Member, type RunnableMember, type Toolset } from '../types.ts';
+import { defineToolset, memberNames, type CallContext, type Member, type Toolset } from '../types.ts';
 import { leftClick, rightClick, middleClick, doubleClick, tripleClick } from './clicks.ts';
 import { createComputerContext, type ComputerContext, type ComputerDeps } from './context.ts';
 import { holdKey, key, type } from './keyboard.ts';
@@ -15,7 +15,7 @@ import { wait } from './wait.ts';
 export const COMPUTER_TOOLSET_TYPE = 'computer_toolset_20260801';
 export const COMPUTER_TOOLSET_NAME = 'computer';
 
-/** Exact halt text (TOOLSET-CONTRACT A5; the SDK's `NOT_EXECUTED`). */
+/** Exact halt text (docs/TOOLSETS.md A5; the SDK's `NOT_EXECUTED`). */
 export const COMPUTER_NOT_EXECUTED_TEXT = 'Not executed: an earlier computer action in this turn failed.';
 /** Calls stopped by cancel or disconnect: not a failure, so a different text (docs/PROTOCOL.md rule 7). */
 export const COMPUTER_CANCELLED_TEXT =
@@ -42,6 +42,9 @@ export const COMPUTER_MEMBERS = [
   zoom,
 ] as const;
 
+/** Every member's name, in the SDK's order. */
+export const COMPUTER_MEMBER_NAMES = memberNames(COMPUTER_MEMBERS);
+
 export interface ComputerToolsetOptions extends ComputerDeps {
   /** Members the operator switched off; they are not offered and are answered with an error. */
   disabled?: readonly string[];
@@ -49,20 +52,17 @@ export interface ComputerToolsetOptions extends ComputerDeps {
 
 export function createComputerToolset(options: ComputerToolsetOptions): Toolset {
   const { disabled = [], ...deps } = options;
-  const context = (call: CallContext) => createComputerContext(deps, call);
-  const members = new Map<string, RunnableMember>();
-  for (const m of COMPUTER_MEMBERS) {
-    if (!disabled.includes(m.name)) members.set(m.name, bindMember(m as Member<z.ZodType, ComputerContext>, context));
-  }
-  return {
-    type: COMPUTER_TOOLSET_TYPE,
-    name: COMPUTER_TOOLSET_NAME,
-    notExecutedText: COMPUTER_NOT_EXECUTED_TEXT,
-    cancelledText: COMPUTER_CANCELLED_TEXT,
-    usesDesktop: true,
-    allowedBlocks: ['text', 'image'],
-    allMemberNames: COMPUTER_MEMBERS.map((m) => m.name),
-    members,
-    disabledMemberNames: new Set(disabled),
-  };
+  return defineToolset(
+    {
+      type: COMPUTER_TOOLSET_TYPE,
+      name: COMPUTER_TOOLSET_NAME,
+      notExecutedText: COMPUTER_NOT_EXECUTED_TEXT,
+      cancelledText: COMPUTER_CANCELLED_TEXT,
+      usesDesktop: true,
+      allowedBlocks: ['text', 'image'],
+      members: COMPUTER_MEMBERS as readonly Member<z.ZodType, ComputerContext>[],
+      context: (call: CallContext) => createComputerContext(deps, call),
+    },
+    { disabled },
+  );
 }

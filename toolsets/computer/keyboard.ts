@@ -1,9 +1,9 @@
-/** Keyboard members: `key`, `hold_key`, `type` (TOOLSET-CONTRACT B2, B4). */
+/** Keyboard members: `key`, `hold_key`, `type` (docs/TOOLSETS.md B2, B4). */
 import { z } from 'zod';
 import { parseChord } from '../../src/desktop/keys.ts';
 import type { DriverKey } from '../../src/desktop/driver.ts';
 import { ToolInputError } from '../../src/errors.ts';
-import { echo } from '../text.ts';
+import { echo } from '../../src/text.ts';
 import { computerMember } from './context.ts';
 
 /** `key.repeat` range (DCU). */

@@ -1,4 +1,4 @@
-/** Seeing members: `screenshot` and `zoom` (TOOLSET-CONTRACT B2, B5). */
+/** Seeing members: `screenshot` and `zoom` (docs/TOOLSETS.md B2, B5). */
 import { z } from 'zod';
 import { planZoom, zoomRegion } from '../zoom.ts';
 import { computerMember } from './context.ts';
