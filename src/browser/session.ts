@@ -218,10 +218,6 @@ export class BrowserSession {
     this.tabs.forget(tabId);
   }
 
-  get activeTabId(): string | undefined {
-    return this.tabs.active;
-  }
-
   /** How many downloads this session has seen begin. */
   get downloadCount(): number {
     return this.downloads.count;
