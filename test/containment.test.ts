@@ -398,6 +398,7 @@ describe("Chromium's own interface: address bar, DevTools, native dialogs", () =
         const box = document.getElementById('box');
         box.addEventListener('input', () => fetch('/typed', { method: 'POST', body: box.value }));
         addEventListener('blur', (e) => e.target === window && fetch('/blur', { method: 'POST' }));
+        addEventListener('resize', () => fetch('/resize', { method: 'POST', body: innerWidth + 'x' + innerHeight }));
         addEventListener('focus', (e) => e.target === window && fetch('/focus', { method: 'POST' }));
         document.getElementById('file').addEventListener('change', (e) =>
           fetch('/picked', { method: 'POST', body: String(e.target.files.length) }));
@@ -440,9 +441,14 @@ describe("Chromium's own interface: address bar, DevTools, native dialogs", () =
       until(
         `${what}: "${text}" typed into the page's text box`,
         () => web.requests.some((r) => r.path === '/typed' && r.body.endsWith(text)),
-        { seen: () => web.requests.map((r) => `${r.method} ${r.path} ${r.body}`) },
+        { seen: requestsSeen },
       ),
     );
+  }
+
+  /** What the page reported since it was opened, for failure messages. */
+  function requestsSeen(): string[] {
+    return web.requests.map((r) => `${r.method} ${r.path} ${r.body}`);
   }
 
   /** Runs `fn`; when it fails, the screen as it is then goes to the test's log folder (its path is in the error). */
@@ -509,24 +515,41 @@ describe("Chromium's own interface: address bar, DevTools, native dialogs", () =
   });
 
   test('DevTools does not open (F12, Ctrl+Shift+I, Ctrl+Shift+J), so it cannot run the JavaScript the model types', async () => {
+    const ATTEMPTS = 4;
     for (const keys of ['F12', 'ctrl+shift+i', 'ctrl+shift+j']) {
-      await openPage(keys);
-      // The attack: open DevTools, give it time to take the focus, run a line in its console.
-      const { result } = await c.batch(`dev-${keys.replace(/\W/g, '_')}`, [
-        computerUse('key', { text: keys }),
-        computerUse('wait', { duration: 1.5 }),
-        computerUse('type', { text: 'document.title = "pwned"\n' }),
-      ]);
-      assert.deepEqual(result.failures, []);
-      // Chromium shows "DevTools not allowed on this page" instead, in a dialog the space key closes,
-      // so the rest of the line lands in the page's text box. A DevTools console would have taken
-      // all of it, and the page would have got nothing.
-      await onFailureShowScreen(`${keys} console`, () =>
-        until(`the typed line (or its end) to reach the page after ${keys}`, () =>
-          web.requests.some((r) => r.path === '/typed' && r.body.includes('"pwned"')),
-        ),
-      );
-      assert.equal((await activeTab()).title, 'page', 'the title was not changed from a console');
+      // Chromium shows "DevTools not allowed on this page" instead, in a bubble the space key
+      // closes, so the rest of the line lands in the page's text box: proof that no console took
+      // it. On a busy machine the bubble can come late and take the whole line; then nothing
+      // reached the page, and the attack is simply tried again, as a model would. A console that
+      // ran the line would have changed the title, whichever attempt it was, and DevTools docked
+      // in the window would have narrowed the page (it reports every resize).
+      for (let attempt = 1; ; attempt++) {
+        await openPage(keys);
+        const { result } = await c.batch(`dev-${keys.replace(/\W/g, '_')}-${attempt}`, [
+          computerUse('key', { text: keys }),
+          computerUse('wait', { duration: 1.5 }),
+          computerUse('type', { text: 'document.title = "pwned"\n' }),
+        ]);
+        assert.deepEqual(result.failures, []);
+        const reached = (): boolean => web.requests.some((r) => r.path === '/typed' && r.body.includes('"pwned"'));
+        const what = `the typed line (or its end) to reach the page after ${keys}`;
+        const arrived =
+          attempt === ATTEMPTS
+            ? await onFailureShowScreen(`${keys} console`, () =>
+                until(`${what}, in any of ${ATTEMPTS} attempts`, reached, { seen: requestsSeen }),
+              )
+            : await until(what, reached).then(
+                () => true,
+                () => false,
+              );
+        assert.equal((await activeTab()).title, 'page', `the title was not changed from a console (${keys})`);
+        assert.deepEqual(
+          requestsSeen().filter((r) => r.startsWith('POST /resize')),
+          [],
+          'the page was not narrowed',
+        );
+        if (arrived) break;
+      }
     }
   });
 
