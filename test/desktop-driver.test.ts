@@ -18,7 +18,10 @@
  */
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { fork, type Serializable } from 'node:child_process';
+import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import sharp from 'sharp';
 import { chromium, type Browser, type Page } from 'playwright';
 import { Key } from '@nut-tree-fork/shared';
@@ -26,7 +29,7 @@ import { parseChord, parseModifierKeys, KEY_NAMES_HELP, KEYSYMS, checkTypeable }
 import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
 import { XConnection } from '../src/desktop/x11.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/errors.ts';
-import type { DriverKey } from '../src/desktop/driver.ts';
+import { SCROLL_AMOUNT_MAX, type DriverKey } from '../src/desktop/driver.ts';
 import type { Point } from '../src/geometry.ts';
 import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
 import type { RecordedEvent } from './helpers/event-page.ts';
@@ -386,6 +389,70 @@ describe('WorkerDesktopDriver on Xvfb', () => {
 
   test('an already aborted signal rejects with CancelledError', async () => {
     await assert.rejects(driver.displaySize(AbortSignal.abort()), CancelledError);
+  });
+
+  test('the worker answers malformed messages with errors, and keeps working', async () => {
+    // The driver's side is typed (worker-protocol.ts); the worker still checks what arrives.
+    const proc = fork(fileURLToPath(new URL('../src/desktop/worker.ts', import.meta.url)), [], {
+      execArgv: ['--import', import.meta.resolve('tsx')],
+      serialization: 'advanced',
+      stdio: ['ignore', 'ignore', 'ignore', 'ipc'],
+      env: { ...process.env, DISPLAY: xvfb.display },
+    });
+    type Reply = { id: number; ok: boolean; result?: unknown; error?: { name: string; message: string } };
+    const replies = new Map<number, Reply>();
+    let ready = false;
+    proc.on('message', (m: { type?: string; id?: number }) => {
+      if (m.type === 'ready') ready = true;
+      else if (typeof m.id === 'number') replies.set(m.id, m as Reply);
+    });
+    try {
+      await waitFor(async () => ready, 'the worker to say ready', 30_000);
+      const bad: Array<[unknown, string, RegExp]> = [
+        [{ id: 1, op: 'nope' }, 'Error', /unknown op "nope"/],
+        [{ id: 2, op: 'toString' }, 'Error', /unknown op "toString"/],
+        [{ id: 3, op: 'scroll', args: 'down' }, 'ToolInputError', /arguments must be an object/],
+        [
+          { id: 4, op: 'scroll', args: { direction: 'down', amount: SCROLL_AMOUNT_MAX + 1, modifiers: [] } },
+          'ToolInputError',
+          new RegExp(`amount must be an integer from 1 to ${SCROLL_AMOUNT_MAX}`),
+        ],
+        [{ id: 5, op: 'moveMouse', args: { to: { x: 'a', y: 1 } } }, 'ToolInputError', /to must have numeric x and y/],
+        [{ id: 6, op: 'pressKeys', args: { chord: [5], repeat: 1 } }, 'ToolInputError', /list of key names/],
+        [{ id: 7, op: 'capture', args: { options: null } }, 'ToolInputError', /capture options/],
+        [{ id: 8, op: 'holdKeys', args: { chord: ['LeftShift'], durationMs: -1 } }, 'ToolInputError', /durationMs/],
+      ];
+      // Not objects, or no id: nothing to answer, and nothing to crash on.
+      const junk: unknown[] = [null, 'hello', 42, [], { op: 'moveMouse', args: { to: { x: 1, y: 1 } } }];
+      for (const msg of junk) proc.send(msg as Serializable);
+      for (const [msg] of bad) proc.send(msg as Serializable);
+      proc.send({ id: 9, op: 'displaySize', args: {} });
+      await waitFor(async () => replies.has(9), 'the answer to displaySize');
+      for (const [msg, name, message] of bad) {
+        const id = (msg as { id: number }).id;
+        const reply = replies.get(id);
+        assert.equal(reply?.ok, false, `message ${id} is refused`);
+        assert.equal(reply.error?.name, name, `message ${id}`);
+        assert.match(reply.error?.message ?? '', message, `message ${id}`);
+      }
+      assert.deepEqual(replies.get(9), { id: 9, ok: true, result: { width: WIDTH, height: HEIGHT } });
+      assert.equal(proc.exitCode, null, 'the worker is still running');
+    } finally {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        const exited = once(proc, 'exit');
+        const killer = setTimeout(() => proc.kill('SIGKILL'), 5_000);
+        if (proc.connected) proc.disconnect(); // the worker releases what it holds and exits
+        await exited;
+        clearTimeout(killer);
+      }
+    }
+  });
+
+  test('the worker accepts what the computer schemas accept: fractional holds, the largest scroll', async () => {
+    // hold_key takes seconds with fractions: 1.1 s is 1100.0000000000002 ms.
+    await driver.holdKeys(parseChord('shift'), 1.1 * 1000);
+    await driver.scroll('down', SCROLL_AMOUNT_MAX, []);
+    await assert.rejects(driver.scroll('down', SCROLL_AMOUNT_MAX + 1, []), ToolInputError);
   });
 
   describe('with chromium', () => {
