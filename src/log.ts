@@ -10,9 +10,12 @@
  *
  * Lines reach stderr through `sonic-boom`, pino's own destination: writes
  * never block the event loop, at most LOG_BUFFER_BYTES wait for a slow reader
- * (more is dropped, and the next record that gets through says how many
- * lines were lost), and what is still buffered is written synchronously when
- * the process exits or an exception is about to end it.
+ * (more is dropped, and the next record that gets through, or the exit, says
+ * how many lines were lost), and what is still buffered is written
+ * synchronously when the process exits or an exception is about to end it.
+ * The price: each write runs on libuv's thread pool (a stuck reader holds one
+ * of its threads), and at exit a chunk already handed to that pool can land
+ * after the lines flushed synchronously.
  *
  * Why not pino itself (issue 13 asked; measured on the issue 13 branch, a
  * batch record with a bound session, best of 7 on a loaded 2-core machine):
@@ -30,8 +33,8 @@
  *   child's fields before `time` and `msg` (docs/OPERATIONS.md documents
  *   `time`, `level`, `msg` first) and repeats a key given both to `child` and
  *   to a call; and `pino-pretty` writes its own layout, not the one-line
- *   `key=value` format docs/OPERATIONS.md documents. What would be left of
- *   pino is `JSON.stringify`.
+ *   `key=value` format docs/OPERATIONS.md documents. What pino would add
+ *   is a faster serializer for the few records a batch writes.
  */
 import sonicBoom, { type SonicBoom } from 'sonic-boom';
 
@@ -155,6 +158,8 @@ export const LOG_BUFFER_BYTES = 1 << 20;
 
 let stderrSink: SonicBoom | undefined;
 let droppedLines = 0;
+/** The drop notice as the last logger that wrote to stderr renders it, for the one written at exit. */
+let dropNotice: ((lost: number) => string) | undefined;
 
 function openStderr(): SonicBoom {
   let exiting = 0;
@@ -172,6 +177,12 @@ function openStderr(): SonicBoom {
     exiting ||= performance.now();
     try {
       sink.flushSync();
+      // Lines dropped after the last record that got through: said now, or never.
+      if (droppedLines > 0 && dropNotice) {
+        sink.write(dropNotice(droppedLines));
+        droppedLines = 0;
+        sink.flushSync();
+      }
     } catch {
       // The reader is gone or stuck: what is left is lost, the exit goes on.
     }
@@ -206,14 +217,17 @@ export function createLogger(
     // Belt and braces: whatever slipped through a structure (a toJSON method), the line is scrubbed too.
     return `${scrub(line, secrets)}\n`;
   };
+  const notice = (lost: number): string =>
+    render('warn', `${lost} log lines dropped: stderr was not read fast enough`, { dropped: lost });
   const at =
     (lvl: Exclude<LogLevel, 'silent'>) =>
     (msg: string, fields?: LogFields): void => {
       if (RANK[lvl] < RANK[level]) return;
+      if (write === writeStderr) dropNotice = notice;
       if (write === writeStderr && droppedLines > 0) {
         const lost = droppedLines;
         droppedLines = 0;
-        writeStderr(render('warn', `${lost} log lines dropped: stderr was not read fast enough`, { dropped: lost }));
+        writeStderr(notice(lost));
         // Still no room: the notice is not a lost line of its own, the count waits for the next record.
         if (droppedLines > 0) droppedLines = lost;
       }
