@@ -418,6 +418,17 @@ describe("Chromium's own interface: address bar, DevTools, native dialogs", () =
     await rm(secretDir, { recursive: true, force: true });
   });
 
+  /** How often an attack whose keys a late Chromium bubble took is tried again (as a model would). */
+  const ATTEMPTS = 4;
+
+  /** Whether `attempt` succeeded; its failure is an inconclusive attempt, not the test's. */
+  function succeeded(attempt: Promise<unknown>): Promise<boolean> {
+    return attempt.then(
+      () => true,
+      () => false,
+    );
+  }
+
   /** Screen points on the text box and on the file input's label (see the page's layout). */
   const BOX: [number, number] = [640, 250];
   const FILE_INPUT: [number, number] = [640, 640];
@@ -515,7 +526,6 @@ describe("Chromium's own interface: address bar, DevTools, native dialogs", () =
   });
 
   test('DevTools does not open (F12, Ctrl+Shift+I, Ctrl+Shift+J), so it cannot run the JavaScript the model types', async () => {
-    const ATTEMPTS = 4;
     for (const keys of ['F12', 'ctrl+shift+i', 'ctrl+shift+j']) {
       // Chromium shows "DevTools not allowed on this page" instead, in a bubble the space key
       // closes, so the rest of the line lands in the page's text box: proof that no console took
@@ -538,10 +548,7 @@ describe("Chromium's own interface: address bar, DevTools, native dialogs", () =
             ? await onFailureShowScreen(`${keys} console`, () =>
                 until(`${what}, in any of ${ATTEMPTS} attempts`, reached, { seen: requestsSeen }),
               )
-            : await until(what, reached).then(
-                () => true,
-                () => false,
-              );
+            : await succeeded(until(what, reached));
         assert.equal((await activeTab()).title, 'page', `the title was not changed from a console (${keys})`);
         assert.deepEqual(
           requestsSeen().filter((r) => r.startsWith('POST /resize')),
@@ -556,10 +563,20 @@ describe("Chromium's own interface: address bar, DevTools, native dialogs", () =
   test('no native Save dialog (Ctrl+S) and no file picker: the keys typed next land in the page, and no file is picked', async () => {
     const downloads = join(homedir(), 'Downloads');
     const before = await readdir(downloads).catch(() => [] as string[]);
-    await openPage('save');
-    // A Save dialog would keep the keyboard focus (and Escape closes whatever Chromium shows instead).
-    await c.batch('save', [computerUse('key', { text: 'ctrl+s' }), computerUse('key', { text: 'Escape' })]);
-    await typedIntoPage('after-save', 'ctrl+s');
+    // A Save dialog would keep the keyboard focus, so no later attempt's keys would reach the page.
+    // Escape closes whatever Chromium shows instead; on a busy machine that can come after the
+    // Escape and take the keys typed next, which is inconclusive: the attack is tried again.
+    for (let attempt = 1; ; attempt++) {
+      await openPage(`save-${attempt}`);
+      await c.batch(`save-${attempt}`, [
+        computerUse('key', { text: 'ctrl+s' }),
+        computerUse('key', { text: 'Escape' }),
+      ]);
+      const typed = typedIntoPage('after-save', `ctrl+s, attempt ${attempt} of ${ATTEMPTS}`);
+      if (attempt < ATTEMPTS && !(await succeeded(typed))) continue;
+      await typed;
+      break;
+    }
     assert.deepEqual(await readdir(downloads).catch(() => [] as string[]), before, 'nothing was saved');
 
     // A click on a file input: the chooser is intercepted and closed, and the model is told so.
