@@ -578,8 +578,8 @@ async function malformedBurst(url: string): Promise<Fault> {
   fault.count++;
   extra.malformedSent++;
   c.send('x'.repeat(DEFAULT_CONFIG.limits.maxPayloadBytes + 1));
-  await c.until(() => c.closed, 30_000, 'close').catch(() => undefined);
-  const closed = c.closed;
+  await c.until(() => c.closedWith, 30_000, 'close').catch(() => undefined);
+  const closed = c.closedWith;
   if (closed?.code === 1009) extraMalformedAnswered++;
   else problem(`oversized frame: closed with ${JSON.stringify(closed)}, want 1009`);
   c.terminate();

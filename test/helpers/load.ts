@@ -30,9 +30,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as delay } from 'node:timers/promises';
-import WebSocket from 'ws';
 import {
-  ServerMessageSchema,
   type BatchResult,
   type ErrorInfo,
   type ErrorMessage,
@@ -43,6 +41,7 @@ import {
 } from '../../src/protocol.ts';
 import { REPEAT_ADVICE, REPEAT_THRESHOLD } from '../../src/executor/repeats.ts';
 import { assertApiValid } from './api-rules.ts';
+import { HandshakeError, RecordingClient } from './ws-client.ts';
 
 // ---------------------------------------------------------------------------
 // A web server whose pages carry the session's marker.
@@ -111,22 +110,9 @@ document.getElementById('s').textContent = 'prev-storage=[' + (prev === null ? '
 }
 
 // ---------------------------------------------------------------------------
-// A ws client that records everything, validates every message, and never throws from a handler.
+// The load's client (test/helpers/ws-client.ts): every message validated, nothing thrown from a handler.
 
-export class HandshakeRefused extends Error {
-  constructor(readonly status: number) {
-    super(`handshake refused with HTTP ${status}`);
-  }
-}
-
-interface Waiter {
-  check: () => unknown;
-  resolve: (v: unknown) => void;
-  reject: (e: Error) => void;
-  timer: NodeJS.Timeout;
-}
-
-export class LoadClient {
+export class LoadClient extends RecordingClient {
   /** batch_result messages by batch_id, in arrival order, with their arrival time. */
   readonly results = new Map<string, { result: BatchResult; at: number }[]>();
   /** tool_event messages by batch_id, with whether their batch_result had already arrived. */
@@ -135,48 +121,14 @@ export class LoadClient {
   readonly firstStarted = new Map<string, number>();
   readonly errors: ErrorMessage[] = [];
   readonly welcomes: Welcome[] = [];
-  /** Messages that failed the protocol's schema. */
-  readonly invalid: string[] = [];
   pongs = 0;
-  closed: { code: number; reason: string } | undefined;
-  private waiters: Waiter[] = [];
 
-  private constructor(readonly ws: WebSocket) {
-    ws.on('message', (data, isBinary) => this.onMessage(data.toString(), isBinary));
-    ws.on('close', (code, reason) => {
-      this.closed = { code, reason: reason.toString() };
-      for (const w of this.waiters.splice(0)) {
-        clearTimeout(w.timer);
-        w.reject(new Error(`connection closed (${code})`));
-      }
-    });
-    ws.on('error', () => undefined);
+  static async open(url: string, token: string): Promise<LoadClient> {
+    const ws = await RecordingClient.connect(url, token);
+    return new LoadClient(ws, { onInvalid: 'record', keep: false });
   }
 
-  static open(url: string, token: string): Promise<LoadClient> {
-    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
-    return new Promise((resolve, reject) => {
-      ws.once('open', () => resolve(new LoadClient(ws)));
-      ws.once('unexpected-response', (_req, res) => {
-        reject(new HandshakeRefused(res.statusCode ?? 0));
-        ws.terminate();
-      });
-      ws.once('error', reject);
-    });
-  }
-
-  private onMessage(text: string, isBinary: boolean): void {
-    const at = performance.now();
-    let msg: ServerMessage;
-    try {
-      if (isBinary) throw new Error('binary frame from the daemon');
-      const parsed = ServerMessageSchema.safeParse(JSON.parse(text));
-      if (!parsed.success) throw new Error(parsed.error.message);
-      msg = parsed.data;
-    } catch (err) {
-      this.invalid.push(`${String(err).slice(0, 300)}: ${text.slice(0, 300)}`);
-      return;
-    }
+  protected override onMessage(msg: ServerMessage, at: number): void {
     switch (msg.type) {
       case 'batch_result': {
         const list = this.results.get(msg.batch_id) ?? [];
@@ -201,36 +153,6 @@ export class LoadClient {
         this.pongs++;
         break;
     }
-    this.waiters = this.waiters.filter((w) => {
-      const v = w.check();
-      if (v === undefined) return true;
-      clearTimeout(w.timer);
-      w.resolve(v);
-      return false;
-    });
-  }
-
-  /** Resolves with the first value `check` returns other than undefined, re-checked on every message. */
-  until<T>(check: () => T | undefined, timeoutMs: number, what: string): Promise<T> {
-    const now = check();
-    if (now !== undefined) return Promise.resolve(now);
-    if (this.closed) return Promise.reject(new Error(`connection closed (${this.closed.code}) waiting for ${what}`));
-    return new Promise<T>((resolve, reject) => {
-      const waiter: Waiter = {
-        check,
-        resolve: resolve as (v: unknown) => void,
-        reject,
-        timer: setTimeout(() => {
-          this.waiters = this.waiters.filter((w) => w !== waiter);
-          reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
-        }, timeoutMs),
-      };
-      this.waiters.push(waiter);
-    });
-  }
-
-  send(message: unknown): void {
-    this.ws.send(typeof message === 'string' ? message : JSON.stringify(message));
   }
 
   /** The next `error` message. */
@@ -249,14 +171,6 @@ export class LoadClient {
     const want = this.pongs + 1;
     this.send({ type: 'ping' });
     await this.until(() => (this.pongs >= want ? true : undefined), timeoutMs, 'pong');
-  }
-
-  close(): void {
-    if (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING) this.ws.close(1000);
-  }
-
-  terminate(): void {
-    this.ws.terminate();
   }
 }
 
@@ -625,7 +539,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
       try {
         client = await LoadClient.open(opts.url, opts.token);
       } catch (err) {
-        if (err instanceof HandshakeRefused && (err.status === 503 || err.status === 429) && attempt < 120) {
+        if (err instanceof HandshakeError && (err.status === 503 || err.status === 429) && attempt < 120) {
           stats.sessionRefusals++;
           await delay(1_000);
           continue;
@@ -1159,7 +1073,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
         if (opts.malformedEvery && k % opts.malformedEvery === opts.malformedEvery - 1) {
           const which = MALFORMED_KINDS[(slot + malformedCount++) % MALFORMED_KINDS.length]!;
           if (await malformed(tag, client, welcome, k, which, failedBefore)) stats.malformedAnswered++;
-          if (client.closed) {
+          if (client.closedWith) {
             problem(`${tag}: the connection closed after a malformed ${which}`);
             finished = false;
             break;
@@ -1204,7 +1118,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
         client = await dropAndResume(tag, client, welcome, seq++);
       }
       // Anything still in flight (a duplicate result, a stray event) arrives before the pong.
-      if (!client.closed) await client.flush().catch((err: unknown) => problem(`${tag}: no pong: ${String(err)}`));
+      if (!client.closedWith) await client.flush().catch((err: unknown) => problem(`${tag}: no pong: ${String(err)}`));
       for (const [id, list] of client.results) {
         const firsts = list.filter((x) => !x.result.replayed).length;
         if (firsts > 1) {
