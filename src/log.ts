@@ -8,39 +8,20 @@
  * is written as "[redacted]", and every occurrence of a configured secret (the
  * daemon's token) in any string, the message included, is replaced too.
  *
- * Lines reach stderr through `sonic-boom`, pino's own destination: writes
- * never block the event loop, at most LOG_BUFFER_BYTES wait for a slow reader
- * (more is dropped, and the next record that gets through, or the exit, says
- * how many lines were lost), and what is still buffered is written
- * synchronously when the process exits or an exception is about to end it.
- * The price: each write runs on libuv's thread pool (a stuck reader holds one
- * of its threads), and at exit a chunk already handed to that pool can land
- * after the lines flushed synchronously.
- *
- * Why not pino itself (issue 13 asked; measured on the issue 13 branch, a
- * batch record with a bound session, best of 7 on a loaded 2-core machine):
- * - cost per line: this logger 30 µs, pino 7 µs bare, 17 µs with the
- *   redaction below as its `formatters.log` hook. The daemon writes a few
- *   lines per batch, so either is noise next to a batch.
- * - a stderr pipe nobody reads for 6 s while the daemon logs: writing with
- *   `process.stderr.write` (the old way) or pino's synchronous destination
- *   stalled the event loop for the whole 4 s of logging; pino's asynchronous
- *   destination did not stall but held 11 MB and growing; with `maxLength` it
- *   stalled 25 ms at most and stayed at its bound. That destination is what
- *   this file uses.
- * - pino's `redact` takes exact paths (one level per wildcard, exact case), so
- *   the rules below would stay ours anyway; its record puts `level` and the
- *   child's fields before `time` and `msg` (docs/OPERATIONS.md documents
- *   `time`, `level`, `msg` first) and repeats a key given both to `child` and
- *   to a call; and `pino-pretty` writes its own layout, not the one-line
- *   `key=value` format docs/OPERATIONS.md documents. What pino would add
- *   is a faster serializer for the few records a batch writes.
+ * Why not pino (measured for issue 13 on a loaded 2-core machine, a batch
+ * record with a bound session, best of 7): this logger costs 30 µs a line,
+ * pino 7 µs bare and 17-21 µs with these redaction rules; a batch writes a few
+ * lines, so either is noise. pino's `redact` takes exact paths in exact case
+ * (these rules match any depth and any case), its records put `level` and a
+ * child's fields before `time` and `msg` (docs/OPERATIONS.md documents
+ * `time`, `level`, `msg` first), and pino-pretty has its own layout, not the
+ * documented `key=value` line. Its asynchronous destination (sonic-boom) was
+ * tried for a stderr nobody reads, where a synchronous write stalls the event
+ * loop for as long as the reader is away: with a bound it stalled 25 ms at
+ * most, but its flushSync at exit retries any error but EAGAIN for ever, so a
+ * daemon whose stderr reader had gone (a pipe to a closed `tee`) never exited.
+ * Writes stay synchronous until a bounded writer that gives up at exit exists.
  */
-import sonicBoom, { type SonicBoom } from 'sonic-boom';
-
-// The package's types describe an ES module; at run time its default export is the class itself.
-const Sink = sonicBoom as unknown as typeof SonicBoom;
-
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
 export const LOG_FORMATS = ['json', 'pretty'] as const;
@@ -153,85 +134,28 @@ export function formatPretty(at: Date, level: string, msg: string, fields: LogFi
   return `${time} ${level.padEnd(5)} ${text}${pairs.length ? `  ${pairs.join(' ')}` : ''}`;
 }
 
-/** Bytes of log lines held for a stderr reader that does not keep up; past this, lines are dropped. */
-export const LOG_BUFFER_BYTES = 1 << 20;
-
-let stderrSink: SonicBoom | undefined;
-let droppedLines = 0;
-/** The drop notice as the last logger that wrote to stderr renders it, for the one written at exit. */
-let dropNotice: ((lost: number) => string) | undefined;
-
-function openStderr(): SonicBoom {
-  let exiting = 0;
-  const sink = new Sink({
-    fd: 2,
-    sync: false,
-    maxLength: LOG_BUFFER_BYTES,
-    // A full pipe (EAGAIN): retried later while running; at exit, for one second at most.
-    retryEAGAIN: () => exiting === 0 || performance.now() - exiting < 1_000,
-  });
-  sink.on('drop', () => void droppedLines++);
-  // stderr gone (EPIPE): nothing to write to any more, and no reason to crash.
-  sink.on('error', () => undefined);
-  const flush = (): void => {
-    exiting ||= performance.now();
-    try {
-      sink.flushSync();
-      // Lines dropped after the last record that got through: said now, or never.
-      if (droppedLines > 0 && dropNotice) {
-        sink.write(dropNotice(droppedLines));
-        droppedLines = 0;
-        sink.flushSync();
-      }
-    } catch {
-      // The reader is gone or stuck: what is left is lost, the exit goes on.
-    }
-  };
-  process.on('exit', flush);
-  // Before Node prints a crash, so the lines that led to it come first.
-  process.on('uncaughtExceptionMonitor', flush);
-  return sink;
-}
-
-/** The default destination: stderr, never blocking (see the header). */
-function writeStderr(line: string): void {
-  (stderrSink ??= openStderr()).write(line);
-}
-
 export function createLogger(
   level: LogLevel = 'info',
-  write: (line: string) => void = writeStderr,
+  write: (line: string) => void = (line) => process.stderr.write(line),
   bound: LogFields = {},
   options: LoggerOptions = {},
 ): Logger {
   const format = options.format ?? 'json';
   const secrets = (options.secrets ?? []).filter((s) => s.length > 0);
-  const render = (lvl: Exclude<LogLevel, 'silent'>, msg: string, fields: LogFields | undefined): string => {
-    const now = new Date();
-    const clean = redact({ ...bound, ...fields }, secrets) as LogFields;
-    const text = scrub(String(msg), secrets);
-    const line =
-      format === 'pretty'
-        ? formatPretty(now, lvl, text, clean)
-        : JSON.stringify({ time: now.toISOString(), level: lvl, msg: text, ...clean });
-    // Belt and braces: whatever slipped through a structure (a toJSON method), the line is scrubbed too.
-    return `${scrub(line, secrets)}\n`;
-  };
-  const notice = (lost: number): string =>
-    render('warn', `${lost} log lines dropped: stderr was not read fast enough`, { dropped: lost });
   const at =
     (lvl: Exclude<LogLevel, 'silent'>) =>
     (msg: string, fields?: LogFields): void => {
       if (RANK[lvl] < RANK[level]) return;
-      if (write === writeStderr) dropNotice = notice;
-      if (write === writeStderr && droppedLines > 0) {
-        const lost = droppedLines;
-        droppedLines = 0;
-        writeStderr(notice(lost));
-        // Still no room: the notice is not a lost line of its own, the count waits for the next record.
-        if (droppedLines > 0) droppedLines = lost;
-      }
-      write(render(lvl, msg, fields));
+      const now = new Date();
+      const clean = redact({ ...bound, ...fields }, secrets) as LogFields;
+      const text = scrub(String(msg), secrets);
+      let line =
+        format === 'pretty'
+          ? formatPretty(now, lvl, text, clean)
+          : JSON.stringify({ time: now.toISOString(), level: lvl, msg: text, ...clean });
+      // Belt and braces: whatever slipped through a structure (a toJSON method), the line is scrubbed too.
+      line = scrub(line, secrets);
+      write(`${line}\n`);
     };
   return {
     debug: at('debug'),
