@@ -22,7 +22,7 @@ const DOWNLOAD_WAIT_MS = 2_000;
 /** Fixed, path-free texts for a download over the session's caps (docs/TOOLSETS.md D3). */
 const DOWNLOAD_LIMIT_ERROR = "the session's download limit was reached";
 const DOWNLOAD_FAILED = 'the download failed';
-/** How saveDownload names a saved file (`dl-N-` and a safeFileName). */
+/** How Downloads.save names a saved file (`dl-N-` and a safeFileName). */
 const DOWNLOAD_FILE = /^dl-[0-9]+-[A-Za-z0-9._-]+$/;
 /** The longest download path shown (with --expose-download-paths): a longer one would be cut, so it is left out. */
 const DOWNLOAD_PATH_MAX = 4096;

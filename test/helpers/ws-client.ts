@@ -19,7 +19,7 @@
  *   the client's own work to every round trip it times.
  *
  * The roles add only what is theirs: `TestClient` (test/helpers/daemon.ts)
- * hello and batch, `LoadClient` (test/helpers/load-client.ts) its indexes by
+ * hello and batch, `LoadClient` (test/helpers/load/client.ts) its indexes by
  * batch, `BenchClient` (bench/client.ts) the rate limit and timed requests.
  */
 import { performance } from 'node:perf_hooks';
