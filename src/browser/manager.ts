@@ -194,6 +194,27 @@ export class BrowserManager {
     return { died, dispose: () => this.deathListeners.delete(listener) };
   }
 
+  /**
+   * Whether the browser of `generation` still answers: one round trip (a CDP
+   * session opened and closed), raced with its death. Asked when a session's
+   * tabs vanished unasked during a call, because a dying browser closes its
+   * pages before Playwright reports the disconnect.
+   */
+  async answers(generation: number): Promise<boolean> {
+    const browser = this.browser;
+    if (!browser || !this.alive(generation)) return false;
+    const death = this.watchDeath();
+    try {
+      const cdp = await Promise.race([browser.newBrowserCDPSession(), death.died]);
+      await cdp.detach().catch(() => undefined);
+      return this.alive(generation);
+    } catch {
+      return false;
+    } finally {
+      death.dispose();
+    }
+  }
+
   /** Whether the browser of `generation` is still the one running. */
   alive(generation: number): boolean {
     return generation === this.generation && (this.browser?.isConnected() ?? false);

@@ -271,6 +271,12 @@ export class BrowserSession {
       throw new BrowserCrashedError('the browser went away during the call');
     }
     if (!ok) return undefined;
+    // Tabs that went away unasked: a page that closed itself, or a browser dying right now (its
+    // pages close before its disconnect is reported); an empty inventory must not pass for the
+    // session's tabs then.
+    if (this.tabs.goneUnasked > 0 && !(await this.manager.answers(this.contextGeneration))) {
+      throw new BrowserCrashedError('the browser went away during the call');
+    }
     // This result shows the tabs there are now, and the notice.
     this.tabsLost = false;
     this.tabs.goneUnasked = 0;
