@@ -16,6 +16,7 @@ import { HandshakeLimiter, handshakeKey } from '../src/server/rate-limit.ts';
 import { ResultBudget, Session, resultBytes } from '../src/server/session.ts';
 import { VIEWER_SUBPROTOCOL } from '../src/viewer/index.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
+import { textBatchResult } from './helpers/batch-result.ts';
 import { TEST_TOKEN, computerUse, startTestDaemon, startedEvent } from './helpers/daemon.ts';
 import { until, within } from './helpers/wait.ts';
 
@@ -96,19 +97,7 @@ describe('the send buffer', () => {
 });
 
 describe('the result cache over every session', () => {
-  const result = (batchId: string, size: number): BatchResult => ({
-    type: 'batch_result',
-    batch_id: batchId,
-    tool_results: [
-      { type: 'tool_result', tool_use_id: 'toolu_1', content: [{ type: 'text', text: 'x'.repeat(size) }] },
-    ],
-    failures: [],
-    halted: {},
-    cancelled: false,
-    replayed: false,
-    duration_ms: 0,
-    screenshots: [],
-  });
+  const result = textBatchResult;
   const uses = (text: string): ToolUse[] => [
     { type: 'tool_use', id: 'toolu_1', name: 'type', toolset_name: 'computer', input: { text } },
   ];

@@ -1,8 +1,9 @@
 /** Session bookkeeping: arrival order, replay, conflicts, the queue bound, and the result cache bounds. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import type { ToolUse } from '../src/protocol.ts';
 import { Session } from '../src/server/session.ts';
+import { textBatchResult } from './helpers/batch-result.ts';
 import { until, within } from './helpers/wait.ts';
 
 const limits = { maxQueuedBatches: 2, resultCache: { maxEntries: 3, maxBytes: 20_000, ttlMs: 60_000 } };
@@ -10,21 +11,7 @@ const uses = (text: string): ToolUse[] => [
   { type: 'tool_use', id: 'toolu_1', name: 'type', toolset_name: 'computer', input: { text } },
 ];
 
-function result(batchId: string, size = 10): BatchResult {
-  return {
-    type: 'batch_result',
-    batch_id: batchId,
-    tool_results: [
-      { type: 'tool_result', tool_use_id: 'toolu_1', content: [{ type: 'text', text: 'x'.repeat(size) }] },
-    ],
-    failures: [],
-    halted: {},
-    cancelled: false,
-    replayed: false,
-    duration_ms: 0,
-    screenshots: [],
-  };
-}
+const result = textBatchResult;
 
 test('batches run one at a time in arrival order; a resend replays; other content conflicts', async () => {
   const ran: string[] = [];
