@@ -30,6 +30,14 @@ const nodeGlobals = Object.fromEntries(
 );
 
 /**
+ * Browser globals of the in-page script (src/browser/page-script/), which runs in a page, not in Node.js.
+ * Only those it uses: a new one is added here on purpose, so a Node.js name cannot slip into the page.
+ */
+const browserGlobals = Object.fromEntries(
+  ['Event', 'document', 'getComputedStyle', 'window'].map((name) => [name, 'readonly']),
+);
+
+/**
  * The layers, top to bottom; an import may only point down (docs/ARCHITECTURE.md):
  *   cli → daemon → ops, viewer → server → executor → toolsets → drivers (desktop, browser) → leaves.
  * The client library stands apart (the protocol and the leaves only); the SDK classes use the client.
@@ -99,6 +107,14 @@ export default defineConfig(
           destructuredArrayIgnorePattern: '^_',
         },
       ],
+    },
+  },
+  {
+    // A classic script (its text is evaluated in the page, src/browser/snapshot.ts) with the page's globals only.
+    files: ['src/browser/page-script/**/*.js'],
+    languageOptions: {
+      sourceType: 'script',
+      globals: { ...Object.fromEntries(Object.keys(nodeGlobals).map((name) => [name, 'off'])), ...browserGlobals },
     },
   },
   layer('leaves', LEAVES),

@@ -1,8 +1,9 @@
 /**
- * A lean ws client for the bench: it does what an agent must do with each
- * reply (JSON.parse) and nothing more. The test client (test/helpers/daemon.ts)
- * validates every message against the zod schemas, which is right for tests
- * but would add the client's own work to every round trip timed here.
+ * The bench's client: the one recording client (test/helpers/ws-client.ts)
+ * without schema checks and without keeping messages. It does what an agent
+ * must do with each reply (JSON.parse) and nothing more: the tests' check of
+ * every message against the zod schemas is right for tests but would add the
+ * client's own work to every round trip timed here.
  *
  * One request at a time: `send` a message, resolve on the first reply that
  * matches, counting every frame and byte received meanwhile (tool_event
@@ -13,9 +14,9 @@
  */
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import WebSocket, { type RawData } from 'ws';
 import { DEFAULT_CONFIG } from '../src/config.ts';
 import type { BatchResult, ServerMessage, ToolUse } from '../src/protocol.ts';
+import { RecordingClient } from '../test/helpers/ws-client.ts';
 
 export interface Reply<T extends ServerMessage = ServerMessage> {
   /** From just before the send to just after the matching reply was parsed. */
@@ -25,60 +26,29 @@ export interface Reply<T extends ServerMessage = ServerMessage> {
   message: T;
 }
 
-interface Waiter {
-  match: (m: ServerMessage) => boolean;
-  resolve: (m: ServerMessage) => void;
-  reject: (e: Error) => void;
-}
-
 /** A little under the daemon's limits, so a timer's jitter never tips us over. */
 const BURST = DEFAULT_CONFIG.limits.messageBurst - 10;
 const PER_SECOND = DEFAULT_CONFIG.limits.messagesPerSecond * 0.9;
+const REPLY_TIMEOUT_MS = 60_000;
 
-export class BenchClient {
-  private waiter: Waiter | undefined;
-  private frames = 0;
-  private bytes = 0;
+/** An `error` message from the daemon in answer to a request. */
+class DaemonError extends Error {}
+
+export class BenchClient extends RecordingClient {
   private tokens = BURST;
   private tokensAt = performance.now();
   private failure: Error | undefined;
+  private busy = false;
+  /** The newest message, for the one request waiting. */
+  private latest: ServerMessage | undefined;
 
-  private constructor(private readonly ws: WebSocket) {
-    ws.on('message', (data: RawData) => this.onMessage(toBuffer(data)));
-    ws.on('close', (code) => this.fail(new Error(`connection closed (${code})`)));
-    ws.on('error', (err) => this.fail(err));
+  static async open(url: string, token: string): Promise<BenchClient> {
+    const ws = await RecordingClient.connect(url, token, { perMessageDeflate: false });
+    return new BenchClient(ws, { onInvalid: 'skip-validation', keep: false });
   }
 
-  static open(url: string, token: string): Promise<BenchClient> {
-    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${token}` }, perMessageDeflate: false });
-    return new Promise((resolve, reject) => {
-      ws.once('open', () => resolve(new BenchClient(ws)));
-      ws.once('unexpected-response', (_req, res) => reject(new Error(`handshake refused: HTTP ${res.statusCode}`)));
-      ws.once('error', reject);
-    });
-  }
-
-  private onMessage(data: Buffer): void {
-    this.frames++;
-    this.bytes += data.length;
-    const message = JSON.parse(data.toString('utf8')) as ServerMessage;
-    const w = this.waiter;
-    if (message.type === 'error' && w) {
-      this.waiter = undefined;
-      w.reject(new Error(`daemon error ${message.code}: ${message.message}`));
-      return;
-    }
-    if (w?.match(message)) {
-      this.waiter = undefined;
-      w.resolve(message);
-    }
-  }
-
-  private fail(err: Error): void {
-    this.failure ??= err;
-    const w = this.waiter;
-    this.waiter = undefined;
-    w?.reject(err);
+  protected override onMessage(message: ServerMessage): void {
+    this.latest = message;
   }
 
   private refill(): void {
@@ -99,30 +69,38 @@ export class BenchClient {
   }
 
   /** Sends one message and waits for the first reply that `match`es. */
-  request<T extends ServerMessage>(message: object, match: (m: ServerMessage) => m is T): Promise<Reply<T>> {
-    if (this.failure) return Promise.reject(this.failure);
-    if (this.waiter) return Promise.reject(new Error('one request at a time'));
+  async request<T extends ServerMessage>(message: object, match: (m: ServerMessage) => m is T): Promise<Reply<T>> {
+    if (this.failure) throw this.failure;
+    if (this.busy) throw new Error('one request at a time');
+    this.busy = true;
     this.refill();
     this.tokens -= 1;
     const frames0 = this.frames;
     const bytes0 = this.bytes;
+    this.latest = undefined;
     const t0 = performance.now();
-    return new Promise<Reply<T>>((resolve, reject) => {
-      const timer = setTimeout(() => this.fail(new Error('no reply within 60 s')), 60_000);
-      this.waiter = {
-        match,
-        resolve: (m) => {
-          clearTimeout(timer);
-          const ms = performance.now() - t0;
-          resolve({ ms, frames: this.frames - frames0, bytes: this.bytes - bytes0, message: m as T });
+    let ms = 0;
+    this.send(message);
+    try {
+      const reply = await this.until(
+        () => {
+          const m = this.latest;
+          if (m?.type === 'error') throw new DaemonError(`daemon error ${m.code}: ${m.message}`);
+          if (!m || !match(m)) return undefined;
+          ms = performance.now() - t0;
+          return m;
         },
-        reject: (e) => {
-          clearTimeout(timer);
-          reject(e);
-        },
-      };
-      this.ws.send(JSON.stringify(message));
-    });
+        REPLY_TIMEOUT_MS,
+        'a reply',
+      );
+      return { ms, frames: this.frames - frames0, bytes: this.bytes - bytes0, message: reply };
+    } catch (err) {
+      // A closed connection or a missing reply ends the client; a refused request does not.
+      if (!(err instanceof DaemonError)) this.failure ??= err as Error;
+      throw err;
+    } finally {
+      this.busy = false;
+    }
   }
 
   /** `hello` with `events: false`: the daemon then answers a batch with its result frame only. */
@@ -146,15 +124,10 @@ export class BenchClient {
     return reply;
   }
 
-  close(): void {
+  override close(): void {
     this.failure ??= new Error('closed by the bench');
-    this.ws.close();
+    super.close();
   }
-}
-
-function toBuffer(data: RawData): Buffer {
-  if (Buffer.isBuffer(data)) return data;
-  return Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
 }
 
 /** Binary bytes of every image in a batch result (base64 decoded). */

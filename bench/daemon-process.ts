@@ -1,32 +1,21 @@
 /**
- * Runs the daemon the way an operator does, as its own process
- * (`node bin/deskbatch.js serve --port 0 ...`), so its event loop is not the
- * bench client's and its RSS is its own. DISPLAY is set to the bench's Xvfb,
- * so the daemon starts no display of its own; the token comes from
- * DESKBATCH_TOKEN, so nothing is written under ~/.deskbatch.
- *
- * The listening URL is read from the daemon's log line
- * "deskbatch listening on ws://…" (JSON lines on stderr). Its warnings and
- * errors are echoed to the bench's stderr. `stop()` sends SIGTERM to the pid
- * we started (the daemon then stops its desktop worker and browser), and
- * SIGKILL if it has not exited in time; never anything by name.
+ * The bench's daemon: its own process, started by the one starter of the soak
+ * and the bench (test/helpers/daemon-process.ts), with its warnings and errors
+ * echoed to the bench's stderr. On top: a warm-up call that waits for the
+ * desktop worker, fresh connections, and the memory figures of the daemon and
+ * its worker. `stop()` also removes its temp folder.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import type { ImageFormat } from '../src/image.ts';
+import { startDaemonProcess as startProcess } from '../test/helpers/daemon-process.ts';
 import { desktopWorkerPids, processFootprint } from '../test/helpers/faults.ts';
 import { BenchClient, nextId, toolUse } from './client.ts';
 
 export const BENCH_TOKEN = 'bench-token-0123456789abcdefghij';
-const CLI = fileURLToPath(new URL('../bin/deskbatch.js', import.meta.url));
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const START_TIMEOUT_MS = 60_000;
 const STOP_GRACE_MS = 15_000;
 const GC_PRELOAD = new URL('./gc-on-signal.mjs', import.meta.url).href;
 /** Time for a full GC to run and V8 to return pages, before RSS is read again. */
@@ -73,8 +62,6 @@ export interface DaemonProcess {
 export async function startDaemonProcess(options: DaemonProcessOptions): Promise<DaemonProcess> {
   const dir = await mkdtemp(join(tmpdir(), 'deskbatch-bench-'));
   const args = [
-    CLI,
-    'serve',
     ...['--host', '127.0.0.1', '--port', '0'],
     ...['--browser', options.browser],
     ...['--screenshot-format', options.format],
@@ -83,65 +70,35 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     // The bench's pages are served on 127.0.0.1, which the browser reaches only through this opt-in.
     '--allow-private-networks',
   ];
-  const child = spawn(process.execPath, args, {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      DISPLAY: options.display,
-      DESKBATCH_TOKEN: BENCH_TOKEN,
-      ...(options.gcOnSignal
-        ? { NODE_OPTIONS: withGcPreload(process.env.NODE_OPTIONS), DESKBATCH_BENCH_HEAP_DIR: dir }
-        : {}),
-    },
-    stdio: ['ignore', 'ignore', 'pipe'],
+  const child = await startProcess({
+    display: options.display,
+    token: BENCH_TOKEN,
+    args,
+    env: options.gcOnSignal
+      ? { NODE_OPTIONS: withGcPreload(process.env.NODE_OPTIONS), DESKBATCH_BENCH_HEAP_DIR: dir }
+      : {},
+    echo: true,
+  }).catch(async (err: unknown) => {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
   });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const echo = { on: true };
   const stop = once(async () => {
-    echo.on = false; // its shutdown warnings (the browser going away) are expected
-    await stopChild(child, exited);
+    await child.stop(STOP_GRACE_MS);
     await rm(dir, { recursive: true, force: true });
   });
+  const daemon: DaemonProcess = {
+    url: child.url,
+    pid: child.pid,
+    connect: () => BenchClient.open(child.url, BENCH_TOKEN),
+    footprint: (opts) => footprint(child.pid, dir, opts?.collect ?? false),
+    stop,
+  };
   try {
-    const url = await listeningUrl(child, exited, echo);
-    const daemon: DaemonProcess = {
-      url,
-      pid: child.pid!,
-      connect: () => BenchClient.open(url, BENCH_TOKEN),
-      footprint: (opts) => footprint(child.pid!, dir, opts?.collect ?? false),
-      stop,
-    };
     await waitForWorker(daemon);
     return daemon;
   } catch (err) {
     await stop();
     throw err;
-  }
-}
-
-/** Resolves with the ws URL from the "deskbatch listening on" log line; echoes warnings and errors. */
-function listeningUrl(child: ChildProcess, exited: Promise<void>, echo: { on: boolean }): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('the daemon did not listen within 60 s')), START_TIMEOUT_MS);
-    void exited.then(() => reject(new Error(`the daemon exited during start (code ${child.exitCode})`)));
-    createInterface({ input: child.stderr! }).on('line', (line) => {
-      const entry = parseLogLine(line);
-      const m = /^deskbatch listening on (ws:\/\/\S+)$/.exec(entry?.msg ?? '');
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      } else if (echo.on && (!entry || entry.level === 'warn' || entry.level === 'error')) {
-        process.stderr.write(`[daemon ${child.pid}] ${line}\n`);
-      }
-    });
-  });
-}
-
-function parseLogLine(line: string): { level?: string; msg?: string } | undefined {
-  try {
-    return JSON.parse(line) as { level?: string; msg?: string };
-  } catch {
-    return undefined;
   }
 }
 
@@ -199,14 +156,6 @@ function catchesSigusr2(pid: number): boolean {
 
 function withGcPreload(existing: string | undefined): string {
   return [existing, '--expose-gc', `--import=${GC_PRELOAD}`].filter(Boolean).join(' ');
-}
-
-async function stopChild(child: ChildProcess, exited: Promise<void>): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
-  await exited;
-  clearTimeout(timer);
 }
 
 function once(fn: () => Promise<void>): () => Promise<void> {

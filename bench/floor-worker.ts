@@ -1,7 +1,7 @@
 /**
  * The screenshot floor, measured in one process with nothing around it: grab
  * the display with nut-js exactly as the desktop worker does
- * (src/desktop/worker.ts `capture`), make 3-channel RGB of nut-js's B,G,R,X
+ * (src/desktop/worker/capture.ts `capture`), make 3-channel RGB of nut-js's B,G,R,X
  * pixels, scale if the output size differs, encode with the daemon's own
  * settings, base64. No IPC inside the timing, no executor, no socket, no file.
  *
@@ -42,7 +42,7 @@ export interface FloorSample {
 type Encoder = (p: Pipeline, quality: number) => Pipeline;
 
 /**
- * The daemon's three encoders, with its settings (src/desktop/worker.ts), and
+ * The daemon's three encoders, with its settings (src/desktop/worker/capture.ts), and
  * cheaper candidates, so a reader sees what the cheapest encode of the same
  * pixels costs.
  */

@@ -26,6 +26,7 @@ import { parseKeySequence, parsePlaywrightModifiers } from '../src/browser/keys.
 import { ToolInputError } from '../src/errors.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { startedEvent } from './helpers/daemon.ts';
+import { failsWith } from './helpers/errors.ts';
 import { until, within } from './helpers/wait.ts';
 import { browserUse, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
 
@@ -254,19 +255,39 @@ describe('keys.ts', () => {
     assert.deepEqual(parsePlaywrightModifiers(null), []);
     assert.throws(
       () => parsePlaywrightModifiers('ctrl+a'),
-      (e: unknown) => e instanceof ToolInputError && /"a".*not a modifier/.test(e.message),
+      failsWith(
+        ToolInputError,
+        '"a" in "ctrl+a" is not a modifier. Modifiers are ctrl, shift, alt and cmd (also control, option, meta, super, win), joined by "+", e.g. "shift" or "ctrl+shift".',
+      ),
     );
     assert.throws(
       () => parseKeySequence('ctrl+foo'),
-      (e: unknown) =>
-        e instanceof ToolInputError && /Unknown key "foo" in "ctrl\+foo"\. Valid keys: e\.g\./.test(e.message),
+      failsWith(
+        ToolInputError,
+        'Unknown key "foo" in "ctrl+foo". Valid keys: e.g. "Enter", "Tab", "Escape", "Backspace", "ArrowUp", "PageDown", "F5", "a", "ctrl+a", "ctrl+shift+Tab"; separate keys pressed one after another with spaces.',
+      ),
     );
     assert.throws(
       () => parseKeySequence('é'),
-      (e: unknown) => e instanceof ToolInputError && /use the type action/.test(e.message),
+      failsWith(
+        ToolInputError,
+        'Unknown key "é". Valid keys: e.g. "Enter", "Tab", "Escape", "Backspace", "ArrowUp", "PageDown", "F5", "a", "ctrl+a", "ctrl+shift+Tab"; separate keys pressed one after another with spaces. To enter text, use the type action.',
+      ),
     );
-    assert.throws(() => parseKeySequence('ctrl+'), ToolInputError);
-    assert.throws(() => parseKeySequence(''), ToolInputError);
+    assert.throws(
+      () => parseKeySequence('ctrl+'),
+      failsWith(
+        ToolInputError,
+        'Empty key name in "ctrl+". Join key names with "+", e.g. "Enter", "Tab", "Escape", "Backspace", "ArrowUp", "PageDown", "F5", "a", "ctrl+a", "ctrl+shift+Tab"; write a literal + as "plus".',
+      ),
+    );
+    assert.throws(
+      () => parseKeySequence(''),
+      failsWith(
+        ToolInputError,
+        'No key given. Name a key, chord or sequence, e.g. "Enter", "Tab", "Escape", "Backspace", "ArrowUp", "PageDown", "F5", "a", "ctrl+a", "ctrl+shift+Tab".',
+      ),
+    );
   });
 });
 

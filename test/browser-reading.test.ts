@@ -15,6 +15,7 @@ import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { CHROMIUM_PATH } from './helpers/chromium.ts';
 import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+import { failsWith } from './helpers/errors.ts';
 
 type Result = BatchResult['tool_results'][number];
 
@@ -342,36 +343,46 @@ describe('refCenter and refElement, directly with Playwright', () => {
   });
 
   test('a hidden element has no ref; one hidden later has no box', async () => {
-    await assert.rejects(refOf('gone'), /no ref/);
+    await assert.rejects(refOf('gone'), failsWith(Error, 'no ref for #gone'));
     const ref = await refOf('top');
     await page.evaluate(`document.getElementById('top').style.display = 'none'`);
-    await assert.rejects(refCenter(page, ref), (e) => e instanceof ToolInputError && /not displayed/.test(e.message));
+    await assert.rejects(
+      refCenter(page, ref),
+      failsWith(
+        ToolInputError,
+        `${ref} names an element that is not displayed (it has no box on the page), so it cannot be pointed at.`,
+      ),
+    );
     await page.evaluate(`document.getElementById('top').style.display = ''`);
   });
 
   test('refElement refuses malformed, unknown, removed and pre-navigation refs', async () => {
     await assert.rejects(
       refElement(page, 'ref_x'),
-      (e) => e instanceof ToolInputError && /not an element reference/.test(e.message),
+      failsWith(ToolInputError, '"ref_x" is not an element reference: use a ref such as ref_7 from read_page or find.'),
     );
     await assert.rejects(
       refElement(page, 'ref_987654'),
-      (e) => e instanceof ToolInputError && /not a reference on this page/.test(e.message),
+      failsWith(
+        ToolInputError,
+        'ref_987654 is not a reference on this page (it may belong to another tab). Call read_page or find again to get current references.',
+      ),
     );
     const ref = await refOf('covered');
     assert.equal(await (await refElement(page, `[${ref}]`)).getAttribute('id'), 'covered');
     await page.evaluate(`document.getElementById('covered').remove()`);
     await assert.rejects(
       refElement(page, ref),
-      (e) => e instanceof ToolInputError && /removed from the page/.test(e.message),
+      failsWith(
+        ToolInputError,
+        `${ref} is stale: its element has been removed from the page. Call read_page or find again to get current references.`,
+      ),
     );
     const topRef = await refOf('top');
     // A navigation: a new document (setContent would keep the window, and so the registry).
     await page.goto('data:text/html,<button id="top">Top again</button>');
-    await assert.rejects(
-      refElement(page, topRef),
-      (e) => e instanceof ToolInputError && /earlier page/.test(e.message),
-    );
-    await assert.rejects(refCenter(page, topRef), (e) => e instanceof ToolInputError && /earlier page/.test(e.message));
+    const earlierPage = `${topRef} is stale: it was given for an earlier page (the tab has navigated since) or for another tab. Call read_page or find again to get current references.`;
+    await assert.rejects(refElement(page, topRef), failsWith(ToolInputError, earlierPage));
+    await assert.rejects(refCenter(page, topRef), failsWith(ToolInputError, earlierPage));
   });
 });

@@ -41,6 +41,7 @@ import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from './hel
 import { startTestDisplay } from './helpers/display.ts';
 import { within } from './helpers/wait.ts';
 import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
+import { failsWith } from './helpers/errors.ts';
 
 /** Fast reconnects for tests; attempts are plenty so a slow machine never runs out. */
 const FAST = { maxAttempts: 200, initialDelayMs: 20, maxDelayMs: 100 } satisfies ConnectOptions['reconnect'];
@@ -227,8 +228,11 @@ describe('a daemon without a display (calls fail with DisplayUnavailableError)',
       );
       const tooMany = Array.from({ length: client.welcome.limits.max_tool_uses + 1 }, () => computerUse('wait'));
       await assert.rejects(client.runBatch(tooMany), refused('batch_too_large'));
-      await assert.rejects(client.runBatch(uses, { batchId: 'no spaces' }), TypeError);
-      await assert.rejects(client.runBatch([]), TypeError);
+      await assert.rejects(
+        client.runBatch(uses, { batchId: 'no spaces' }),
+        failsWith(TypeError, 'invalid batchId "no spaces": 1–128 of [A-Za-z0-9._:-]'),
+      );
+      await assert.rejects(client.runBatch([]), failsWith(TypeError, 'runBatch needs at least one tool_use'));
       assert.deepEqual(client.pendingBatchIds, []);
     } finally {
       await client.close();
@@ -332,7 +336,10 @@ describe('a daemon without a display (calls fail with DisplayUnavailableError)',
       const probe = await connect(proxy.url, { reconnect: false });
       await probe.close();
       assert.equal(proxy.accepted(), attempts + 1, 'no reconnect attempt after close() (the one more is the probe)');
-      await assert.rejects(client.runBatch([computerUse('wait')]), ClientClosedError);
+      await assert.rejects(
+        client.runBatch([computerUse('wait')]),
+        failsWith(ClientClosedError, 'the client is closed'),
+      );
     } finally {
       await proxy.close();
     }

@@ -22,11 +22,18 @@ import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../toolsets
 import { COMPUTER_MEMBERS } from '../toolsets/computer/index.ts';
 import { assertApiValid, imageSize } from './helpers/api-rules.ts';
 import { computerUse, startTestDaemon, type TestClient } from './helpers/daemon.ts';
-import { startTestDesktop, type TestDesktop } from './helpers/desktop.ts';
-import type { RecordedEvent, RecordedKey, RecordedMouseEvent, RecordedWheel } from './helpers/event-page.ts';
-import { isWheelMarker } from './helpers/input-fence.ts';
-
-const COMPUTER_NOT_EXECUTED = 'Not executed: an earlier computer action in this turn failed.';
+import {
+  COMPUTER_NOT_EXECUTED,
+  drainWheels,
+  firstImage,
+  mouseEvents as mouse,
+  mousePoints,
+  runBatch,
+  startTestDesktop,
+  texts,
+  type TestDesktop,
+} from './helpers/desktop.ts';
+import type { RecordedKey } from './helpers/event-page.ts';
 
 let counter = 0;
 /** A tool_use of the older tool as the API sends it: no toolset_name (undefined is left out of the JSON). */
@@ -35,22 +42,15 @@ function legacy(action: string, fields: Record<string, unknown> = {}): ToolUse {
   return { type: 'tool_use', id, name: 'computer', toolset_name: undefined, input: { action, ...fields } };
 }
 
-async function run(d: TestDesktop, toolUses: ToolUse[], batchId = `b${Math.random().toString(36).slice(2)}`) {
-  const { result, events } = await d.client.batch(batchId, toolUses);
-  return { result: assertApiValid(toolUses, result, { clientTools: ['computer'] }), events };
-}
+/** A batch of the older tool; its results must be ones the API accepts for the client tool `computer`. */
+const run = (d: TestDesktop, toolUses: ToolUse[], batchId?: string) =>
+  runBatch(d, toolUses, batchId, { clientTools: ['computer'] });
 
 /** `hello` asking for the older tools' `tools[]` entries. */
 async function legacyHello(client: TestClient): Promise<Welcome> {
   client.send({ type: 'hello', legacy_tools: true });
   return client.next((m): m is Welcome => m.type === 'welcome');
 }
-
-const texts = (result: BatchResult): (string | undefined)[] =>
-  result.tool_results.map((r) => (r.content[0]?.type === 'text' ? r.content[0].text : undefined));
-
-const mouse = (events: RecordedEvent[], type: RecordedMouseEvent['type']) =>
-  events.filter((e): e is RecordedMouseEvent => e.type === type);
 
 function assertNoToolsetName(result: BatchResult, toolUses: ToolUse[]): void {
   toolUses.forEach((tu, i) => {
@@ -239,7 +239,7 @@ describe('older computer tools on 1280x800', () => {
     ];
     const { result } = await run(d, uses);
     assert.deepEqual(texts(result), ['Scrolled down.']);
-    const wheels = (await d.drainWheel()).filter((e): e is RecordedWheel => e.type === 'wheel' && !isWheelMarker(e));
+    const wheels = await drainWheels(d);
     assert.ok(wheels.length > 0, 'a wheel event arrived');
     for (const w of wheels) {
       assert.deepEqual([w.clientX, w.clientY, w.shiftKey], [960, 200, true]);
@@ -252,14 +252,8 @@ describe('older computer tools on 1280x800', () => {
     const drag = [legacy('left_click_drag', { start_coordinate: [100, 500], coordinate: [600, 700] })];
     assert.deepEqual(texts((await run(d, drag)).result), ['Dragged.']);
     let ev = await d.drain();
-    assert.deepEqual(
-      mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
-      [[100, 500]],
-    );
-    assert.deepEqual(
-      mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]),
-      [[600, 700]],
-    );
+    assert.deepEqual(mousePoints(ev, 'mousedown'), [[100, 500]]);
+    assert.deepEqual(mousePoints(ev, 'mouseup'), [[600, 700]]);
     await d.reset();
     const { result } = await run(d, [
       legacy('left_mouse_down', { coordinate: [150, 450] }),
@@ -267,14 +261,8 @@ describe('older computer tools on 1280x800', () => {
     ]);
     assert.deepEqual(texts(result), ['Left mouse button pressed.', 'Left mouse button released.']);
     ev = await d.drain();
-    assert.deepEqual(
-      mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
-      [[150, 450]],
-    );
-    assert.deepEqual(
-      mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]),
-      [[400, 550]],
-    );
+    assert.deepEqual(mousePoints(ev, 'mousedown'), [[150, 450]]);
+    assert.deepEqual(mousePoints(ev, 'mouseup'), [[400, 550]]);
   });
 
   test('wait acknowledges in text; no screenshot is added to any action', async () => {
@@ -302,8 +290,7 @@ describe('older computer tools on 1280x800', () => {
 
   test('zoom (computer_20251124) returns the region fitted to the screenshot size', async () => {
     const { result } = await run(d, [legacy('zoom', { region: [100, 500, 420, 700] })]);
-    const block = result.tool_results[0]!.content[0]!;
-    assert.ok(block.type === 'image');
+    const block = firstImage(result);
     assert.deepEqual(imageSize(Buffer.from(block.source.data, 'base64')), { width: 1280, height: 800 });
   });
 
@@ -410,11 +397,7 @@ describe('older computer tools on 1280x800', () => {
         [7, 'not_executed'],
       ],
     );
-    assert.deepEqual(
-      mouse(await d.drain(), 'mousedown').map((e) => [e.clientX, e.clientY]),
-      [[110, 450]],
-      'only the legacy click ran',
-    );
+    assert.deepEqual(mousePoints(await d.drain(), 'mousedown'), [[110, 450]], 'only the legacy click ran');
   });
 
   test('cancel answers the running and the later legacy calls with the cancelled text', async () => {

@@ -10,27 +10,23 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import sharp from 'sharp';
-import type { ToolUse } from '../src/protocol.ts';
 import { assertApiValid, imageSize } from './helpers/api-rules.ts';
 import { computerUse as use, startedEvent, startTestDaemon } from './helpers/daemon.ts';
-import { startTestDesktop, type TestDesktop } from './helpers/desktop.ts';
-import type { RecordedEvent, RecordedKey, RecordedMouseEvent, RecordedWheel } from './helpers/event-page.ts';
-import { isWheelMarker } from './helpers/input-fence.ts';
+import {
+  COMPUTER_NOT_EXECUTED,
+  drainWheels,
+  firstImage,
+  mouseEvents as mouse,
+  mousePoints,
+  runBatch as run,
+  startTestDesktop,
+  texts,
+  type TestDesktop,
+} from './helpers/desktop.ts';
+import type { RecordedKey } from './helpers/event-page.ts';
 import { until } from './helpers/wait.ts';
 
 const PRINTABLE_ASCII = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join('');
-
-async function run(d: TestDesktop, toolUses: ToolUse[], batchId = `b${Math.random().toString(36).slice(2)}`) {
-  const { result, events } = await d.client.batch(batchId, toolUses);
-  return { result: assertApiValid(toolUses, result), events };
-}
-
-function texts(result: { tool_results: { content: { type: string; text?: string }[] }[] }): (string | undefined)[] {
-  return result.tool_results.map((r) => r.content[0]?.text);
-}
-
-const mouse = (events: RecordedEvent[], type: RecordedMouseEvent['type']) =>
-  events.filter((e): e is RecordedMouseEvent => e.type === type);
 
 /** Waits until a screenshot of the display shows `rgb` at screenshot pixel (x, y): the page's change is on the screen. */
 async function painted(d: TestDesktop, [x, y]: [number, number], rgb: [number, number, number]): Promise<void> {
@@ -38,8 +34,7 @@ async function painted(d: TestDesktop, [x, y]: [number, number], rgb: [number, n
   let last: number[] = [];
   for (;;) {
     const { result } = await d.client.batch(`paint-${Date.now()}`, [use('screenshot')]);
-    const block = result.tool_results[0]!.content[0]!;
-    assert.ok(block.type === 'image');
+    const block = firstImage(result);
     const { data, info } = await sharp(Buffer.from(block.source.data, 'base64'))
       .removeAlpha()
       .raw()
@@ -152,10 +147,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
       const ev = await d.waitFor('the key typed after the click', (e) =>
         e.some((k) => k.type === 'keyup' && (k as RecordedKey).key === 'j'),
       );
-      assert.deepEqual(
-        mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
-        [[200, 600]],
-      );
+      assert.deepEqual(mousePoints(ev, 'mousedown'), [[200, 600]]);
       assert.equal((a.out.match(/KeyPress event/g) ?? []).length, 1, 'xev A got only the first key');
     } finally {
       for (const w of windows) {
@@ -217,7 +209,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
         use('scroll', { coordinate: [960, 200], scroll_direction: direction, scroll_amount: 2 }),
       ]);
       assert.equal(texts(result)[0], `Scrolled ${direction}.`);
-      const wheels = (await d.drainWheel()).filter((e): e is RecordedWheel => e.type === 'wheel' && !isWheelMarker(e));
+      const wheels = await drainWheels(d);
       assert.ok(wheels.length > 0, `${direction}: a wheel event arrived`);
       for (const w of wheels) {
         assert.deepEqual([Math.sign(w.deltaX) || 0, Math.sign(w.deltaY) || 0], signs, direction);
@@ -232,7 +224,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
     ]);
     await d.drainWheel();
     await run(d, [use('scroll', { coordinate: [960, 200], scroll_direction: 'down', scroll_amount: 1 })]);
-    const wheels = (await d.drainWheel()).filter((e): e is RecordedWheel => e.type === 'wheel' && !isWheelMarker(e));
+    const wheels = await drainWheels(d);
     assert.ok(wheels.length >= 2);
     assert.equal(wheels[0]!.shiftKey, true);
     assert.equal(wheels.at(-1)!.shiftKey, false);
@@ -241,14 +233,8 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
   test('drag, and mouse down / move / up', async () => {
     await run(d, [use('left_click_drag', { start_coordinate: [100, 500], coordinate: [600, 700] })]);
     let ev = await d.drain();
-    assert.deepEqual(
-      mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
-      [[100, 500]],
-    );
-    assert.deepEqual(
-      mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]),
-      [[600, 700]],
-    );
+    assert.deepEqual(mousePoints(ev, 'mousedown'), [[100, 500]]);
+    assert.deepEqual(mousePoints(ev, 'mouseup'), [[600, 700]]);
     assert.ok(ev.some((e) => e.type === 'mousemove' && e.clientX === 600 && e.clientY === 700 && e.count > 1));
     await d.reset();
     const { result } = await run(d, [
@@ -264,14 +250,8 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
       'Left mouse button released.',
     ]);
     ev = await d.drain();
-    assert.deepEqual(
-      mouse(ev, 'mousedown').map((e) => [e.clientX, e.clientY]),
-      [[150, 450]],
-    );
-    assert.deepEqual(
-      mouse(ev, 'mouseup').map((e) => [e.clientX, e.clientY]),
-      [[400, 550]],
-    );
+    assert.deepEqual(mousePoints(ev, 'mousedown'), [[150, 450]]);
+    assert.deepEqual(mousePoints(ev, 'mouseup'), [[400, 550]]);
   });
 
   test('cursor_position round-trips', async () => {
@@ -286,7 +266,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
     ]);
     assert.deepEqual(texts(result), [
       'coordinate [1280, 10] is outside the screenshot: x must be 0–1279 and y 0–799.',
-      'Not executed: an earlier computer action in this turn failed.',
+      COMPUTER_NOT_EXECUTED,
     ]);
     assert.equal(result.failures[0]!.error.type, 'ToolInputError');
     assert.deepEqual(
@@ -298,9 +278,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
 
   test('screenshot: a real PNG of the display, also written to the screenshots directory', async () => {
     const { result } = await run(d, [use('screenshot')], 'shot-1');
-    const block = result.tool_results[0]!.content[0]!;
-    assert.equal(block.type, 'image');
-    if (block.type !== 'image') return;
+    const block = firstImage(result);
     assert.equal(block.source.media_type, 'image/png');
     const png = Buffer.from(block.source.data, 'base64');
     assert.deepEqual(imageSize(png), { width: 1280, height: 800 });
@@ -318,9 +296,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
     await d.page.evaluate(`document.getElementById('pad').style.background = 'rgb(0, 160, 255)'`);
     await painted(d, [110, 510], [0, 160, 255]);
     const { result } = await run(d, [use('zoom', { region: [100, 500, 420, 700] })]);
-    const block = result.tool_results[0]!.content[0]!;
-    assert.equal(block.type, 'image');
-    if (block.type !== 'image') return;
+    const block = firstImage(result);
     const png = Buffer.from(block.source.data, 'base64');
     assert.deepEqual(imageSize(png), { width: 1280, height: 800 }, '320x200 region upscaled 4x, aspect kept');
     const { data } = await sharp(png).removeAlpha().raw().toBuffer({ resolveWithObject: true });
@@ -383,8 +359,7 @@ describe('computer toolset on 2560x1440 (screenshots scaled to 2000x1125)', () =
     const w = await d.client.hello();
     assert.deepEqual(w.screenshot, { width: 2000, height: 1125 });
     const { result } = await run(d, [use('screenshot')]);
-    const block = result.tool_results[0]!.content[0]!;
-    assert.ok(block.type === 'image');
+    const block = firstImage(result);
     assert.deepEqual(imageSize(Buffer.from(block.source.data, 'base64')), { width: 2000, height: 1125 });
   });
 

@@ -18,7 +18,10 @@
  */
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { fork, type Serializable } from 'node:child_process';
+import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import sharp from 'sharp';
 import { chromium, type Browser, type Page } from 'playwright';
 import { Key } from '@nut-tree-fork/shared';
@@ -26,11 +29,12 @@ import { parseChord, parseModifierKeys, KEY_NAMES_HELP, KEYSYMS, checkTypeable }
 import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
 import { XConnection } from '../src/desktop/x11.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/errors.ts';
-import type { DriverKey } from '../src/desktop/driver.ts';
+import { SCROLL_AMOUNT_MAX, type DriverKey } from '../src/desktop/driver.ts';
 import type { Point } from '../src/geometry.ts';
 import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
 import type { RecordedEvent } from './helpers/event-page.ts';
 import { InputFence, isWheelMarker } from './helpers/input-fence.ts';
+import { failsWith } from './helpers/errors.ts';
 import { until } from './helpers/wait.ts';
 
 const WIDTH = 1280;
@@ -255,9 +259,27 @@ describe('parseChord', () => {
         },
       );
     }
-    assert.throws(() => parseChord('ctrl+foo'), /Unknown key "foo".*ctrl\+s/);
-    assert.throws(() => parseChord('Retrun'), /Did you mean "return"/);
-    assert.throws(() => parseChord('ctrl+'), /Empty key name/);
+    assert.throws(
+      () => parseChord('ctrl+foo'),
+      failsWith(
+        ToolInputError,
+        'Unknown key "foo" in "ctrl+foo". Valid keys: e.g. "Return", "ctrl+s", "ctrl+shift+Escape", "alt+Tab", "Page_Down", "F5", "a", "!".',
+      ),
+    );
+    assert.throws(
+      () => parseChord('Retrun'),
+      failsWith(
+        ToolInputError,
+        'Unknown key "Retrun". Did you mean "return"? Valid keys: e.g. "Return", "ctrl+s", "ctrl+shift+Escape", "alt+Tab", "Page_Down", "F5", "a", "!".',
+      ),
+    );
+    assert.throws(
+      () => parseChord('ctrl+'),
+      failsWith(
+        ToolInputError,
+        'Empty key name in "ctrl+". Join key names with "+", e.g. "Return", "ctrl+s", "ctrl+shift+Escape", "alt+Tab", "Page_Down", "F5", "a", "!"; write a literal + as "plus".',
+      ),
+    );
   });
 
   test('parseModifierKeys accepts only modifiers', () => {
@@ -265,10 +287,34 @@ describe('parseChord', () => {
     assert.deepEqual(parseModifierKeys('ctrl+shift'), ['LeftControl', 'LeftShift']);
     assert.deepEqual(parseModifierKeys('Alt+Super'), ['LeftAlt', 'LeftSuper']);
     assert.deepEqual(parseModifierKeys(''), []);
-    assert.throws(() => parseModifierKeys('a'), ToolInputError);
-    assert.throws(() => parseModifierKeys('shift+Return'), /not a modifier/);
-    assert.throws(() => parseModifierKeys('A'), ToolInputError);
-    assert.throws(() => parseModifierKeys('shfit'), /Did you mean "shift"/);
+    assert.throws(
+      () => parseModifierKeys('a'),
+      failsWith(
+        ToolInputError,
+        '"a" is not a modifier. Only shift, ctrl, alt and super can be held here, e.g. "shift" or "ctrl+shift".',
+      ),
+    );
+    assert.throws(
+      () => parseModifierKeys('shift+Return'),
+      failsWith(
+        ToolInputError,
+        '"Return" is not a modifier. Only shift, ctrl, alt and super can be held here, e.g. "shift" or "ctrl+shift".',
+      ),
+    );
+    assert.throws(
+      () => parseModifierKeys('A'),
+      failsWith(
+        ToolInputError,
+        '"A" is not a modifier. Only shift, ctrl, alt and super can be held here, e.g. "shift" or "ctrl+shift".',
+      ),
+    );
+    assert.throws(
+      () => parseModifierKeys('shfit'),
+      failsWith(
+        ToolInputError,
+        'Unknown key "shfit". Did you mean "shift"? Valid modifiers: shift, ctrl, alt, super, joined by "+".',
+      ),
+    );
   });
 
   test('KEY_NAMES_HELP lists the main names', () => {
@@ -277,8 +323,17 @@ describe('parseChord', () => {
 
   test('checkTypeable allows \\n and \\t, refuses other control characters', () => {
     checkTypeable('a\nb\tc é 你好 😀');
-    for (const bad of ['a\rb', '\u0007', 'x\u007f', '\u0085', '\ud800']) {
-      assert.throws(() => checkTypeable(bad), ToolInputError, JSON.stringify(bad));
+    const rest =
+      'Text may contain printable characters, \\n (Return) and \\t (Tab); send other keys with the key action.';
+    const cases: [string, string][] = [
+      ['a\rb', `Cannot type carriage return (\\r); use \\n for a new line at position 1. ${rest}`],
+      ['\u0007', `Cannot type control character U+0007 at position 0. ${rest}`],
+      ['x\u007f', `Cannot type control character U+007F at position 1. ${rest}`],
+      ['\u0085', `Cannot type control character U+0085 at position 0. ${rest}`],
+      ['\ud800', `Cannot type unpaired surrogate U+D800 at position 0. ${rest}`],
+    ];
+    for (const [bad, message] of cases) {
+      assert.throws(() => checkTypeable(bad), failsWith(ToolInputError, message), JSON.stringify(bad));
     }
   });
 });
@@ -365,8 +420,11 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     const n = pickFreeDisplay();
     const seen: string[] = [];
     const d = new WorkerDesktopDriver({ display: `:${n}`, log: (_l, m) => seen.push(m) });
-    await assert.rejects(d.displaySize(), DisplayUnavailableError);
-    await assert.rejects(d.moveMouse({ x: 1, y: 1 }), DisplayUnavailableError);
+    await assert.rejects(d.displaySize(), failsWith(DisplayUnavailableError, `X display :${n} is not reachable`));
+    await assert.rejects(
+      d.moveMouse({ x: 1, y: 1 }),
+      failsWith(DisplayUnavailableError, `X display :${n} is not reachable`),
+    );
     assert.ok(!seen.some((m) => m.includes('started')), 'no worker was started');
     await d.close();
   });
@@ -385,7 +443,74 @@ describe('WorkerDesktopDriver on Xvfb', () => {
   });
 
   test('an already aborted signal rejects with CancelledError', async () => {
-    await assert.rejects(driver.displaySize(AbortSignal.abort()), CancelledError);
+    await assert.rejects(
+      driver.displaySize(AbortSignal.abort()),
+      failsWith(CancelledError, 'This operation was aborted'),
+    );
+  });
+
+  test('the worker answers malformed messages with errors, and keeps working', async () => {
+    // The driver's side is typed (worker-protocol.ts); the worker still checks what arrives.
+    const proc = fork(fileURLToPath(new URL('../src/desktop/worker.ts', import.meta.url)), [], {
+      execArgv: ['--import', import.meta.resolve('tsx')],
+      serialization: 'advanced',
+      stdio: ['ignore', 'ignore', 'ignore', 'ipc'],
+      env: { ...process.env, DISPLAY: xvfb.display },
+    });
+    type Reply = { id: number; ok: boolean; result?: unknown; error?: { name: string; message: string } };
+    const replies = new Map<number, Reply>();
+    let ready = false;
+    proc.on('message', (m: { type?: string; id?: number }) => {
+      if (m.type === 'ready') ready = true;
+      else if (typeof m.id === 'number') replies.set(m.id, m as Reply);
+    });
+    try {
+      await waitFor(async () => ready, 'the worker to say ready', 30_000);
+      const bad: Array<[unknown, string, RegExp]> = [
+        [{ id: 1, op: 'nope' }, 'Error', /unknown op "nope"/],
+        [{ id: 2, op: 'toString' }, 'Error', /unknown op "toString"/],
+        [{ id: 3, op: 'scroll', args: 'down' }, 'ToolInputError', /arguments must be an object/],
+        [
+          { id: 4, op: 'scroll', args: { direction: 'down', amount: SCROLL_AMOUNT_MAX + 1, modifiers: [] } },
+          'ToolInputError',
+          new RegExp(`amount must be an integer from 1 to ${SCROLL_AMOUNT_MAX}`),
+        ],
+        [{ id: 5, op: 'moveMouse', args: { to: { x: 'a', y: 1 } } }, 'ToolInputError', /to must have numeric x and y/],
+        [{ id: 6, op: 'pressKeys', args: { chord: [5], repeat: 1 } }, 'ToolInputError', /list of key names/],
+        [{ id: 7, op: 'capture', args: { options: null } }, 'ToolInputError', /capture options/],
+        [{ id: 8, op: 'holdKeys', args: { chord: ['LeftShift'], durationMs: -1 } }, 'ToolInputError', /durationMs/],
+      ];
+      // Not objects, or no id: nothing to answer, and nothing to crash on.
+      const junk: unknown[] = [null, 'hello', 42, [], { op: 'moveMouse', args: { to: { x: 1, y: 1 } } }];
+      for (const msg of junk) proc.send(msg as Serializable);
+      for (const [msg] of bad) proc.send(msg as Serializable);
+      proc.send({ id: 9, op: 'displaySize', args: {} });
+      await waitFor(async () => replies.has(9), 'the answer to displaySize');
+      for (const [msg, name, message] of bad) {
+        const id = (msg as { id: number }).id;
+        const reply = replies.get(id);
+        assert.equal(reply?.ok, false, `message ${id} is refused`);
+        assert.equal(reply.error?.name, name, `message ${id}`);
+        assert.match(reply.error?.message ?? '', message, `message ${id}`);
+      }
+      assert.deepEqual(replies.get(9), { id: 9, ok: true, result: { width: WIDTH, height: HEIGHT } });
+      assert.equal(proc.exitCode, null, 'the worker is still running');
+    } finally {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        const exited = once(proc, 'exit');
+        const killer = setTimeout(() => proc.kill('SIGKILL'), 5_000);
+        if (proc.connected) proc.disconnect(); // the worker releases what it holds and exits
+        await exited;
+        clearTimeout(killer);
+      }
+    }
+  });
+
+  test('the worker accepts what the computer schemas accept: fractional holds, the largest scroll', async () => {
+    // hold_key takes seconds with fractions: 1.1 s is 1100.0000000000002 ms.
+    await driver.holdKeys(parseChord('shift'), 1.1 * 1000);
+    await driver.scroll('down', SCROLL_AMOUNT_MAX, []);
+    await assert.rejects(driver.scroll('down', SCROLL_AMOUNT_MAX + 1, []), ToolInputError);
   });
 
   describe('with chromium', () => {
@@ -648,7 +773,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       });
       ac.abort();
       // Cancelled, not finished: that fewer keys than the whole text arrived is checked below.
-      await assert.rejects(typing, CancelledError);
+      await assert.rejects(typing, failsWith(CancelledError, 'This operation was aborted'));
       // A real round trip to the worker (displaySize is cached in the parent): it runs once the
       // worker has stopped typing. Then the fence: every key it sent has reached the page.
       await driver.cursorPosition();
@@ -676,7 +801,10 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       const pid = workerPids.at(-1)!;
       assert.ok(pid && workerPids.length === pidsBefore, 'the hold ran in the existing worker');
       process.kill(pid, 'SIGKILL');
-      await assert.rejects(hold, DriverCrashedError);
+      await assert.rejects(
+        hold,
+        failsWith(DriverCrashedError, 'desktop worker exited during holdKeys (signal SIGKILL)'),
+      );
       await clearTextarea();
       await driver.typeText('abc');
       await expectValue('abc'); // not "ABC": the new worker released the Shift the dead one held
@@ -687,7 +815,13 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       await focusTextarea();
       await clearTextarea();
       await clearEvents();
-      await assert.rejects(driver.typeText('abc\u0007def'), ToolInputError);
+      await assert.rejects(
+        driver.typeText('abc\u0007def'),
+        failsWith(
+          ToolInputError,
+          'Cannot type control character U+0007 at position 3. Text may contain printable characters, \\n (Return) and \\t (Tab); send other keys with the key action.',
+        ),
+      );
       await assert.rejects(driver.typeText('abc\rdef'), /carriage return/);
       await expectValue(''); // after the fence: nothing was typed, and nothing is on its way
       assert.deepEqual(
@@ -779,7 +913,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       );
       const tAbort = performance.now();
       ac.abort();
-      await assert.rejects(hold, CancelledError);
+      await assert.rejects(hold, failsWith(CancelledError, 'This operation was aborted'));
       // Long before the 10 s hold would have ended, however busy the machine.
       assert.ok(
         performance.now() - tAbort < 5_000,
@@ -1056,7 +1190,10 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       const hold = driver.holdKeys(parseChord('shift'), 10_000);
       await waitForShiftDown(xvfb.display); // the hold is under way in the X server
       await xvfb.stop('SIGKILL');
-      await assert.rejects(hold, DriverCrashedError);
+      await assert.rejects(
+        hold,
+        failsWith(DriverCrashedError, /^desktop worker exited during holdKeys \((code \d+|signal SIG[A-Z0-9]+)\)$/),
+      );
       // Stale socket file, nobody listening.
       await assert.rejects(
         driver.displaySize(),
@@ -1099,7 +1236,10 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         xvfb.proc.kill('SIGSTOP');
         try {
           const t0 = performance.now();
-          await assert.rejects(d.moveMouse({ x: 3, y: 4 }), DriverCrashedError);
+          await assert.rejects(
+            d.moveMouse({ x: 3, y: 4 }),
+            failsWith(DriverCrashedError, 'desktop worker killed: moveMouse did not finish within 1000 ms'),
+          );
           // Ended by the 1 s call limit, where a stuck X server would otherwise hold it for ever.
           assert.ok(performance.now() - t0 < 15_000, `rejected after ${Math.round(performance.now() - t0)} ms`);
         } finally {
@@ -1115,7 +1255,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     test('close is idempotent and later calls reject', async () => {
       await driver.close();
       await driver.close();
-      await assert.rejects(driver.displaySize());
+      await assert.rejects(driver.displaySize(), failsWith(Error, 'desktop driver is closed'));
     });
 
     test('no unhandled rejections', () => {

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ConfigError, DEFAULT_CONFIG, isLoopback, resolveConfig } from '../src/config.ts';
+import { failsWith } from './helpers/errors.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -118,9 +119,10 @@ test('the image binds beyond loopback, so the daemon refuses to start without DE
   const token = 'a'.repeat(32);
   assert.throws(
     () => resolveConfig({ host, token, tokenConfigured: false }),
-    (err: unknown) => {
-      return err instanceof ConfigError && /DESKBATCH_TOKEN/.test(err.message);
-    },
+    failsWith(
+      ConfigError,
+      `refusing to bind ${host} without a configured token: set DESKBATCH_TOKEN, or bind 127.0.0.1`,
+    ),
   );
   assert.equal(resolveConfig({ host, token, tokenConfigured: true }).host, host);
 });

@@ -12,13 +12,14 @@ import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { resolveConfig, type DaemonConfig } from '../src/config.ts';
+import { ConfigError, resolveConfig, type DaemonConfig } from '../src/config.ts';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { sanitizeId } from '../src/screenshot-store.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { TEST_TOKEN, type TestClient } from './helpers/daemon.ts';
 import { until } from './helpers/wait.ts';
 import { browserUse as use, startBrowserFixture, type BrowserFixture, type WebServer } from './helpers/web.ts';
+import { failsWith } from './helpers/errors.ts';
 
 const LIMIT_ERROR = "the session's download limit was reached";
 const LOOP_DOWNLOADS = 10;
@@ -290,8 +291,17 @@ describe('download caps in the config', () => {
 
   test('must be whole numbers, 0 or more (0 refuses every download)', () => {
     assert.equal(resolveConfig({ ...base, browserSettings: { maxDownloads: 0 } }).browserSettings.maxDownloads, 0);
-    assert.throws(() => resolveConfig({ ...base, browserSettings: { maxDownloads: -1 } }), /--max-downloads/);
-    assert.throws(() => resolveConfig({ ...base, browserSettings: { maxDownloadBytes: NaN } }), /--max-download-bytes/);
-    assert.throws(() => resolveConfig({ ...base, browserSettings: { maxDownloadBytes: 1.5 } }), /--max-download-bytes/);
+    assert.throws(
+      () => resolveConfig({ ...base, browserSettings: { maxDownloads: -1 } }),
+      failsWith(ConfigError, '--max-downloads must be a whole number, 0 or more, got -1'),
+    );
+    assert.throws(
+      () => resolveConfig({ ...base, browserSettings: { maxDownloadBytes: NaN } }),
+      failsWith(ConfigError, '--max-download-bytes must be a whole number, 0 or more, got NaN'),
+    );
+    assert.throws(
+      () => resolveConfig({ ...base, browserSettings: { maxDownloadBytes: 1.5 } }),
+      failsWith(ConfigError, '--max-download-bytes must be a whole number, 0 or more, got 1.5'),
+    );
   });
 });

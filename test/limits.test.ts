@@ -19,6 +19,7 @@ import { assertApiValid } from './helpers/api-rules.ts';
 import { textBatchResult } from './helpers/batch-result.ts';
 import { TEST_TOKEN, computerUse, startTestDaemon, startedEvent } from './helpers/daemon.ts';
 import { until, within } from './helpers/wait.ts';
+import { failsWith } from './helpers/errors.ts';
 
 const COMPUTER_CANCELLED_TEXT =
   'Not completed: the computer actions of this turn were cancelled before this one finished.';
@@ -161,8 +162,7 @@ describe('the result cache over every session', () => {
           tokenConfigured: true,
           resultCache: { maxBytes: 2_000_000, maxTotalBytes: 1_000_000 },
         }),
-      (err: unknown) =>
-        err instanceof ConfigError && /maxTotalBytes .* at least resultCache.maxBytes/.test(err.message),
+      failsWith(ConfigError, 'resultCache.maxTotalBytes (1000000) must be at least resultCache.maxBytes (2000000)'),
     );
   });
 });
@@ -229,7 +229,7 @@ describe('the batch time budget', () => {
     for (const bad of [0, -1, 1.5, NaN]) {
       assert.throws(
         () => resolveConfig({ token: TEST_TOKEN, tokenConfigured: true, limits: { maxBatchMs: bad } }),
-        (err: unknown) => err instanceof ConfigError && /limits\.maxBatchMs/.test(err.message),
+        failsWith(ConfigError, `limits.maxBatchMs must be a positive integer, got ${bad}`),
         String(bad),
       );
     }
@@ -432,11 +432,17 @@ describe('the Host allowlist', () => {
       assert.equal(await handshake(feed, from('evil.example')), 403);
       assert.throws(
         () => resolveConfig({ token: TEST_TOKEN, tokenConfigured: true, allowHostHeaders: ['https://desk.example'] }),
-        (err: unknown) => err instanceof ConfigError && /--allow-host-header/.test(err.message),
+        failsWith(
+          ConfigError,
+          '--allow-host-header "https://desk.example" is not a host name such as desk-3.desks.example (no scheme, no port)',
+        ),
       );
       assert.throws(
         () => resolveConfig({ token: TEST_TOKEN, tokenConfigured: true, allowHostHeaders: ['desk.example:8765'] }),
-        ConfigError,
+        failsWith(
+          ConfigError,
+          '--allow-host-header "desk.example:8765" is not a host name such as desk-3.desks.example (no scheme, no port)',
+        ),
       );
     } finally {
       await d.close();

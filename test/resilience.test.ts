@@ -29,6 +29,7 @@ import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display
 import { browserUse, startWebServer } from './helpers/web.ts';
 import { waitFor } from './helpers/faults.ts';
 import { until } from './helpers/wait.ts';
+import { failsWith } from './helpers/errors.ts';
 
 /** Members that fail with the next scripted error, and succeed once the script is used up. */
 function flakyToolset(script: Error[], runs: string[]): Toolset {
@@ -131,7 +132,8 @@ describe('ResourceBreaker', () => {
       starts++;
       throw new DriverCrashedError('did not start');
     };
-    for (let i = 0; i < 3; i++) await assert.rejects(breaker.run(failing), DriverCrashedError);
+    for (let i = 0; i < 3; i++)
+      await assert.rejects(breaker.run(failing), failsWith(DriverCrashedError, 'did not start'));
     assert.equal(breaker.state, 'open');
     const refused = await breaker.run(failing).then(
       () => assert.fail('an open circuit ran the start'),
@@ -152,9 +154,9 @@ describe('ResourceBreaker', () => {
     const fail = async (): Promise<void> => {
       throw new DriverCrashedError('x');
     };
-    await assert.rejects(breaker.run(fail), DriverCrashedError);
+    await assert.rejects(breaker.run(fail), failsWith(DriverCrashedError, 'x'));
     await breaker.run(async () => undefined);
-    await assert.rejects(breaker.run(fail), DriverCrashedError);
+    await assert.rejects(breaker.run(fail), failsWith(DriverCrashedError, 'x'));
     assert.equal(breaker.state, 'closed');
   });
 });

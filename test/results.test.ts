@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import { ContractViolationError, errorResult, successResult, type ImageRules } from '../src/executor/results.ts';
 import type { ToolUse } from '../src/protocol.ts';
 import type { BlockType, MemberOutput } from '../toolsets/types.ts';
+import { failsWith } from './helpers/errors.ts';
 
 const rules: ImageRules = { limits: { maxSidePx: 2000, maxVisualTokens: 4784 }, maxBase64Bytes: 10 * 1024 * 1024 };
 const BROWSER: BlockType[] = ['text', 'image', 'browser_state'];
@@ -41,13 +42,16 @@ test('page-supplied titles and URLs lose control characters and are bounded', ()
 });
 
 test('browser_state rules are enforced, never sent broken', () => {
-  const violates = (outputs: MemberOutput[], allowed = BROWSER) =>
-    assert.throws(() => successResult(tu, outputs, allowed, rules), ContractViolationError);
-  violates([state({ tabs: [tab('tab-1', true), tab('tab-2', true)] })]);
-  violates([state({ tabs: [tab('tab-1'), tab('tab-2')] })]);
-  violates([state({ tabs: [tab('tab-1', true), tab('tab-1')] })]);
-  violates([state({ tabs: [tab('tab-1', true)], state_changes: [{ type: 'tab_opened', tab_id: 'tab-9' }] })]);
-  violates([
+  const violates = (message: string | RegExp, outputs: MemberOutput[], allowed = BROWSER) =>
+    assert.throws(() => successResult(tu, outputs, allowed, rules), failsWith(ContractViolationError, message));
+  const oneActive = 'browser_state needs exactly one active tab';
+  violates(oneActive, [state({ tabs: [tab('tab-1', true), tab('tab-2', true)] })]);
+  violates(oneActive, [state({ tabs: [tab('tab-1'), tab('tab-2')] })]);
+  violates('duplicate tab_id in browser_state', [state({ tabs: [tab('tab-1', true), tab('tab-1')] })]);
+  violates('tab_opened for a tab not in tabs', [
+    state({ tabs: [tab('tab-1', true)], state_changes: [{ type: 'tab_opened', tab_id: 'tab-9' }] }),
+  ]);
+  violates('two changes for one download', [
     state({
       tabs: [tab('tab-1', true)],
       state_changes: [
@@ -56,9 +60,20 @@ test('browser_state rules are enforced, never sent broken', () => {
       ],
     }),
   ]);
-  violates([state({ tabs: [tab('tab-1', true)] }), state({ tabs: [tab('tab-1', true)] })]);
-  violates([state({ tabs: [tab('tab-1', true)] })], ['text', 'image']);
-  violates([state({ tabs: Array.from({ length: 101 }, (_, i) => tab(`tab-${i}`, i === 0)) })]);
+  violates('at most one browser_state block per result', [
+    state({ tabs: [tab('tab-1', true)] }),
+    state({ tabs: [tab('tab-1', true)] }),
+  ]);
+  violates(
+    "a 'browser_state' block is not allowed in this toolset's results",
+    [state({ tabs: [tab('tab-1', true)] })],
+    ['text', 'image'],
+  );
+  // The schema's own report (zod's JSON): the limit on tabs, nothing else.
+  violates(
+    /^invalid browser_state: \[\s*\{\s*"origin": "array",\s*"code": "too_big",\s*"maximum": 100,\s*"inclusive": true,\s*"path": \[\s*"tabs"\s*\],\s*"message": "Too big: expected array to have <=100 items"\s*\}\s*\]$/,
+    [state({ tabs: Array.from({ length: 101 }, (_, i) => tab(`tab-${i}`, i === 0)) })],
+  );
 });
 
 test('an empty state_changes is omitted, and an empty inventory is allowed', () => {

@@ -20,6 +20,7 @@ import {
   type TestDaemon,
 } from './helpers/daemon.ts';
 import { until, within } from './helpers/wait.ts';
+import { failsWith } from './helpers/errors.ts';
 
 const isError = (m: { type: string }): m is ErrorMessage => m.type === 'error';
 const COMPUTER_MEMBERS = [
@@ -93,7 +94,10 @@ describe('handshake', () => {
   test('binding a non-loopback address without a configured token is refused at start', () => {
     assert.throws(
       () => resolveConfig({ host: '0.0.0.0', token: 'generated-token-0123456789', tokenConfigured: false }),
-      (err: unknown) => err instanceof ConfigError && /without a configured token/.test(err.message),
+      failsWith(
+        ConfigError,
+        'refusing to bind 0.0.0.0 without a configured token: set DESKBATCH_TOKEN, or bind 127.0.0.1',
+      ),
     );
     assert.equal(resolveConfig({ host: '0.0.0.0', token: TEST_TOKEN, tokenConfigured: true }).host, '0.0.0.0');
   });

@@ -35,18 +35,16 @@
  * SOAK_FAULT_EVERY_S, SOAK_SEED_SCREENSHOTS=0 (do not seed the directory),
  * SOAK_KEEP=1 (keep the temp folder with the daemon's log).
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream } from 'node:fs';
 import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as delay } from 'node:timers/promises';
 import { DEFAULT_CONFIG } from '../src/config.ts';
 import type { BatchResult, ErrorInfo, ToolUse, Welcome } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
+import { startDaemonProcess, type DaemonProcess } from './helpers/daemon-process.ts';
 import { startTestDisplay } from './helpers/display.ts';
 import { startVictim, startWebServer, type Victim, type WebServer } from './helpers/web.ts';
 import { RESOURCE_DOWN_TYPES, childPids, descendants, killAll, processFootprint } from './helpers/faults.ts';
@@ -152,79 +150,20 @@ const problem = (what: string): void => {
 // ---------------------------------------------------------------------------------------------
 // The daemon process
 
-interface DaemonProcess {
-  pid: number;
-  url: string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  hasExited(): boolean;
-  logCounts: Record<string, number>;
-  warnings: Map<string, number>;
-}
-
-async function startDaemonProcess(
+/** The soak's daemon: its own process, with the load's call limit; every line to daemon.log in the temp folder. */
+function startSoakDaemon(
   dir: string,
   display: string,
   shots: string,
   downloads: string,
   allowed: string[],
 ): Promise<DaemonProcess> {
-  const args = [fileURLToPath(new URL('../bin/deskbatch.js', import.meta.url)), 'serve', '--port', '0'];
+  const args = ['--port', '0'];
   for (const origin of allowed) args.push('--allow-private', new URL(origin).host);
   args.push('--browser', 'headless');
   args.push('--call-timeout-ms', String(CALL_TIMEOUT_MS));
   args.push('--screenshots-dir', shots, '--downloads-dir', downloads, '--log-level', 'info');
-  const child = spawn(process.execPath, args, {
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
-    env: { ...process.env, DISPLAY: display, DESKBATCH_TOKEN: TOKEN },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const log = createWriteStream(join(dir, 'daemon.log'));
-  const logCounts: Record<string, number> = {};
-  const warnings = new Map<string, number>();
-  let exitedFlag = false;
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => {
-      exitedFlag = true;
-      resolve({ code, signal });
-    }),
-  );
-  let resolveUrl!: (url: string) => void;
-  const url = new Promise<string>((resolve) => (resolveUrl = resolve));
-  let pending = '';
-  const onData = (chunk: Buffer): void => {
-    log.write(chunk);
-    pending += chunk.toString();
-    const lines = pending.split('\n');
-    pending = lines.pop() ?? '';
-    for (const line of lines) {
-      let entry: { level?: string; msg?: string };
-      try {
-        entry = JSON.parse(line) as { level?: string; msg?: string };
-      } catch {
-        continue;
-      }
-      const level = entry.level ?? '?';
-      logCounts[level] = (logCounts[level] ?? 0) + 1;
-      const m = /^deskbatch listening on (ws:\/\/\S+)$/.exec(entry.msg ?? '');
-      if (m) resolveUrl(m[1]!);
-      if (level === 'warn' || level === 'error') {
-        const key = `${level}: ${entry.msg}`;
-        warnings.set(key, (warnings.get(key) ?? 0) + 1);
-      }
-    }
-  };
-  child.stdout.on('data', onData);
-  child.stderr.on('data', onData);
-  const started = await Promise.race([
-    url,
-    exited.then((e) => {
-      throw new Error(`the daemon exited at start (${e.code ?? e.signal}); see ${join(dir, 'daemon.log')}`);
-    }),
-    delay(60_000).then(() => {
-      throw new Error('the daemon did not report its address within 60 s');
-    }),
-  ]);
-  return { pid: child.pid!, url: started, exited, hasExited: () => exitedFlag, logCounts, warnings };
+  return startDaemonProcess({ display, token: TOKEN, args, logFile: join(dir, 'daemon.log') });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -578,8 +517,8 @@ async function malformedBurst(url: string): Promise<Fault> {
   fault.count++;
   extra.malformedSent++;
   c.send('x'.repeat(DEFAULT_CONFIG.limits.maxPayloadBytes + 1));
-  await c.until(() => c.closed, 30_000, 'close').catch(() => undefined);
-  const closed = c.closed;
+  await c.until(() => c.closedWith, 30_000, 'close').catch(() => undefined);
+  const closed = c.closedWith;
   if (closed?.code === 1009) extraMalformedAnswered++;
   else problem(`oversized frame: closed with ${JSON.stringify(closed)}, want 1009`);
   c.terminate();
@@ -716,7 +655,7 @@ async function main(): Promise<number> {
   try {
     // The load's pages and the attack round's own page are reached through the operator's opt-in for
     // exactly their addresses; the victim's is not in it.
-    daemon = await startDaemonProcess(dir, display.display, shots, downloads, [web.origin, attackSite.origin]);
+    daemon = await startSoakDaemon(dir, display.display, shots, downloads, [web.origin, attackSite.origin]);
     const d = daemon;
     say(`daemon pid ${d.pid} at ${d.url}`);
     let stopping = false;
@@ -830,13 +769,8 @@ async function main(): Promise<number> {
     // Shut down
     stopping = true;
     const t = performance.now();
-    if (!d.hasExited()) process.kill(d.pid, 'SIGTERM');
-    const exit = await Promise.race([d.exited, delay(30_000).then(() => undefined)]);
-    if (!exit) {
-      problem('the daemon did not exit within 30 s of SIGTERM');
-      killAll([d.pid]);
-    }
-    const e = exit ?? (await d.exited);
+    const e = await d.stop(30_000);
+    if (e.killed) problem('the daemon did not exit within 30 s of SIGTERM');
     shutdown = { code: e.code, signal: e.signal, ms: Math.round(performance.now() - t), clean: e.code === 0 };
     for (const p of await descendants(d.pid)) pidsSeen.add(p.pid);
   } finally {

@@ -21,15 +21,17 @@
  * element: it is refused. The counter only moves by as many refs as a call can
  * have issued, whatever a page does.
  *
- * The script is a plain JavaScript string, not a TypeScript function passed to
- * `page.evaluate`: the project has no DOM types, and tsx (esbuild keepNames)
- * would inject `__name(...)` calls into a function's source that do not exist
- * in the page.
+ * The script is a JavaScript file of its own (page-script/page-script.js,
+ * linted with browser globals), evaluated from its text, not a TypeScript
+ * function passed to `page.evaluate`: the project has no DOM types, and tsx
+ * (esbuild keepNames) would inject `__name(...)` calls into a function's
+ * source that do not exist in the page.
  *
  * Page text, names and titles are untrusted: every name is folded to one line,
  * stripped of control characters, quoted with `"` and `\` escaped, and bounded.
  */
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { CDPSession, ElementHandle, Page } from 'playwright';
 import { ToolInputError } from '../errors.ts';
 import { echo } from '../text.ts';
@@ -40,8 +42,6 @@ export const READ_OUTPUT_MAX = 50_000;
 export const DEFAULT_DEPTH = 15;
 /** Most matches `find` returns. */
 export const FIND_MAX = 20;
-/** Longest accessible name or value shown on a line. */
-const NAME_MAX = 150;
 
 export type ReadFilter = 'all' | 'interactive';
 
@@ -59,433 +59,10 @@ const TEXT_TRUNCATED_NOTE = `[text truncated at ${READ_OUTPUT_MAX} characters]`;
 const REF_PATTERN = /^\[?ref_([1-9][0-9]{0,9})\]?$/;
 
 /**
- * The in-page script: `(req) => result`. Requests:
- * - `{op: 'read', floor, filter, depth, ref, budget}` → `{lines, truncated, offscreen, deeper, next}` or `{error}`;
- * - `{op: 'find', floor, tokens, soft, roles, phrase, max}` → `{lines, total, next}`;
- * - `{op: 'text', budget}` → `{main, rest, truncated}`;
- * - `{op: 'mark', floor, ref, token}` → 'ok' after setting `data-deskbatch-ref=token` on the element, or a problem;
- * - `{op: 'unmark', token}` → removes that attribute;
- * - `{op: 'center', floor, ref}` → `{x, y}` or `{error}`.
- * `error` is one of 'navigated', 'unknown', 'removed', 'nobox'.
+ * The in-page script (page-script/page-script.js: its requests and answers are
+ * listed there), read once when this module loads. `(source)(request)` calls it.
  */
-const PAGE_SCRIPT = String.raw`(req) => {
-  const KEY = '__deskbatchRefs';
-  let reg = window[KEY];
-  if (!reg || typeof reg.next !== 'number' || !(reg.refs instanceof Map)) {
-    reg = { first: req.floor, next: req.floor, refs: new Map(), ids: new WeakMap() };
-    try {
-      Object.defineProperty(window, KEY, { value: reg, enumerable: false, configurable: false, writable: false });
-    } catch {
-      // The page took the name: refs from this call will not resolve later, which fails safe.
-    }
-  }
-  if (reg.next < req.floor) reg.next = req.floor;
-
-  const refOf = (el) => {
-    let n = reg.ids.get(el);
-    if (n === undefined) {
-      n = reg.next++;
-      reg.ids.set(el, n);
-      reg.refs.set(n, new WeakRef(el));
-    }
-    return 'ref_' + n;
-  };
-  const resolve = (n) => {
-    const el = reg.refs.get(n)?.deref();
-    if (el && el.isConnected) return el;
-    if (reg.refs.has(n)) return 'removed';
-    return n < reg.first ? 'navigated' : 'unknown';
-  };
-
-  // --- roles -------------------------------------------------------------
-  const INPUT_ROLES = {
-    button: 'button', submit: 'button', reset: 'button', image: 'button', file: 'button',
-    checkbox: 'checkbox', radio: 'radio', range: 'slider', number: 'spinbutton', search: 'searchbox',
-  };
-  const TAG_ROLES = {
-    ARTICLE: 'article', ASIDE: 'complementary', BUTTON: 'button', DATALIST: 'listbox', DIALOG: 'dialog',
-    FIELDSET: 'group', FIGURE: 'figure', FOOTER: 'contentinfo', FORM: 'form', HEADER: 'banner', HR: 'separator',
-    LI: 'listitem', MAIN: 'main', MENU: 'list', NAV: 'navigation', OL: 'list', UL: 'list', OPTGROUP: 'group',
-    OPTION: 'option', OUTPUT: 'status', P: 'paragraph', PROGRESS: 'progressbar', METER: 'meter',
-    TABLE: 'table', TD: 'cell', TH: 'columnheader', TR: 'row', TEXTAREA: 'textbox', CAPTION: 'caption',
-    BLOCKQUOTE: 'blockquote', DT: 'term', DD: 'definition', SUMMARY: 'button', IFRAME: 'iframe',
-    H1: 'heading', H2: 'heading', H3: 'heading', H4: 'heading', H5: 'heading', H6: 'heading',
-    LEGEND: 'legend', LABEL: 'label', VIDEO: 'video', AUDIO: 'audio',
-  };
-  const INTERACTIVE = new Set(['button', 'link', 'textbox', 'searchbox', 'checkbox', 'radio', 'combobox',
-    'listbox', 'option', 'menuitem', 'menuitemcheckbox', 'menuitemradio', 'switch', 'slider', 'spinbutton',
-    'tab', 'treeitem']);
-  // Roles whose name is their text content (ARIA "name from content", plus text blocks for reading).
-  const FROM_CONTENT = new Set(['button', 'link', 'heading', 'cell', 'columnheader', 'rowheader', 'gridcell',
-    'option', 'menuitem', 'menuitemcheckbox', 'menuitemradio', 'tab', 'treeitem', 'tooltip', 'paragraph',
-    'listitem', 'caption', 'legend', 'term', 'definition', 'label', 'switch', 'checkbox', 'radio', 'generic',
-    'blockquote', 'status']);
-  // Roles under which a plain text element is not listed: its text is already the role's name or value.
-  const coversText = (role) => FROM_CONTENT.has(role) || role === 'textbox' || role === 'searchbox';
-  const SKIP_TAGS = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD', 'META', 'LINK', 'TITLE', 'BASE']);
-
-  const roleOf = (el) => {
-    const explicit = (el.getAttribute('role') || '').trim().split(/\s+/)[0].toLowerCase();
-    if (explicit && explicit !== 'none' && explicit !== 'presentation' && explicit !== 'generic') return explicit;
-    if (explicit) return null;
-    const tag = el.tagName;
-    if (tag === 'A' || tag === 'AREA') return el.hasAttribute('href') ? 'link' : null;
-    if (tag === 'INPUT') {
-      const type = (el.getAttribute('type') || 'text').toLowerCase();
-      if (INPUT_ROLES[type]) return INPUT_ROLES[type];
-      return el.hasAttribute('list') ? 'combobox' : 'textbox';
-    }
-    if (tag === 'SELECT') return el.multiple || el.size > 1 ? 'listbox' : 'combobox';
-    if (tag === 'IMG') return el.getAttribute('alt') === '' ? null : 'img';
-    if (tag === 'SECTION') return el.hasAttribute('aria-label') || el.hasAttribute('aria-labelledby') ? 'region' : null;
-    if (el.isContentEditable && (el.parentElement === null || !el.parentElement.isContentEditable)) return 'textbox';
-    if (tag === 'svg' || tag === 'SVG') return el.querySelector(':scope > title') ? 'img' : null;
-    return TAG_ROLES[tag] || null;
-  };
-  const isInteractive = (el, role) => {
-    if (role && INTERACTIVE.has(role)) return true;
-    const tabindex = el.getAttribute('tabindex');
-    if (tabindex !== null && Number(tabindex) >= 0) return true;
-    return el.hasAttribute('onclick');
-  };
-
-  // --- names -------------------------------------------------------------
-  const fold = (s) => s.replace(/[\s\u0000-\u001f\u007f-\u009f\u2028\u2029]+/g, ' ').trim();
-  const bound = (s, max) => (s.length > max ? s.slice(0, max - 1) + '…' : s);
-  const CONTENT_MAX = 400;
-  const hiddenEl = (el) =>
-    el.getAttribute('aria-hidden') === 'true' || SKIP_TAGS.has(el.tagName) || (el.tagName === 'INPUT' && el.type === 'hidden');
-  // Visible text under a node, without form controls' contents, stopping after CONTENT_MAX characters.
-  const contentText = (root) => {
-    let out = '';
-    const walk = (node) => {
-      for (let c = node.firstChild; c && out.length < CONTENT_MAX; c = c.nextSibling) {
-        if (c.nodeType === 3) out += c.data;
-        else if (c.nodeType === 1) {
-          if (hiddenEl(c) || c.tagName === 'SELECT' || c.tagName === 'TEXTAREA' || c.tagName === 'INPUT') continue;
-          const st = getComputedStyle(c);
-          if (st.display === 'none') continue;
-          if (c.tagName === 'IMG') out += ' ' + (c.getAttribute('alt') || '') + ' ';
-          else if (c.tagName === 'BR') out += ' ';
-          else {
-            const block = st.display !== 'inline' && st.display !== 'contents';
-            if (block) out += ' ';
-            walk(c.shadowRoot || c);
-            if (block) out += ' ';
-          }
-        }
-      }
-    };
-    walk(root.shadowRoot || root);
-    return fold(out);
-  };
-  const byIds = (ids) =>
-    ids.split(/\s+/).map((id) => document.getElementById(id)).filter(Boolean).map((e) => contentText(e)).join(' ');
-  const labelText = (el) => (el.labels ? Array.from(el.labels).map((l) => contentText(l)).join(' ') : '');
-  const nameOf = (el, role) => {
-    const labelledby = el.getAttribute('aria-labelledby');
-    if (labelledby) {
-      const t = fold(byIds(labelledby));
-      if (t) return t;
-    }
-    const aria = fold(el.getAttribute('aria-label') || '');
-    if (aria) return aria;
-    const tag = el.tagName;
-    if (tag === 'INPUT' || tag === 'SELECT' || tag === 'TEXTAREA' || tag === 'METER' || tag === 'PROGRESS' || tag === 'OUTPUT') {
-      const t = fold(labelText(el));
-      if (t) return t;
-      const type = (el.type || '').toLowerCase();
-      if (tag === 'INPUT' && (type === 'button' || type === 'submit' || type === 'reset')) {
-        return fold(el.value || '') || (type === 'submit' ? 'Submit' : type === 'reset' ? 'Reset' : '');
-      }
-      if (tag === 'INPUT' && type === 'image') return fold(el.alt || el.title || 'Submit');
-    }
-    if (tag === 'IMG' || tag === 'AREA') {
-      const alt = fold(el.getAttribute('alt') || '');
-      if (alt) return alt;
-    }
-    if (tag === 'FIELDSET') {
-      const legend = el.querySelector(':scope > legend');
-      if (legend) return contentText(legend);
-    }
-    if (tag === 'TABLE') {
-      const caption = el.querySelector(':scope > caption');
-      if (caption) return contentText(caption);
-    }
-    if (tag === 'FIGURE') {
-      const cap = el.querySelector(':scope > figcaption');
-      if (cap) return contentText(cap);
-    }
-    if (tag === 'svg' || tag === 'SVG') {
-      const title = el.querySelector(':scope > title');
-      if (title) return fold(title.textContent || '');
-    }
-    if (FROM_CONTENT.has(role) && tag !== 'INPUT') {
-      const t = contentText(el);
-      if (t) return t;
-    }
-    return fold(el.getAttribute('title') || el.getAttribute('placeholder') || '');
-  };
-  const hasOwnText = (el) => {
-    for (let c = el.firstChild; c; c = c.nextSibling) if (c.nodeType === 3 && /\S/.test(c.data)) return true;
-    return false;
-  };
-  const quote = (s) => '"' + bound(s, ${NAME_MAX}).replace(/[\\"]/g, (m) => '\\' + m) + '"';
-
-  // --- state -------------------------------------------------------------
-  const vw = window.innerWidth, vh = window.innerHeight;
-  const inViewport = (r) => r.right > 0 && r.bottom > 0 && r.left < vw && r.top < vh;
-  const stateOf = (el, role, rect) => {
-    const s = [];
-    const tag = el.tagName;
-    const type = tag === 'INPUT' ? (el.type || 'text').toLowerCase() : '';
-    if (type && type !== 'text' && type !== 'checkbox' && type !== 'radio' && type !== 'submit' && type !== 'button') s.push('type=' + type);
-    if (type === 'password') {
-      if (el.value) s.push('value=(hidden, ' + el.value.length + ' characters)');
-    } else if (tag === 'SELECT') {
-      const chosen = Array.from(el.selectedOptions).map((o) => fold(o.label || o.text));
-      if (chosen.length) s.push('value=' + quote(chosen.join(', ')));
-    } else if (type === 'file') {
-      if (el.files && el.files.length) s.push('files=' + quote(Array.from(el.files).map((f) => f.name).join(', ')));
-    } else if ((tag === 'INPUT' && type !== 'checkbox' && type !== 'radio' && role !== 'button') || tag === 'TEXTAREA') {
-      if (el.value) s.push('value=' + quote(fold(el.value)));
-    } else if (el.isContentEditable && role === 'textbox') {
-      const t = contentText(el);
-      if (t) s.push('value=' + quote(t));
-    } else if (role === 'slider' || role === 'spinbutton' || role === 'progressbar' || role === 'meter') {
-      const v = el.getAttribute('aria-valuetext') || el.getAttribute('aria-valuenow') || el.value;
-      if (v !== null && v !== undefined && v !== '') s.push('value=' + quote(fold(String(v))));
-    }
-    if (type === 'checkbox' || type === 'radio') s.push(el.indeterminate ? 'mixed' : el.checked ? 'checked' : 'unchecked');
-    else if (role === 'checkbox' || role === 'radio' || role === 'switch' || role === 'menuitemcheckbox' || role === 'menuitemradio') {
-      const c = el.getAttribute('aria-checked');
-      s.push(c === 'true' ? 'checked' : c === 'mixed' ? 'mixed' : 'unchecked');
-    }
-    if (tag === 'OPTION' ? el.selected : el.getAttribute('aria-selected') === 'true') s.push('selected');
-    if (el.getAttribute('aria-pressed') === 'true') s.push('pressed');
-    const expanded = el.getAttribute('aria-expanded');
-    if (expanded === 'true') s.push('expanded');
-    else if (expanded === 'false') s.push('collapsed');
-    if (tag === 'SUMMARY' && el.parentElement && el.parentElement.tagName === 'DETAILS') s.push(el.parentElement.open ? 'expanded' : 'collapsed');
-    if (role === 'heading') s.push('level=' + (el.getAttribute('aria-level') || tag.slice(1) || '2'));
-    if (el.matches(':disabled') || el.getAttribute('aria-disabled') === 'true') s.push('disabled');
-    if (el.required || el.getAttribute('aria-required') === 'true') s.push('required');
-    if (el.getAttribute('aria-invalid') === 'true') s.push('invalid');
-    if (document.activeElement === el) s.push('focused');
-    if (role === 'link' && el.href) s.push('href=' + quote(fold(String(el.href))));
-    if (!inViewport(rect)) s.push('offscreen');
-    return s.length ? ' ' + s.join(' ') : '';
-  };
-
-  // --- the walk ------------------------------------------------------------
-  const childrenOf = (el) => {
-    if (el.shadowRoot) return Array.from(el.shadowRoot.children);
-    if (el.tagName === 'SLOT') {
-      const assigned = el.assignedElements();
-      if (assigned.length) return assigned;
-    }
-    return Array.from(el.children);
-  };
-  // What one element is, for the walk: undefined = skip it and its subtree (not rendered).
-  const describe = (el, underContent) => {
-    if (hiddenEl(el)) return undefined;
-    const st = getComputedStyle(el);
-    if (st.display === 'none') return undefined;
-    // An option of a closed select has no box of its own: it is where its select is.
-    const inSelect = el.tagName === 'OPTION' || el.tagName === 'OPTGROUP';
-    // Content skipped by the browser (a closed details, content-visibility: hidden) is not shown.
-    // checkVisibility is false for display: contents too, whose children are still shown.
-    if (!inSelect && st.display !== 'contents' && el.checkVisibility && !el.checkVisibility()) return undefined;
-    const select = inSelect ? el.closest('select') : null;
-    const rect = (select || el).getBoundingClientRect();
-    const role = roleOf(el);
-    const interactive = isInteractive(el, role);
-    const ownText = !role && !underContent && hasOwnText(el);
-    const shown = (inSelect || (st.visibility === 'visible' && rect.width * rect.height > 0)) &&
-      (role !== null || interactive || ownText);
-    return { rect, role, interactive, shown, inSelect };
-  };
-  const line = (el, d, info) => {
-    const role = info.role || 'generic';
-    const name = nameOf(el, role);
-    return '  '.repeat(d) + role + (name ? ' ' + quote(name) : '') + ' [' + refOf(el) + ']' + stateOf(el, role, info.rect);
-  };
-
-  if (req.op === 'read') {
-    const lines = [];
-    let used = 0, truncated = false, offscreen = false, deeper = false;
-    const emit = (text) => {
-      if (used + text.length + 1 > req.budget) { truncated = true; return false; }
-      lines.push(text);
-      used += text.length + 1;
-      return true;
-    };
-    // Whether an element passes the filter: interactive only, and in the viewport unless 'all' or a ref subtree.
-    const passes = (info) => {
-      if (!info.shown) return false;
-      if (req.filter === 'interactive' && !info.interactive) return false;
-      if (req.filter !== 'all' && !req.ref && !inViewport(info.rect)) {
-        offscreen = true;
-        return false;
-      }
-      return true;
-    };
-    const walk = (el, d, underContent) => {
-      for (const child of childrenOf(el)) {
-        if (truncated) return;
-        const info = describe(child, underContent);
-        if (!info) continue;
-        let childDepth = d;
-        if (passes(info)) {
-          if (d >= req.depth) { deeper = true; continue; }
-          if (!emit(line(child, d, info))) return;
-          childDepth = d + 1;
-        }
-        walk(child, childDepth, underContent || (info.shown && coversText(info.role || 'generic')));
-      }
-    };
-    let root = document.body || document.documentElement;
-    if (req.ref !== null) {
-      const found = resolve(req.ref);
-      if (typeof found === 'string') return { error: found };
-      root = found;
-      const info = describe(root, false) || { rect: root.getBoundingClientRect(), role: roleOf(root), interactive: false, shown: true };
-      emit(line(root, 0, info));
-      walk(root, 1, false);
-    } else if (root) {
-      walk(root, 0, false);
-    }
-    return { lines, truncated, offscreen, deeper, next: reg.next };
-  }
-
-  if (req.op === 'find') {
-    const matches = [];
-    const words = (s) => s.toLowerCase().split(/[^\p{L}\p{N}]+/u).filter(Boolean);
-    const stem = (w) => (w.length > 3 && w.endsWith('s') ? w.slice(0, -1) : w);
-    // How well a token matches a field's words: 1 for a whole word, 0.6 inside a word (3+ characters).
-    const tokenIn = (token, fieldWords) => {
-      let best = 0;
-      for (const w of fieldWords) {
-        if (w === token || stem(w) === stem(token)) return 1;
-        if (token.length >= 3 && w.includes(token)) best = 0.6;
-      }
-      return best;
-    };
-    const walk = (el, underContent) => {
-      for (const child of childrenOf(el)) {
-        const info = describe(child, underContent);
-        if (!info) continue;
-        if (info.shown && !info.inSelect) {
-          const role = info.role || 'generic';
-          const name = nameOf(child, role);
-          const nameWords = words(name);
-          const fields = [
-            [nameWords, 3],
-            [words([labelText(child), child.getAttribute('placeholder') || '', child.getAttribute('title') || '',
-              child.getAttribute('alt') || '', child.getAttribute('aria-description') || ''].join(' ')), 2],
-            [words(typeof child.value === 'string' && child.type !== 'password' ? child.value : ''), 1.5],
-            [words([child.id, child.getAttribute('name') || '', child.tagName === 'INPUT' ? child.type : ''].join(' ')), 1],
-          ];
-          let score = 0, matched = 0, inName = 0;
-          for (const t of req.tokens) {
-            let best = 0;
-            for (const [fw, weight] of fields) best = Math.max(best, tokenIn(t, fw) * weight);
-            if (best > 0) matched++;
-            if (tokenIn(t, nameWords) > 0) inName++;
-            score += best;
-          }
-          for (const t of req.soft) for (const [fw] of fields) if (tokenIn(t, fw) > 0) { score += 0.5; break; }
-          const roleHit = req.roles.includes(role);
-          const relevant = req.tokens.length ? matched > 0 : roleHit;
-          if (relevant) {
-            if (req.tokens.length) score += 3 * (matched / req.tokens.length);
-            if (roleHit) score += 4;
-            if (req.phrase && fold(name).toLowerCase().includes(req.phrase)) score += 2;
-            // A name that is mostly the query beats a long text that merely contains it.
-            if (nameWords.length) score += 1.5 * (inName / nameWords.length);
-            if (info.interactive) score += 0.5;
-            matches.push({ el: child, info, score, order: matches.length });
-          }
-        }
-        walk(child, underContent || (info.shown && coversText(info.role || 'generic')));
-      }
-    };
-    if (document.body) walk(document.body, false);
-    matches.sort((a, b) => b.score - a.score || a.order - b.order);
-    const lines = matches.slice(0, req.max).map((m) => line(m.el, 0, m.info));
-    return { lines, total: matches.length, next: reg.next };
-  }
-
-  if (req.op === 'text') {
-    // Main content first: the outermost main/article/[role=main] elements, then the rest of the body.
-    const body = document.body;
-    if (!body) return { main: '', rest: '', truncated: false };
-    const mains = Array.from(body.querySelectorAll('main, article, [role=main]'))
-      .filter((e, _i, all) => !all.some((o) => o !== e && o.contains(e)));
-    const clean = (s) => s.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029]/g, ' ')
-      .replace(/[ \t\f\r\u00a0]+/g, ' ').replace(/ ?\n[\n ]*/g, '\n').trim();
-    const display = (el) => getComputedStyle(el).display;
-    // innerText of an element that is not rendered would be its raw textContent, so those are skipped.
-    const textOf = (el) => (display(el) === 'none' ? '' : el.innerText || '');
-    const mainText = mains.map((e) => clean(textOf(e))).filter(Boolean).join('\n\n');
-    const rest = [];
-    const walk = (el) => {
-      for (let c = el.firstChild; c; c = c.nextSibling) {
-        if (c.nodeType === 3) {
-          if (/\S/.test(c.data)) rest.push(c.data);
-        } else if (c.nodeType === 1 && !SKIP_TAGS.has(c.tagName)) {
-          if (mains.includes(c)) continue;
-          if (mains.some((m) => c.contains(m)) || display(c) === 'contents') walk(c);
-          else rest.push(textOf(c));
-        }
-      }
-    };
-    walk(body);
-    return { main: mainText, rest: clean(rest.map(clean).filter(Boolean).join('\n')) };
-  }
-
-  if (req.op === 'unmark') {
-    for (const el of document.querySelectorAll('[data-deskbatch-ref]')) {
-      if (el.getAttribute('data-deskbatch-ref') === req.token) el.removeAttribute('data-deskbatch-ref');
-    }
-    return 'ok';
-  }
-  if (req.op === 'mark' || req.op === 'center') {
-    const el = resolve(req.ref);
-    if (typeof el === 'string') return req.op === 'mark' ? el : { error: el };
-    if (req.op === 'mark') {
-      el.setAttribute('data-deskbatch-ref', req.token);
-      return 'ok';
-    }
-    // The centre of the element's first visible box, scrolled into view if it is not in the viewport.
-    const boxes = () => Array.from(el.getClientRects()).filter((r) => r.width > 0 && r.height > 0);
-    if (!boxes().length) return { error: 'nobox' };
-    // A box's part inside the viewport, or null.
-    const visible = (r) => {
-      const left = Math.max(r.left, 0), top = Math.max(r.top, 0);
-      const right = Math.min(r.right, window.innerWidth), bottom = Math.min(r.bottom, window.innerHeight);
-      return right - left >= 1 && bottom - top >= 1 ? { left, top, right, bottom } : null;
-    };
-    let parts = boxes().map(visible).filter(Boolean);
-    if (!parts.length) {
-      el.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
-      parts = boxes().map(visible).filter(Boolean);
-    }
-    if (!parts.length) return { error: 'nobox' };
-    // The centre of the first visible box, unless something else is hit there (an overlay, or the gap of a
-    // wrapped inline box): then the first of the other boxes' centres, or points around them, that hits it.
-    const hits = (p) => {
-      const at = document.elementFromPoint(p.x, p.y);
-      return at !== null && (at === el || el.contains(at) || (el.shadowRoot !== null && el.shadowRoot.contains(at)));
-    };
-    const at = (b, fx, fy) => ({ x: b.left + (b.right - b.left) * fx, y: b.top + (b.bottom - b.top) * fy });
-    const candidates = parts.map((b) => at(b, 0.5, 0.5));
-    for (const b of parts) for (const [fx, fy] of [[0.75, 0.5], [0.25, 0.5], [0.5, 0.25], [0.5, 0.75], [0.9, 0.5], [0.1, 0.5]]) candidates.push(at(b, fx, fy));
-    const p = candidates.find(hits) || candidates[0];
-    return { x: p.x, y: p.y };
-  }
-  return undefined;
-}`;
+const PAGE_SCRIPT = readFileSync(new URL('./page-script/page-script.js', import.meta.url), 'utf8').trim();
 
 /** The expression that runs PAGE_SCRIPT with one request. */
 function script(request: Record<string, unknown>): string {
@@ -793,6 +370,17 @@ export async function refElement(page: Page, ref: string): Promise<ElementHandle
   } finally {
     await inPage(page, { op: 'unmark', token }).catch(() => undefined);
   }
+}
+
+/**
+ * Runs a request on the element a ref names (the page script's `ref` ops); a
+ * malformed, unknown or stale ref is refused, never replaced.
+ */
+export async function onRef<T extends object>(page: Page, ref: string, request: Record<string, unknown>): Promise<T> {
+  const n = refNumber(ref);
+  const res = await inPage<T | { error: RefProblem }>(page, { ...request, ref: n });
+  if ('error' in res) throw refError(n, res.error);
+  return res;
 }
 
 /** Scrolls the ref's element into view if needed; the centre of its visible box, in viewport CSS pixels. */

@@ -21,12 +21,29 @@ export type DriverKey = string;
 export type MouseButton = 'left' | 'right' | 'middle';
 export type ScrollDirection = 'up' | 'down' | 'left' | 'right';
 
+/*
+ * The ranges the driver accepts. The computer toolset's schemas use these same
+ * constants, and the worker checks its arguments against them (it is a process
+ * boundary), so the two sides cannot disagree.
+ */
+
+/** Clicks per `click` call: single, double or triple. */
+export const CLICK_COUNT_MAX = 3;
+/** Wheel clicks per `scroll` call, 1 to this. The API documents no range for computer; this bounds one call. */
+export const SCROLL_AMOUNT_MAX = 100;
+/** Presses per `pressKeys` call, 1 to this (`key.repeat`, DCU). */
+export const KEY_REPEAT_MAX = 100;
+/** Longest `holdKeys`, in ms (`hold_key.duration`, DCU: "up to 300" seconds). */
+export const HOLD_MAX_MS = 300_000;
+/** Largest capture output side, in pixels. */
+export const CAPTURE_SIDE_MAX = 16_384;
+
 export interface CaptureOptions {
   /** Region of the display to capture; the whole display when absent. */
   region?: Rect;
   /** Wait for a stable frame after recent input; no settling when absent. */
   settle?: SettleOptions;
-  /** Output size in pixels. The captured pixels are resized to exactly this. */
+  /** Output size in pixels, 1–CAPTURE_SIDE_MAX a side. The captured pixels are resized to exactly this. */
   output: Size;
   format: ImageFormat;
   /** 1–100, for jpeg and webp. */
@@ -40,7 +57,7 @@ export interface DesktopDriver {
   /** Moves the pointer instantly (no animation). */
   moveMouse(to: Point, signal?: AbortSignal): Promise<void>;
   /**
-   * Clicks `count` times (1–3) at the current position with `button`, holding
+   * Clicks `count` times (1–CLICK_COUNT_MAX) at the current position with `button`, holding
    * `modifiers` (DriverKeys) for the duration of the clicks only.
    */
   click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal, at?: Point): Promise<void>;
@@ -49,13 +66,13 @@ export interface DesktopDriver {
   /** Press at `from`, move to `to` in steps so apps see motion, release; modifiers held throughout. */
   drag(from: Point, to: Point, modifiers: DriverKey[], signal?: AbortSignal): Promise<void>;
   /**
-   * Scrolls `amount` wheel clicks at the current position, holding `modifiers`.
+   * Scrolls `amount` (1–SCROLL_AMOUNT_MAX) wheel clicks at the current position, holding `modifiers`.
    * `left` scrolls the content view left (X11 buttons 6), `right` right (button 7).
    */
   scroll(direction: ScrollDirection, amount: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void>;
-  /** Presses the chord (all keys down in order, then up in reverse), `repeat` times. */
+  /** Presses the chord (all keys down in order, then up in reverse), `repeat` (1–KEY_REPEAT_MAX) times. */
   pressKeys(chord: DriverKey[], repeat: number, signal?: AbortSignal): Promise<void>;
-  /** Holds the chord down for `durationMs`, then releases it (also on abort). */
+  /** Holds the chord down for `durationMs` (0–HOLD_MAX_MS, fractions allowed), then releases it (also on abort). */
   holdKeys(chord: DriverKey[], durationMs: number, signal?: AbortSignal): Promise<void>;
   /**
    * Types `text` exactly: printable ASCII with an explicit US shift map,

@@ -26,8 +26,9 @@ import { displaySocketPath, isDisplayReachable } from './display.ts';
 import type { CaptureOptions, DesktopDriver, DriverKey, MouseButton, ScrollDirection } from './driver.ts';
 import type { Point, Size } from '../geometry.ts';
 import type { CapturedImage } from '../image.ts';
+import type { ChildMessage, LogLevel, OpArgs, OpName, OpResult, ParentMessage, WireError } from './worker-protocol.ts';
 
-export type DriverLog = (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) => void;
+export type DriverLog = (level: LogLevel, msg: string, fields?: object) => void;
 
 export interface WorkerDesktopDriverOptions {
   /** X display name, e.g. ":99". */
@@ -69,7 +70,7 @@ function tsxLoader(): string {
 
 interface Pending {
   id: number;
-  op: string;
+  op: OpName;
   resolve: (value: unknown) => void;
   reject: (err: Error) => void;
 }
@@ -116,7 +117,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
     if (signal?.aborted) throw cancelledBy(signal);
     const child = this.child;
     if (child?.size && !child.dead && socketIdentity(this.display) === child.socketId) return child.size;
-    const size = await this.call<Size>('displaySize', {}, signal);
+    const size = await this.call('displaySize', {}, signal);
     if (this.child) this.child.size = size;
     return size;
   }
@@ -162,9 +163,9 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   async capture(options: CaptureOptions, signal?: AbortSignal): Promise<CapturedImage> {
-    const img = await this.call<CapturedImage>('capture', { options }, signal, options.settle?.maxMs ?? 0);
+    const img = await this.call('capture', { options }, signal, options.settle?.maxMs ?? 0);
     // With 'advanced' serialization a Buffer arrives as a plain Uint8Array.
-    const data = img.data as Uint8Array;
+    const data = img.data;
     return { ...img, data: Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength) };
   }
 
@@ -198,12 +199,18 @@ export class WorkerDesktopDriver implements DesktopDriver {
    * Runs one op in the child. The caller's promise settles on the child's
    * answer, on abort (CancelledError, at once) or on a crash; the queue slot
    * is held until the child has really finished the op (or was killed), so
-   * the next op never overlaps it.
+   * the next op never overlaps it. `op` and `args` are checked against the
+   * protocol's table (worker-protocol.ts), and so is the result's type.
    */
-  private call<T>(op: string, args: object, signal: AbortSignal | undefined, extraMs = 0): Promise<T> {
+  private call<N extends OpName>(
+    op: N,
+    args: OpArgs<N>,
+    signal: AbortSignal | undefined,
+    extraMs = 0,
+  ): Promise<OpResult<N>> {
     if (this.closed) return Promise.reject(new Error('desktop driver is closed'));
     if (signal?.aborted) return Promise.reject(cancelledBy(signal));
-    return new Promise<T>((resolve, reject) => {
+    return new Promise<OpResult<N>>((resolve, reject) => {
       let settled = false;
       let onAbortRunning: (() => void) | undefined;
       const finish = (fn: () => void): void => {
@@ -230,21 +237,25 @@ export class WorkerDesktopDriver implements DesktopDriver {
           const result = await this.request(child, op, args, this.callTimeoutMs + extraMs, (cancel) => {
             onAbortRunning = cancel;
           });
-          finish(() => resolve(result as T));
+          finish(() => resolve(result));
         })
         .catch((err: unknown) => finish(() => reject(err instanceof Error ? err : new Error(String(err)))))
         .finally(() => freeSlot());
     });
   }
 
-  /** Sends one op and waits for its answer, the child's death, or the deadline. */
-  private request(
+  /**
+   * Sends one op and waits for its answer, the child's death, or the deadline.
+   * The answer's type is the protocol's: the child is ours, and answers `op`
+   * with its result (`null` for a void one).
+   */
+  private request<N extends OpName>(
     child: Child,
-    op: string,
-    args: object,
+    op: N,
+    args: OpArgs<N>,
     timeoutMs: number,
     onCancelHook: (cancel: () => void) => void,
-  ): Promise<unknown> {
+  ): Promise<OpResult<N>> {
     return new Promise((resolve, reject) => {
       const id = this.nextId++;
       let abortTimer: NodeJS.Timeout | undefined;
@@ -260,7 +271,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
         op,
         resolve: (v) => {
           done();
-          resolve(v);
+          resolve(v as OpResult<N>);
         },
         reject: (e) => {
           done();
@@ -286,7 +297,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
     });
   }
 
-  private send(child: Child, msg: object): boolean {
+  private send(child: Child, msg: ParentMessage): boolean {
     if (child.hasExited || !child.proc.connected) return false;
     try {
       child.proc.send(msg, (err) => {
@@ -397,23 +408,15 @@ export class WorkerDesktopDriver implements DesktopDriver {
     }
 
     proc.on('message', (raw: unknown) => {
-      const msg = raw as {
-        type?: string;
-        id?: number;
-        ok?: boolean;
-        result?: unknown;
-        error?: { name?: string; message?: string };
-        level?: 'debug' | 'info' | 'warn' | 'error';
-        msg?: string;
-        fields?: object;
-      };
-      if (msg.type === 'ready') {
-        clearTimeout(startTimer);
-        markReady();
-        return;
-      }
-      if (msg.type === 'log') {
-        this.log(msg.level ?? 'info', `desktop worker: ${msg.msg ?? ''}`, { pid: proc.pid, ...msg.fields });
+      // The child is our worker.ts: it sends only ChildMessages (worker-protocol.ts).
+      const msg = raw as ChildMessage;
+      if ('type' in msg) {
+        if (msg.type === 'ready') {
+          clearTimeout(startTimer);
+          markReady();
+        } else {
+          this.log(msg.level, `desktop worker: ${msg.msg}`, { pid: proc.pid, ...msg.fields });
+        }
         return;
       }
       const p = child.pending;
@@ -484,7 +487,7 @@ function cancelledBy(signal: AbortSignal): CancelledError {
 }
 
 /** Rebuilds the child's error: model-facing input errors become ToolInputError, the rest keep name and message. */
-function toError(e: { name?: string; message?: string } | undefined, op: string): Error {
+function toError(e: Partial<WireError> | undefined, op: OpName): Error {
   const message = e?.message ?? `${op} failed`;
   switch (e?.name) {
     case 'ToolInputError':

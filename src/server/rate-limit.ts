@@ -1,6 +1,14 @@
 /**
  * Token buckets for the handshake and message rate limits (issue 4, promise 6):
  * a burst of `capacity`, refilled at `perSecond`.
+ *
+ * Kept hand-written (issue 13 looked): the bucket is a few lines of
+ * arithmetic, asked synchronously in the handshake check and on every frame.
+ * The rate-limit packages on npm answer with a promise per request
+ * (`rate-limiter-flexible`'s `consume`) or are HTTP middleware
+ * (`express-rate-limit`), count in fixed windows rather than a refilling
+ * burst, and keep a key until it expires rather than at most `maxKeys`; none
+ * keys IPv6 by its /64 (`handshakeKey`). Wrapping one would be longer than this.
  */
 import { isIP } from 'node:net';
 

@@ -403,7 +403,15 @@ export class ViewerFeed {
     };
   }
 
-  /** Appends to the ring buffer (evicting the oldest) and tells the viewers. */
+  /**
+   * Appends to the ring buffer (evicting the oldest) and tells the viewers.
+   *
+   * Kept as a plain array (issue 13 looked): at `maxEntries` (200 by
+   * default) the `splice` moves a few hundred references at most, entries are
+   * updated in place while their calls run (`live` says which are still
+   * held), and a snapshot is a copy in order. A circular-buffer package would
+   * add a dependency to save that one `splice`.
+   */
   private add(entries: TimelineEntry[]): void {
     for (const e of entries) {
       this.entries.push(e);

@@ -6,20 +6,12 @@ import { createWriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import WebSocket from 'ws';
 import { resolveConfig, type DaemonConfig } from '../../src/config.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { createLogger } from '../../src/log.ts';
-import {
-  ServerMessageSchema,
-  type BatchResult,
-  type ErrorMessage,
-  type ServerMessage,
-  type ToolEvent,
-  type ToolUse,
-  type Welcome,
-} from '../../src/protocol.ts';
+import type { BatchResult, ErrorMessage, ServerMessage, ToolEvent, ToolUse, Welcome } from '../../src/protocol.ts';
 import { newLogDir } from './artifacts.ts';
+import { HandshakeError, RecordingClient, type OpenOptions } from './ws-client.ts';
 
 export const TEST_TOKEN = 'test-token-0123456789abcdef-0123456789';
 
@@ -90,72 +82,16 @@ export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDa
   };
 }
 
-export interface ConnectOptions {
-  token?: string | null;
-  headers?: Record<string, string>;
-  protocols?: string[];
-}
+export type ConnectOptions = OpenOptions;
 
-/** A ws client that records every message and validates it against the protocol schemas. */
-export class TestClient {
-  readonly messages: ServerMessage[] = [];
-  private waiters: { match: (m: ServerMessage) => boolean; resolve: (m: ServerMessage) => void }[] = [];
-
-  private constructor(readonly ws: WebSocket) {
-    ws.on('message', (data) => {
-      const msg = ServerMessageSchema.parse(JSON.parse(data.toString()));
-      this.messages.push(msg);
-      this.waiters = this.waiters.filter((w) => {
-        if (!w.match(msg)) return true;
-        w.resolve(msg);
-        return false;
-      });
-    });
-  }
-
-  static open(url: string, options: ConnectOptions = {}): Promise<TestClient> {
-    const headers: Record<string, string> = { ...options.headers };
-    if (options.token !== null && !options.protocols) headers.authorization = `Bearer ${options.token ?? TEST_TOKEN}`;
-    const ws = new WebSocket(url, options.protocols ?? [], { headers });
-    return new Promise((resolve, reject) => {
-      ws.once('open', () => resolve(new TestClient(ws)));
-      ws.once('unexpected-response', (_req, res) => reject(new HandshakeError(res.statusCode ?? 0)));
-      ws.once('error', reject);
-    });
-  }
-
-  send(message: unknown): void {
-    this.ws.send(typeof message === 'string' ? message : JSON.stringify(message));
-  }
-
-  /** The next message (already received or future) that matches. */
-  next<T extends ServerMessage>(match: (m: ServerMessage) => m is T, timeoutMs = 60_000): Promise<T> {
-    const seen = this.messages.find(match);
-    if (seen) {
-      this.messages.splice(this.messages.indexOf(seen), 1);
-      return Promise.resolve(seen);
-    }
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        // The newest messages, in short: what did arrive says where it stopped.
-        const recent = this.messages
-          .slice(-12)
-          .map((m) =>
-            [m.type, 'batch_id' in m ? m.batch_id : '', 'name' in m ? m.name : '', 'phase' in m ? m.phase : '']
-              .filter(Boolean)
-              .join(' '),
-          );
-        reject(new Error(`timed out after ${timeoutMs} ms waiting for a message; the latest: ${recent.join(' | ')}`));
-      }, timeoutMs);
-      this.waiters.push({
-        match,
-        resolve: (m) => {
-          clearTimeout(timer);
-          this.messages.splice(this.messages.indexOf(m), 1);
-          resolve(m as T);
-        },
-      });
-    });
+/**
+ * The tests' client (test/helpers/ws-client.ts): every message is recorded and checked against the
+ * protocol's schemas, and one that fails them fails the test.
+ */
+export class TestClient extends RecordingClient {
+  static async open(url: string, options: ConnectOptions = {}): Promise<TestClient> {
+    const ws = await RecordingClient.connect(url, TEST_TOKEN, options);
+    return new TestClient(ws, { onInvalid: 'throw', keep: true });
   }
 
   async hello(resume?: string): Promise<Welcome> {
@@ -178,23 +114,13 @@ export class TestClient {
     return { result, events };
   }
 
-  closed(): Promise<{ code: number; reason: string }> {
-    if (this.ws.readyState === WebSocket.CLOSED) return Promise.resolve({ code: -1, reason: '' });
-    return new Promise((resolve) =>
-      this.ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })),
-    );
-  }
-
-  close(): void {
-    this.ws.terminate();
+  /** The tests drop the connection (no close handshake), as a vanished client would. */
+  override close(): void {
+    this.terminate();
   }
 }
 
-export class HandshakeError extends Error {
-  constructor(readonly status: number) {
-    super(`handshake refused with HTTP ${status}`);
-  }
-}
+export { HandshakeError };
 
 /** Matches the `started` tool_event of call `toolUseId` in batch `batchId`, for `TestClient.next`. */
 export function startedEvent(batchId: string, toolUseId: string): (m: ServerMessage) => m is ToolEvent {

@@ -7,7 +7,10 @@
  * input event sent so far has reached it (an input fence, input-fence.ts),
  * and `waitFor()` waits for a condition on the record with a deadline.
  */
+import assert from 'node:assert/strict';
 import type { Page } from 'playwright';
+import type { BatchResult, ImageBlock, ToolEvent, ToolUse } from '../../src/protocol.ts';
+import { assertApiValid, type ApiRulesOptions } from './api-rules.ts';
 import { launchKioskChromium, type KioskChromium } from './chromium.ts';
 import { startTestDaemon, type TestClient, type TestDaemon } from './daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './display.ts';
@@ -19,7 +22,10 @@ import {
   waitForEvents,
   type EventPageServer,
   type RecordedEvent,
+  type RecordedMouseEvent,
+  type RecordedWheel,
 } from './event-page.ts';
+import { isWheelMarker } from './input-fence.ts';
 
 export interface TestDesktop {
   display: VirtualDisplay;
@@ -83,4 +89,49 @@ export async function startTestDesktop(
     await close();
     throw err;
   }
+}
+
+// ---------------------------------------------------------------------------
+// What the computer and older-tool tests (test/computer.test.ts,
+// test/computer-legacy.test.ts) both do with a desktop and its record.
+
+/** The text the computer toolset gives a call after an earlier one of the turn failed (its `not_executed_text`). */
+export const COMPUTER_NOT_EXECUTED = 'Not executed: an earlier computer action in this turn failed.';
+
+/** Runs a batch on the desktop's client; the result must be one the Messages API accepts (`assertApiValid`). */
+export async function runBatch(
+  d: TestDesktop,
+  toolUses: ToolUse[],
+  batchId = `b${Math.random().toString(36).slice(2)}`,
+  apiRules: ApiRulesOptions = {},
+): Promise<{ result: BatchResult; events: ToolEvent[] }> {
+  const { result, events } = await d.client.batch(batchId, toolUses);
+  return { result: assertApiValid(toolUses, result, apiRules), events };
+}
+
+/** The text of each result's first block (undefined when it is not text). */
+export function texts(result: BatchResult): (string | undefined)[] {
+  return result.tool_results.map((r) => (r.content[0]?.type === 'text' ? r.content[0].text : undefined));
+}
+
+/** The recorded mouse events of one type. */
+export function mouseEvents(events: RecordedEvent[], type: RecordedMouseEvent['type']): RecordedMouseEvent[] {
+  return events.filter((e): e is RecordedMouseEvent => e.type === type);
+}
+
+/** Where the recorded mouse events of one type happened, in page pixels. */
+export function mousePoints(events: RecordedEvent[], type: RecordedMouseEvent['type']): [number, number][] {
+  return mouseEvents(events, type).map((e) => [e.clientX, e.clientY]);
+}
+
+/** The wheel events that reached the page since the last drain, without the fence's own markers. */
+export async function drainWheels(d: TestDesktop): Promise<RecordedWheel[]> {
+  return (await d.drainWheel()).filter((e): e is RecordedWheel => e.type === 'wheel' && !isWheelMarker(e));
+}
+
+/** The first block of the first result, which must be an image. */
+export function firstImage(result: BatchResult): ImageBlock {
+  const block = result.tool_results[0]!.content[0]!;
+  assert.ok(block.type === 'image', `the first block is an image, not ${block.type}`);
+  return block;
 }

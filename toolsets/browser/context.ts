@@ -5,7 +5,8 @@
  */
 import type { Page } from 'playwright';
 import { z } from 'zod';
-import type { BrowserSession, BrowserManager } from '../../src/browser/manager.ts';
+import type { BrowserManager } from '../../src/browser/manager.ts';
+import type { BrowserSession } from '../../src/browser/session.ts';
 import type { UrlPolicy } from '../../src/browser/url-policy.ts';
 import type { EgressFilter } from '../../src/browser/egress.ts';
 import type { Point } from '../../src/geometry.ts';

@@ -5,13 +5,15 @@
  * and `page.keyboard`, so the page gets real input events (trusted, with
  * coordinates, buttons, click counts and modifier flags) rather than
  * synthetic DOM calls. A ref target is resolved to its centre after it is
- * scrolled into view, then clicked like a coordinate.
+ * scrolled into view, then clicked like a coordinate. form_input's DOM work
+ * lives in the driver (src/browser/forms.ts).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ElementHandle, Page } from 'playwright';
+import type { Page } from 'playwright';
 import { z } from 'zod';
 import { parseKeyChords, parsePlaywrightModifiers, type Modifier } from '../../src/browser/keys.ts';
-import { refCenter, refElement } from '../../src/browser/snapshot.ts';
+import { setFormValue } from '../../src/browser/forms.ts';
+import { refCenter } from '../../src/browser/snapshot.ts';
 import type { Point } from '../../src/geometry.ts';
 import { ToolInputError } from '../../src/errors.ts';
 import { echo } from '../../src/text.ts';
@@ -43,8 +45,6 @@ export const DURATION_MAX_SECONDS = 30;
  * would make a 20,000-character text take minutes.
  */
 const TYPE_KEYS_MAX = 200;
-/** Longest a form_input action waits for its element to be editable. */
-const FORM_ACTION_TIMEOUT_MS = 5_000;
 /** Steps of the pointer's path in a drag, so pages see intermediate moves (HTML drag and drop needs them). */
 const DRAG_STEPS = 10;
 
@@ -262,146 +262,6 @@ export const scrollTo = browserMember({
 // ---------------------------------------------------------------------------
 // Forms
 
-type FormValue = string | number | boolean;
-
-/*
- * The DOM shapes the in-page functions below touch. They run in the page, but
- * this project compiles without the DOM library, so they are declared here.
- */
-interface DomField {
-  tagName: string;
-  type?: string;
-  isContentEditable?: boolean;
-  disabled?: boolean;
-  readOnly?: boolean;
-  checked?: boolean;
-  click(): void;
-  matches(selector: string): boolean;
-}
-interface DomOption {
-  value: string;
-  text: string;
-  index: number;
-  disabled: boolean;
-  selected: boolean;
-}
-interface DomSelect {
-  options: ArrayLike<DomOption>;
-  multiple: boolean;
-  selectedIndex: number;
-  dispatchEvent(event: Event): boolean;
-}
-
-/** What form_input needs to know about the element before choosing how to set it. */
-interface FieldInfo {
-  tag: string;
-  /** `type` of an <input>, lower case; '' otherwise. */
-  type: string;
-  contentEditable: boolean;
-  disabled: boolean;
-  readOnly: boolean;
-}
-
-/** Input types whose value is not text the model can set. */
-const NOT_SETTABLE: Readonly<Record<string, string>> = {
-  file: 'is a file input; use file_upload',
-  button: 'is a button; click it instead',
-  submit: 'is a submit button; click it instead',
-  reset: 'is a reset button; click it instead',
-  image: 'is an image button; click it instead',
-  hidden: 'is a hidden input, which cannot be set',
-};
-
-function valueKind(value: FormValue): string {
-  return typeof value === 'boolean' ? 'a boolean' : typeof value === 'number' ? 'a number' : 'a string';
-}
-
-async function setFormValue(el: ElementHandle, ref: string, value: FormValue): Promise<void> {
-  const info: FieldInfo = await el.evaluate((node) => {
-    const e = node as unknown as DomField;
-    const tag = e.tagName.toLowerCase();
-    return {
-      tag,
-      type: tag === 'input' ? (e.type ?? '').toLowerCase() : '',
-      contentEditable: e.isContentEditable === true,
-      // :disabled also covers a field inside a disabled fieldset.
-      disabled: e.matches(':disabled'),
-      readOnly: e.readOnly === true,
-    };
-  });
-  const refuse = (why: string) => new ToolInputError(`${ref} ${why}.`);
-  if (info.disabled) throw refuse('is disabled, so its value cannot be set');
-
-  if (info.tag === 'select') {
-    if (typeof value === 'boolean') throw refuse("is a select; give an option's value or visible text, not a boolean");
-    return selectOption(el, ref, String(value));
-  }
-  if (info.tag === 'input' && (info.type === 'checkbox' || info.type === 'radio')) {
-    if (typeof value !== 'boolean') throw refuse(`is a ${info.type}; give true or false, not ${valueKind(value)}`);
-    if (info.type === 'radio' && !value)
-      throw refuse('is a radio button; unset it by setting another option of its group to true');
-    // A DOM click rather than a pointer one, so a visually hidden or restyled box works too;
-    // the page's click, input and change handlers run as for a person's click.
-    const checked = await el.evaluate((node, want) => {
-      const box = node as unknown as DomField;
-      if (box.checked !== want) box.click();
-      return box.checked;
-    }, value);
-    if (checked !== value) throw refuse(`did not change: the page kept it ${checked ? 'checked' : 'unchecked'}`);
-    return;
-  }
-  const isText =
-    info.tag === 'textarea' || (info.tag === 'input' && !(info.type in NOT_SETTABLE)) || info.contentEditable;
-  if (!isText) {
-    if (info.tag === 'input') throw refuse(NOT_SETTABLE[info.type]!);
-    if (info.tag === 'button') throw refuse('is a button; click it instead');
-    throw refuse(
-      `is a <${info.tag}>, not a form field; form_input sets inputs, textareas, selects, checkboxes and radio buttons`,
-    );
-  }
-  if (typeof value === 'boolean')
-    throw refuse(`is a text field${info.type ? ` (type ${info.type})` : ''}; give a string or number, not a boolean`);
-  if (info.readOnly) throw refuse('is read-only, so its value cannot be set');
-  const text = String(value);
-  if (info.type === 'number' && text.trim() !== '' && !Number.isFinite(Number(text))) {
-    throw refuse(`is a number field; ${JSON.stringify(echo(text))} is not a number`);
-  }
-  // fill focuses the field, selects what is there and inserts the text: real input events, so frameworks see the change.
-  await el.fill(text, { timeout: FORM_ACTION_TIMEOUT_MS });
-}
-
-/** Selects the option whose value, else whose visible text, equals `wanted` (then case-insensitively). */
-async function selectOption(el: ElementHandle, ref: string, wanted: string): Promise<void> {
-  const result = await el.evaluate((node, w) => {
-    const select = node as unknown as DomSelect;
-    // No named inner functions here: tsx would wrap them in a __name() helper that the page does not have.
-    const options = Array.from(select.options).map((o) => ({ o, text: o.text.replace(/\s+/g, ' ').trim() }));
-    const lower = w.trim().toLowerCase();
-    const match =
-      options.find((x) => x.o.value === w) ??
-      options.find((x) => x.text === w.trim()) ??
-      options.find((x) => x.o.value.toLowerCase() === lower || x.text.toLowerCase() === lower);
-    if (!match) return { ok: false as const, options: options.slice(0, 20).map((x) => x.text), total: options.length };
-    const found = match.o;
-    if (found.disabled) return { ok: false as const, disabled: match.text };
-    if (!found.selected || select.multiple) {
-      if (select.multiple) for (const x of options) x.o.selected = x.o === found;
-      else select.selectedIndex = found.index;
-      select.dispatchEvent(new Event('input', { bubbles: true }));
-      select.dispatchEvent(new Event('change', { bubbles: true }));
-    }
-    return { ok: true as const };
-  }, wanted);
-  if (result.ok) return;
-  if ('disabled' in result)
-    throw new ToolInputError(`The option ${JSON.stringify(echo(result.disabled ?? ''))} of ${ref} is disabled.`);
-  const list = result.options.map((o) => JSON.stringify(echo(o))).join(', ');
-  const more = result.total > result.options.length ? `, and ${result.total - result.options.length} more` : '';
-  throw new ToolInputError(
-    `${ref} has no option with the value or text ${JSON.stringify(echo(wanted))}. Options: ${list || '(none)'}${more}.`,
-  );
-}
-
 export const formInput = browserMember({
   name: 'form_input',
   summary: 'Set the value of an input, textarea, select, checkbox or radio button.',
@@ -419,12 +279,7 @@ export const formInput = browserMember({
   ack: (input) => `Set the value of ${echo(input.target.ref)}.`,
   async handle(input, ctx) {
     const { page } = await ctx.tab(input.tab_id);
-    const el = await refElement(page, input.target.ref);
-    try {
-      await setFormValue(el, echo(input.target.ref), input.value);
-    } finally {
-      await el.dispose().catch(() => undefined);
-    }
+    await setFormValue(page, input.target.ref, input.value);
   },
 });
 

@@ -6,7 +6,7 @@
  */
 import type { Page, Response } from 'playwright';
 import { z } from 'zod';
-import type { BrowserSession } from '../../src/browser/manager.ts';
+import type { BrowserSession } from '../../src/browser/session.ts';
 import { oneLine } from '../../src/text.ts';
 import { isAllowedUrl, resolveNavigationUrl } from '../../src/browser/url-policy.ts';
 import { ModelFacingError, ToolInputError, ToolRefusedError } from '../../src/errors.ts';

@@ -1,15 +1,13 @@
 /** Keyboard members: `key`, `hold_key`, `type` (docs/TOOLSETS.md B2, B4). */
 import { z } from 'zod';
 import { parseChord } from '../../src/desktop/keys.ts';
-import type { DriverKey } from '../../src/desktop/driver.ts';
+import { HOLD_MAX_MS, KEY_REPEAT_MAX, type DriverKey } from '../../src/desktop/driver.ts';
 import { ToolInputError } from '../../src/errors.ts';
 import { echo } from '../../src/text.ts';
 import { computerMember } from './context.ts';
 
-/** `key.repeat` range (DCU). */
-export const KEY_REPEAT_MAX = 100;
 /** `hold_key.duration` upper bound in seconds (DCU: "up to 300"). */
-export const HOLD_MAX_SECONDS = 300;
+export const HOLD_MAX_SECONDS = HOLD_MAX_MS / 1000;
 
 const keyText = z
   .string()

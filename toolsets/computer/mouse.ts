@@ -3,11 +3,9 @@
  * `left_mouse_up`, `cursor_position`, `left_click_drag`, `scroll`.
  */
 import { z } from 'zod';
+import { SCROLL_AMOUNT_MAX } from '../../src/desktop/driver.ts';
 import { toScreenshot } from '../../src/geometry.ts';
 import { computerMember, coordinate, modifierText } from './context.ts';
-
-/** Wheel clicks per scroll call. The API documents no range for computer; this bounds one call. */
-export const SCROLL_AMOUNT_MAX = 100;
 
 const empty = z.object({});
 

@@ -1,0 +1,328 @@
+/**
+ * One session's browser: its own BrowserContext (so sessions never see each
+ * other's tabs, cookies or storage), opened on first use and again after the
+ * browser crashed, and the calls that run on it. It puts together parts with
+ * one job each: the tabs (tabs.ts), what the call that runs now set off
+ * (call-watch.ts), downloads (downloads.ts), dialogs (dialogs.ts), the host
+ * lists for pages' own navigations (navigation-guard.ts) and the notices for
+ * the model (notices.ts). A call's result reports what it changed (CallReport).
+ */
+import type { BrowserContext, Page, Request } from 'playwright';
+import { ToolInputError } from '../errors.ts';
+import type { BrowserStateChange } from '../protocol.ts';
+import { oneLine } from '../text.ts';
+import { CallWatch } from './call-watch.ts';
+import { answerDialog } from './dialogs.ts';
+import { Downloads, STATE_CHANGES_MAX } from './downloads.ts';
+import { BrowserCrashedError } from './failures.ts';
+import type { BrowserManager } from './manager.ts';
+import { NavigationGuard } from './navigation-guard.ts';
+import { Notices } from './notices.ts';
+import { TABS_MAX, Tabs, type TabEntry } from './tabs.ts';
+import type { UrlPolicy } from './url-policy.ts';
+
+const FILE_CHOOSER_NOTICE = 'A file chooser was opened and closed: files reach pages only through file_upload.';
+const TABS_LOST_NOTICE = 'The browser was restarted after a crash; the tabs open before were closed.';
+
+/** What one call changed, for its result. */
+export interface CallReport {
+  tabs: TabEntry[];
+  changes: BrowserStateChange[];
+  /** Dialog notices for the model, one line each. */
+  notices: string[];
+  /** Whether the tab inventory differs from the one last reported. */
+  tabsChanged: boolean;
+}
+
+export class BrowserSession {
+  private context: BrowserContext | undefined;
+  private contextGeneration = -1;
+  private opening: Promise<BrowserContext> | undefined;
+  /**
+   * The browser died between this session's calls and took its tabs: the next
+   * call that acts on a tab fails with BrowserCrashedError rather than act on a
+   * new blank tab as if it were the page the model left (a `get_page_text` used
+   * to answer "The page has no visible text." for a page that was gone).
+   */
+  private tabsLost = false;
+  /** The tab inventory the model last saw. */
+  private lastReported = '';
+  private readonly notices = new Notices();
+  private readonly tabs = new Tabs();
+  private readonly call = new CallWatch();
+  private readonly downloads: Downloads;
+  private readonly guard: NavigationGuard;
+
+  constructor(
+    private readonly manager: BrowserManager,
+    readonly id: string,
+  ) {
+    this.downloads = new Downloads(id, manager.downloadSettings, this.notices);
+    this.guard = new NavigationGuard(manager.options.urlPolicy, this.notices);
+  }
+
+  /** This session's context, created (again, after a crash) as needed. */
+  async contextNow(): Promise<BrowserContext> {
+    if (this.context && this.contextGeneration === this.manager.generation && this.connected()) {
+      return this.context;
+    }
+    this.opening ??= this.openContext().finally(() => (this.opening = undefined));
+    return this.opening;
+  }
+
+  private connected(): boolean {
+    return this.context?.browser()?.isConnected() ?? false;
+  }
+
+  private async openContext(): Promise<BrowserContext> {
+    // Tabs of a dead context died with it; their ids are not reused.
+    // A context opened again (the browser died) while the model still thought it had tabs there.
+    if (this.context && (this.tabs.size > 0 || this.tabs.goneUnasked > 0) && !this.tabsLost) {
+      this.tabsLost = true;
+      this.notices.add(TABS_LOST_NOTICE);
+    }
+    this.tabs.goneUnasked = 0;
+    this.tabs.clear();
+    this.call.contextLost();
+    const browser = await this.manager.browserNow();
+    const context = await browser.newContext({
+      viewport: this.manager.options.viewport,
+      acceptDownloads: true,
+    });
+    this.context = context;
+    this.contextGeneration = this.manager.generation;
+    context.on('page', (page) => this.register(page));
+    // The operator's host lists guard page-started navigations from a context's first page on.
+    const policy = this.guard.inForce;
+    if (policy) await this.guardNavigations(policy);
+    return context;
+  }
+
+  /**
+   * Refuses navigations the page starts itself (links, scripts, redirects by
+   * script) to URLs the operator's host lists refuse (navigation-guard.ts).
+   */
+  async guardNavigations(policy: UrlPolicy): Promise<void> {
+    await this.guard.guard(policy, () => this.contextNow());
+  }
+
+  /** The host lists in force, if the operator set any. */
+  policyWithLists(): UrlPolicy | undefined {
+    return this.guard.policyWithLists();
+  }
+
+  private register(page: Page): string {
+    const known = this.tabs.idOf(page);
+    if (known) return known;
+    if (this.tabs.size >= TABS_MAX) {
+      // browser_state lists at most 100 tabs; a page that opens more loses the extra ones.
+      this.notices.add(`A tab the page opened was closed: at most ${TABS_MAX} tabs can be open.`);
+      void page.close().catch(() => undefined);
+      return '';
+    }
+    const id = this.tabs.add(page);
+    this.call.tabOpened(id);
+    void this.watchPopups(page);
+    page.on('close', () => this.tabs.closed(id));
+    page.on('framenavigated', (frame) => {
+      if (frame === page.mainFrame()) this.guard.checkLanding(page, frame.url());
+    });
+    page.on('request', (request) => this.call.onRequest(page, request));
+    page.on('dialog', (dialog) => void answerDialog(dialog, this.notices));
+    page.on('download', (download) => this.downloads.track(download));
+    // With a listener, Playwright intercepts the native file chooser, which then never opens: files
+    // reach pages only through file_upload (off by default, upload roots only).
+    page.on('filechooser', () => this.notices.add(FILE_CHOOSER_NOTICE));
+    return id;
+  }
+
+  /** Counts the popups a tab opens, from the moment Chromium decides to open them. */
+  private async watchPopups(page: Page): Promise<void> {
+    try {
+      const cdp = await page.context().newCDPSession(page);
+      cdp.on('Page.windowOpen', () => this.call.popupAnnounced());
+      // Downloads in this tab, while Chromium receives them: the session's byte cap applies before one is saved.
+      cdp.on('Page.downloadWillBegin', (event) => this.downloads.willBegin(event.guid, event.url));
+      cdp.on('Page.downloadProgress', (event) => this.downloads.progress(event));
+      // Sent while the click that asks for a navigation is still being dispatched, so before the
+      // click returns; the navigation's request only starts later (measured: the result of a link
+      // click still showed the old URL when only requests were watched).
+      const mainFrameId = (await cdp.send('Page.getFrameTree')).frameTree.frame.id;
+      cdp.on('Page.frameRequestedNavigation', (event) => {
+        if (event.disposition === 'currentTab' && event.frameId === mainFrameId) this.call.awaitDocument(page);
+      });
+      await cdp.send('Page.enable');
+    } catch {
+      // The tab closed first.
+    }
+  }
+
+  private noTab(tabId: string): ToolInputError {
+    return new ToolInputError(
+      `There is no open tab with tab_id ${oneLine(tabId).slice(0, 100)}; list_tabs shows the open tabs.`,
+    );
+  }
+
+  /**
+   * The tab a call acts on: `tabId`, or the active tab; a session with no tab
+   * opens one. `opensPage`: the call loads a page of its own (navigate to a
+   * URL), so it may run in a fresh tab after the browser lost the old ones.
+   */
+  async page(tabId?: string | null, opensPage = false): Promise<{ page: Page; tabId: string }> {
+    await this.contextNow();
+    if (this.tabsLost && !opensPage) {
+      // Once: the notice tells the rest on the next successful result.
+      this.tabsLost = false;
+      throw new BrowserCrashedError("the browser went away since this session's last call, and its tabs with it");
+    }
+    if (tabId) {
+      const page = this.tabs.page(tabId);
+      if (!page) throw this.noTab(tabId);
+      return { page, tabId };
+    }
+    const active = this.tabs.active;
+    if (active) {
+      const page = this.tabs.page(active);
+      if (page) return { page, tabId: active };
+    }
+    const id = await this.newTab();
+    return { page: this.tabs.page(id)!, tabId: id };
+  }
+
+  async newTab(): Promise<string> {
+    const context = await this.contextNow();
+    if (this.tabs.size >= TABS_MAX) {
+      throw new ToolInputError(`At most ${TABS_MAX} tabs can be open; close one with close_tab first.`);
+    }
+    this.call.openingTab = true;
+    const page = await context.newPage().finally(() => (this.call.openingTab = false));
+    if (context !== this.context) throw new BrowserCrashedError('the browser went away while a tab opened');
+    // The context's 'page' event has usually registered it already; register() returns the same id then.
+    const id = this.register(page);
+    this.tabs.activate(id);
+    return id;
+  }
+
+  switchTab(tabId: string): void {
+    const page = this.tabs.page(tabId);
+    if (!page) throw this.noTab(tabId);
+    this.tabs.activate(tabId);
+    void page.bringToFront().catch(() => undefined);
+  }
+
+  async closeTab(tabId: string): Promise<void> {
+    const page = this.tabs.page(tabId);
+    if (!page) throw this.noTab(tabId);
+    this.tabs.closingAsked(tabId);
+    await page.close({ runBeforeUnload: false });
+    this.tabs.forget(tabId);
+  }
+
+  /** How many downloads this session has seen begin. */
+  get downloadCount(): number {
+    return this.downloads.count;
+  }
+
+  /**
+   * Waits (up to `ms`) for a download after the first `count`: a navigation
+   * that turned into a download can fail before Playwright announces the download.
+   */
+  downloadSince(count: number, ms: number): Promise<boolean> {
+    return this.downloads.since(count, ms);
+  }
+
+  /** Console lines of a tab since the last read, oldest first; reading empties the buffer. */
+  drainConsole(tabId: string): string[] {
+    return this.tabs.log(tabId)?.drainConsole() ?? [];
+  }
+
+  /** Requests of a tab that finished or failed since the last read, oldest first; reading empties the buffer. */
+  drainNetwork(tabId: string): Request[] {
+    return this.tabs.log(tabId)?.drainNetwork() ?? [];
+  }
+
+  /** See BrowserManager.watchDeath. */
+  watchDeath(): { died: Promise<never>; dispose: () => void } {
+    return this.manager.watchDeath();
+  }
+
+  /** Starts a call; the token lets a timed-out call that finishes late be ignored. */
+  beginCall(): object {
+    return this.call.begin(this.manager.deaths);
+  }
+
+  /**
+   * Ends a call. On success, reports the inventory, the tabs this call opened
+   * that are still open, and every pending download event (one per download:
+   * the latest). On failure, `tab_opened` is dropped and the rest waits for
+   * the next successful result (docs/TOOLSETS.md C4). Either way, a browser
+   * that died during the call makes the call fail with BrowserCrashedError.
+   */
+  async endCall(token: object, ok: boolean, acted = false): Promise<CallReport | undefined> {
+    // A call that timed out and finished later must not end the call that runs now.
+    if (!this.call.current(token)) return undefined;
+    if (ok) await this.settle(acted);
+    if (!this.call.current(token)) return undefined;
+    const { opened: openedDuringCall, deathsAtBegin } = this.call.end();
+    // Whatever error the call failed with (Playwright's own, a timeout), a browser that died
+    // during it is the cause; a call that relaunched and finished on a live browser is fine.
+    const died = this.manager.deaths !== deathsAtBegin;
+    if (died && (!ok || !this.manager.alive(this.contextGeneration))) {
+      throw new BrowserCrashedError('the browser went away during the call');
+    }
+    if (!ok) return undefined;
+    // Tabs that went away unasked: a page that closed itself, or a browser dying right now (its
+    // pages close before its disconnect is reported); an empty inventory must not pass for the
+    // session's tabs then.
+    if (this.tabs.goneUnasked > 0 && !(await this.manager.answers(this.contextGeneration))) {
+      throw new BrowserCrashedError('the browser went away during the call');
+    }
+    // This result shows the tabs there are now, and the notice.
+    this.tabsLost = false;
+    this.tabs.goneUnasked = 0;
+    const tabs = await this.tabs.inventory();
+    // Only tabs still open once the inventory is taken: a popup may close while titles are read.
+    const opened = openedDuringCall.filter((id) => tabs.some((t) => t.tab_id === id));
+    const changes: BrowserStateChange[] = [
+      ...opened.map((tab_id): BrowserStateChange => ({ type: 'tab_opened', tab_id })),
+      ...this.downloads.latest(),
+    ].slice(0, STATE_CHANGES_MAX);
+    // What does not fit in this block (at most 200 changes) waits for the next one.
+    this.downloads.sent(changes);
+    const notices = this.notices.lines();
+    const signature = JSON.stringify(tabs);
+    const tabsChanged = signature !== this.lastReported;
+    return { tabs, changes, notices, tabsChanged };
+  }
+
+  /**
+   * Lets what the call set off land in this call's result: a navigation an
+   * action asked for, a popup that Chromium created but Playwright has not
+   * announced yet, and downloads being saved; then the navigations it set off.
+   */
+  private async settle(acted: boolean): Promise<void> {
+    const active = this.tabs.active;
+    await this.call.actionSettled(active ? this.tabs.page(active) : undefined, acted);
+    await this.call.popupsSettled(() => this.connected());
+    await this.downloads.settle();
+    await this.call.navigationsSettled();
+  }
+
+  /** Records that a report was sent (its notices shown, its inventory known to the model). */
+  reported(report: CallReport, noticesShown: boolean): void {
+    this.lastReported = JSON.stringify(report.tabs);
+    if (noticesShown) {
+      this.notices.clear();
+      this.downloads.noticeShown();
+    }
+  }
+
+  async close(): Promise<void> {
+    this.downloads.stop();
+    await this.context?.close().catch(() => undefined);
+    this.context = undefined;
+    this.tabs.clear();
+    // Downloads end with the session: those still being saved first, then its folder (docs/SECURITY.md).
+    await this.downloads.discard();
+  }
+}
