@@ -37,7 +37,8 @@
  *   it binds a scratch keycode and presses it at once, and chromium reads the
  *   key before it has reloaded the keymap, so 5 out of 5 runs of
  *   "héllo wörld — 你好 ✓ 😀 ñÑ€" arrived garbled even at --delay 12. Binding
- *   first, waiting BIND_SETTLE_MS, then pressing was exact in every run.
+ *   first, waiting until Chromium has re-read the keymap (keymap-reads.ts), then
+ *   pressing was exact in every run.
  */
 import type { WireError } from './worker-protocol.ts';
 import { log, send, type OpContext } from './worker/context.ts';

@@ -23,6 +23,18 @@ const X_QUERY_EXTENSION = 98;
 const X_CHANGE_KEYBOARD_MAPPING = 100;
 const X_GET_KEYBOARD_MAPPING = 101;
 const X_MAPPING_NOTIFY = 34;
+const XRES_QUERY_CLIENT_IDS = 4;
+const XRES_LOCAL_CLIENT_PID_MASK = 2;
+const RECORD_CREATE_CONTEXT = 1;
+const RECORD_ENABLE_CONTEXT = 5;
+const RECORD_FREE_CONTEXT = 7;
+/** RECORD's client spec for every client, those connected now and later. */
+const RECORD_ALL_CLIENTS = 3;
+/** RECORD reply categories (the reply's second byte). */
+export const RECORD_FROM_CLIENT = 1;
+export const RECORD_CLIENT_STARTED = 2;
+export const RECORD_CLIENT_DIED = 3;
+export const RECORD_END_OF_DATA = 5;
 const XTEST_FAKE_INPUT = 2;
 export const KEY_PRESS = 2;
 export const KEY_RELEASE = 3;
@@ -47,6 +59,16 @@ export const SLOTS_PROPERTY = '_DESKBATCH_SPARE_KEYCODES';
 interface Waiter {
   resolve: (reply: Buffer) => void;
   reject: (err: Error) => void;
+  /** Set for a request answered by many replies (RECORD's EnableContext): it stays registered. */
+  stream?: boolean;
+}
+
+/** What a RECORD context records: core requests by opcode, and one extension's requests by minor opcode. */
+export interface RecordRange {
+  coreRequests?: [first: number, last: number];
+  extRequests?: { major: number; minor: [first: number, last: number] };
+  /** Also report clients connecting (ClientStarted) and leaving (ClientDied). */
+  clientLifetimes?: boolean;
 }
 
 /** The MIT-MAGIC-COOKIE-1 for `displayNumber` from the Xauthority file, if any. */
@@ -91,11 +113,15 @@ export class XConnection {
   minKeycode = 0;
   maxKeycode = 0;
   root = 0;
+  /** This connection's own XIDs are resourceIdBase | n; any window's owner is `window & ~resourceIdMask`. */
+  resourceIdBase = 0;
+  resourceIdMask = 0;
   closed = false;
   onMappingNotify: () => void = () => {};
   onClose: () => void = () => {};
   private buf: Buffer = Buffer.alloc(0);
   private seq = 0;
+  private nextId = 1;
   private readonly waiters = new Map<number, Waiter>();
   /** Errors for requests without replies; reported by the next sync(). */
   private asyncErrors: string[] = [];
@@ -153,6 +179,8 @@ export class XConnection {
       this.socket.destroy();
       throw new Error(`X connection refused: ${reason.trim()}`);
     }
+    this.resourceIdBase = setup.readUInt32LE(12);
+    this.resourceIdMask = setup.readUInt32LE(16);
     this.minKeycode = setup[34]!;
     this.maxKeycode = setup[35]!;
     // The first screen's root window follows the vendor string and the pixmap formats.
@@ -180,7 +208,7 @@ export class XConnection {
       const seq = msg.readUInt16LE(2);
       if (type === 1 || type === 0) {
         const w = this.waiters.get(seq);
-        this.waiters.delete(seq);
+        if (!w?.stream || type === 0 || msg[1] === RECORD_END_OF_DATA) this.waiters.delete(seq);
         if (type === 1) w?.resolve(msg);
         else {
           const err = `X error ${msg[1]} (request ${msg[10]}.${msg.readUInt16LE(8)})`;
@@ -214,6 +242,101 @@ export class XConnection {
     const errors = this.asyncErrors;
     this.asyncErrors = [];
     if (errors.length) throw new Error(errors.join('; '));
+  }
+
+  /** The window that has the keyboard focus: 0 for None, 1 for PointerRoot. */
+  async inputFocus(): Promise<number> {
+    const req = Buffer.alloc(4);
+    req[0] = X_GET_INPUT_FOCUS;
+    req.writeUInt16LE(1, 2);
+    return (await this.request(req)).readUInt32LE(8);
+  }
+
+  /**
+   * The process id of the local client owning `xid` (X-Resource 1.2,
+   * XResQueryClientIds with LocalClientPIDMask), undefined if the server
+   * cannot tell (a remote client).
+   */
+  async clientPid(xresOpcode: number, xid: number): Promise<number | undefined> {
+    const req = Buffer.alloc(16);
+    req[0] = xresOpcode;
+    req[1] = XRES_QUERY_CLIENT_IDS;
+    req.writeUInt16LE(4, 2);
+    req.writeUInt32LE(1, 4); // one spec
+    req.writeUInt32LE(xid, 8);
+    req.writeUInt32LE(XRES_LOCAL_CLIENT_PID_MASK, 12);
+    const reply = await this.request(req);
+    // ClientIdValue: spec (client, mask), length in bytes, then the value (the pid: one CARD32).
+    for (let i = 0, o = 32; i < reply.readUInt32LE(8) && o + 16 <= reply.length; i++) {
+      const length = reply.readUInt32LE(o + 8);
+      if (reply.readUInt32LE(o + 4) === XRES_LOCAL_CLIENT_PID_MASK && length === 4) return reply.readUInt32LE(o + 12);
+      o += 12 + length;
+    }
+    return undefined;
+  }
+
+  /** A new XID owned by this connection. */
+  newId(): number {
+    return (this.resourceIdBase | (this.nextId++ & this.resourceIdMask)) >>> 0;
+  }
+
+  /**
+   * RECORD CreateContext for all clients (RECORD 1.13, XRecordCreateContext):
+   * no extra element headers, so each recorded request arrives bare.
+   */
+  recordCreateContext(recordOpcode: number, context: number, ranges: RecordRange[]): void {
+    const req = Buffer.alloc(24 + 24 * ranges.length);
+    req[0] = recordOpcode;
+    req[1] = RECORD_CREATE_CONTEXT;
+    req.writeUInt16LE(req.length / 4, 2);
+    req.writeUInt32LE(context, 4);
+    req[8] = 0; // element header: none
+    req.writeUInt32LE(1, 12); // one client spec
+    req.writeUInt32LE(ranges.length, 16);
+    req.writeUInt32LE(RECORD_ALL_CLIENTS, 20);
+    ranges.forEach((r, i) => {
+      const o = 24 + 24 * i; // RECORDRANGE: core-requests, core-replies, ext-requests, ext-replies, ...
+      if (r.coreRequests) [req[o], req[o + 1]] = r.coreRequests;
+      if (r.extRequests) {
+        req[o + 4] = req[o + 5] = r.extRequests.major;
+        req.writeUInt16LE(r.extRequests.minor[0], o + 6);
+        req.writeUInt16LE(r.extRequests.minor[1], o + 8);
+      }
+      if (r.clientLifetimes) req[o + 22] = req[o + 23] = 1;
+    });
+    this.send(req);
+  }
+
+  /**
+   * RECORD EnableContext: this connection then carries only the context's
+   * data, one reply per recorded element, until the context is disabled or freed.
+   */
+  recordEnableContext(recordOpcode: number, context: number, onReply: (reply: Buffer) => void): Promise<void> {
+    const req = Buffer.alloc(8);
+    req[0] = recordOpcode;
+    req[1] = RECORD_ENABLE_CONTEXT;
+    req.writeUInt16LE(2, 2);
+    req.writeUInt32LE(context, 4);
+    const seq = this.send(req);
+    return new Promise((resolve, reject) => {
+      this.waiters.set(seq, {
+        stream: true,
+        resolve: (reply) => {
+          onReply(reply);
+          if (reply[1] === RECORD_END_OF_DATA) resolve();
+        },
+        reject,
+      });
+    });
+  }
+
+  recordFreeContext(recordOpcode: number, context: number): void {
+    const req = Buffer.alloc(8);
+    req[0] = recordOpcode;
+    req[1] = RECORD_FREE_CONTEXT;
+    req.writeUInt16LE(2, 2);
+    req.writeUInt32LE(context, 4);
+    this.send(req);
   }
 
   /** The current modifier and button state (QueryPointer's mask): 0x01 Shift, 0x02 Lock, 0x04 Control... */

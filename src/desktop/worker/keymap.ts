@@ -3,16 +3,27 @@
  * binding keysyms it lacks to spare keycodes, for what nut-js cannot type
  * safely (worker.ts says which keys, and why not `xdotool type`).
  */
+import { KeymapReads } from '../keymap-reads.ts';
 import { BUTTON_RELEASE, KEY_PRESS, KEY_RELEASE, SLOTS_PROPERTY, XConnection } from '../x11.ts';
 import { log, sleep, throwIfCancelled, type OpContext } from './context.ts';
 
 /**
- * Wait after changing the keyboard mapping before pressing a rebound key, so
- * clients have reloaded their keymap. Chromium was exact from 5 ms on here;
- * 50 ms leaves margin for a loaded machine. Paid once per new character: the
- * bindings are kept for later calls.
+ * The fixed wait after changing the keyboard mapping, used only where the
+ * focused client's own re-read cannot be seen (keymap-reads.ts): no RECORD
+ * extension, no focused window, or a client that reads lazily. Chromium was
+ * exact from 5 ms on a quiet machine; under load 12-20 even 50 ms sometimes
+ * lost the first new character, which is why the re-read is awaited instead.
+ * Also the pause before re-binding a slot pressed less than this ago.
  */
 const BIND_SETTLE_MS = 50;
+/**
+ * How long to wait for the focused client to re-read the keymap. A client
+ * that does not within this is remembered as a lazy reader (it reads when the
+ * key arrives, as Xlib's XLookupString does) and gets the fixed wait from then on.
+ */
+const REREAD_CAP_MS = 1000;
+/** GetInputFocus's answer when focus follows the pointer (0 is None). */
+const POINTER_ROOT = 1;
 
 /**
  * The live keymap plus our bindings of extra keysyms on spare keycodes.
@@ -30,10 +41,15 @@ export class XKeyboard {
   /** When each slot was last pressed (for the settle before rebinding it). */
   private lastUse = new Map<number, number>();
   readonly pressed = new Set<number>();
+  /** Our keymap changes since `reads` began recording. */
+  private changes = 0;
+  /** Clients (resource id bases) seen not to re-read the keymap on their own. */
+  private readonly lazyReaders = new Set<number>();
 
   constructor(
     readonly conn: XConnection,
     readonly xtest: number,
+    private readonly reads: KeymapReads | undefined,
   ) {
     conn.onMappingNotify = () => {
       this.dirty = true;
@@ -47,7 +63,16 @@ export class XKeyboard {
       conn.close();
       throw new Error('the X server has no XTEST extension');
     }
-    return new XKeyboard(conn, xtest);
+    let reads: KeymapReads | undefined;
+    try {
+      reads = await KeymapReads.open(display, conn);
+      if (!reads) log('info', 'the X server has no RECORD extension; binding new characters uses a fixed wait');
+    } catch (err) {
+      log('warn', 'cannot record keymap reads; binding new characters uses a fixed wait', {
+        error: (err as Error).message,
+      });
+    }
+    return new XKeyboard(conn, xtest, reads);
   }
 
   async refresh(): Promise<void> {
@@ -147,7 +172,7 @@ export class XKeyboard {
     if (rebindingRecent) await sleep(BIND_SETTLE_MS, ctx);
     throwIfCancelled(ctx);
     for (const [kc, ks] of plan) {
-      this.conn.changeKeyboardMapping(kc, ks);
+      this.changeMapping(kc, ks);
       this.slots.delete(kc);
       this.slots.set(kc, ks); // most recently used last
     }
@@ -155,8 +180,31 @@ export class XKeyboard {
     this.dirty = true;
     await this.refresh();
     log('debug', 'bound keysyms to spare keycodes', { keysyms: plan.map(([, ks]) => ks.toString(16)) });
-    await sleep(BIND_SETTLE_MS, ctx);
+    await this.awaitReread(ctx);
     throwIfCancelled(ctx);
+  }
+
+  private changeMapping(keycode: number, keysym: number): void {
+    this.conn.changeKeyboardMapping(keycode, keysym);
+    this.changes++;
+  }
+
+  /** Waits until the focused window's client has re-read the keymap since our last change (see REREAD_CAP_MS). */
+  private async awaitReread(ctx: OpContext): Promise<void> {
+    const start = performance.now();
+    let focus = this.reads && !ctx.cancelled ? await this.conn.inputFocus() : 0;
+    // PointerRoot (no window manager): the keys go to the top-level window under the pointer.
+    if (focus === POINTER_ROOT) focus = (await this.conn.queryPointer()).child;
+    const client = focus > POINTER_ROOT ? this.reads!.owner(focus) : undefined;
+    if (client === undefined || this.lazyReaders.has(client)) return sleep(BIND_SETTLE_MS, ctx);
+    const read = await this.reads!.waitForRead(focus, this.changes, REREAD_CAP_MS, (abort) => (ctx.wake = abort));
+    ctx.wake = undefined;
+    const ms = Math.round(performance.now() - start);
+    if (read) log('debug', 'the focused client re-read the keymap', { ms });
+    else if (!ctx.cancelled) {
+      this.lazyReaders.add(client);
+      log('info', 'the focused client did not re-read the keymap; using a fixed wait for it from now on', { ms });
+    }
   }
 
   /** Presses or releases a keysym that `ensure` made pressable. Call sync() before handing over to libnut. */
@@ -197,7 +245,7 @@ export class XKeyboard {
 
   /** Clears our bindings, leaving the keymap as we found it. */
   async unbindAll(): Promise<void> {
-    for (const [kc, ks] of this.slots) if (ks !== 0) this.conn.changeKeyboardMapping(kc, 0);
+    for (const [kc, ks] of this.slots) if (ks !== 0) this.changeMapping(kc, 0);
     await this.conn.sync();
   }
 }

@@ -1,0 +1,155 @@
+/**
+ * Who has re-read the keymap since we last changed it, seen through the X
+ * server's RECORD extension.
+ *
+ * After the worker binds a keysym to a spare keycode, the focused client must
+ * re-read its keymap before the key is pressed, or it reads the keycode's old
+ * meaning (or nothing) and the character is lost. Clients do that in their own
+ * time: Chromium answers each MappingNotify with one XkbGetMap, a few ms later
+ * on a quiet machine and much later on a busy one. A fixed wait is either
+ * slow or, under load, too short. So the worker records, in the server's own
+ * order, its ChangeKeyboardMapping requests and every client's keymap reads
+ * (core GetKeyboardMapping, XkbGetMap), and presses the key once the process
+ * that owns the focused window has read after the last change. The process,
+ * not the window's own connection: Chromium opens several X connections, and
+ * the one that re-reads the keymap is not the one that made the window
+ * (measured). Processes come from the X-Resource extension; without it the
+ * window's own connection must read.
+ */
+import { RECORD_CLIENT_DIED, RECORD_CLIENT_STARTED, RECORD_FROM_CLIENT, XConnection } from './x11.ts';
+
+const X_CHANGE_KEYBOARD_MAPPING = 100;
+const X_GET_KEYBOARD_MAPPING = 101;
+const XKB_GET_MAP = 8;
+
+export class KeymapReads {
+  /** Our own ChangeKeyboardMapping requests the server has dispatched. */
+  private changesSeen = 0;
+  /** For each client (by resource id base): changesSeen at its latest keymap read. */
+  private readonly readAt = new Map<number, number>();
+  /** Each client's process id, once X-Resource has answered (undefined: it cannot tell). */
+  private readonly pids = new Map<number, number | undefined>();
+  private readonly listeners = new Set<() => void>();
+
+  private constructor(
+    private readonly control: XConnection,
+    private readonly data: XConnection,
+    private readonly xkbOpcode: number | undefined,
+    private readonly xresOpcode: number | undefined,
+  ) {}
+
+  /**
+   * Starts recording, or undefined when the server has no RECORD extension.
+   * `control` is the connection that changes the keymap; a second connection
+   * carries the recorded data.
+   */
+  static async open(display: string, control: XConnection): Promise<KeymapReads | undefined> {
+    const record = await control.queryExtension('RECORD');
+    if (record === undefined) return undefined;
+    const xkb = await control.queryExtension('XKEYBOARD');
+    const xres = await control.queryExtension('X-Resource');
+    const data = await XConnection.open(display);
+    const reads = new KeymapReads(control, data, xkb, xres);
+    const context = control.newId();
+    control.recordCreateContext(record, context, [
+      { coreRequests: [X_CHANGE_KEYBOARD_MAPPING, X_GET_KEYBOARD_MAPPING], clientLifetimes: true },
+      ...(xkb === undefined
+        ? []
+        : [{ extRequests: { major: xkb, minor: [XKB_GET_MAP, XKB_GET_MAP] as [number, number] } }]),
+    ]);
+    await control.sync();
+    // Enabling answers with a first reply (StartOfData) once recording has begun.
+    await new Promise<void>((resolve, reject) => {
+      data
+        .recordEnableContext(record, context, (reply) => {
+          resolve();
+          reads.onReply(reply);
+        })
+        .catch(reject);
+    });
+    return reads;
+  }
+
+  /** Parses one RECORD reply: the requests one client sent, in dispatch order. */
+  private onReply(reply: Buffer): void {
+    const client = (reply.readUInt32LE(12) & ~this.control.resourceIdMask) >>> 0;
+    if (reply[1] === RECORD_CLIENT_STARTED || reply[1] === RECORD_CLIENT_DIED) {
+      // The server reuses a departed client's ids: what we knew of it is not true of the next one (measured).
+      this.readAt.delete(client);
+      this.pids.delete(client);
+      return;
+    }
+    if (reply[1] !== RECORD_FROM_CLIENT) return;
+    const ours = client === this.control.resourceIdBase;
+    let o = 32;
+    while (o + 4 <= reply.length) {
+      const [major, minor] = [reply[o]!, reply[o + 1]!];
+      const units = reply.readUInt16LE(o + 2);
+      if (units === 0) break; // BIG-REQUESTS length: none of the requests we record uses it
+      if (ours && major === X_CHANGE_KEYBOARD_MAPPING) this.changesSeen++;
+      else if (major === X_GET_KEYBOARD_MAPPING || (major === this.xkbOpcode && minor === XKB_GET_MAP)) {
+        this.readAt.set(client, this.changesSeen);
+        this.learnPid(client);
+      }
+      o += units * 4;
+    }
+    for (const l of this.listeners) l();
+  }
+
+  /** Asks X-Resource for a client's process once; listeners re-check when it answers. */
+  private learnPid(client: number): void {
+    if (this.xresOpcode === undefined || this.pids.has(client) || this.control.closed) return;
+    this.pids.set(client, undefined);
+    this.control.clientPid(this.xresOpcode, client).then(
+      (pid) => {
+        if (!this.pids.has(client)) return; // it left while we asked
+        this.pids.set(client, pid);
+        for (const l of this.listeners) l();
+      },
+      () => {}, // the client is gone or X-Resource refused: it stays unknown
+    );
+  }
+
+  /** The client (resource id base) that owns `window`. */
+  owner(window: number): number {
+    return (window & ~this.control.resourceIdMask) >>> 0;
+  }
+
+  /**
+   * Resolves true once the owner of `window`, or another client of its
+   * process, has read the keymap after our `changes`-th change (counting from
+   * the first since open); false after `capMs` or when the abort given to
+   * `onAbort` is called.
+   */
+  waitForRead(window: number, changes: number, capMs: number, onAbort: (abort: () => void) => void): Promise<boolean> {
+    const owner = this.owner(window);
+    this.learnPid(owner);
+    const readSince = (client: number): boolean => (this.readAt.get(client) ?? -1) >= changes;
+    const done = (): boolean => {
+      if (this.changesSeen < changes) return false;
+      if (readSince(owner)) return true;
+      const pid = this.pids.get(owner);
+      if (pid === undefined) return false;
+      for (const client of this.readAt.keys()) if (readSince(client) && this.pids.get(client) === pid) return true;
+      return false;
+    };
+    if (done()) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const finish = (ok: boolean): void => {
+        clearTimeout(timer);
+        this.listeners.delete(check);
+        resolve(ok);
+      };
+      const check = (): void => {
+        if (done()) finish(true);
+      };
+      const timer = setTimeout(() => finish(false), capMs);
+      this.listeners.add(check);
+      onAbort(() => finish(false));
+    });
+  }
+
+  close(): void {
+    this.data.close();
+  }
+}
