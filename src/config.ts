@@ -127,6 +127,14 @@ export interface DaemonConfig {
   logLevel: LogLevel;
 }
 
+/**
+ * The API's limit per image: 10 MB, decimal (10 MiB would pass our check and
+ * fail the request). Held for the base64 text, which is longer than the bytes it encodes.
+ */
+export const API_IMAGE_MAX_BYTES = 10_000_000;
+/** Above this many pixels per side, a request holding more than 20 images fails (the API's rule). */
+export const MANY_IMAGES_MAX_SIDE_PX = 2000;
+
 export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'display'> = {
   host: '127.0.0.1',
   port: 8765,
@@ -156,7 +164,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     quality: 80,
     // 2000 px per side keeps a request with more than 20 images valid; 4784 is the visual-token limit.
     limits: { maxSidePx: 2000, maxVisualTokens: 4784 },
-    maxBase64Bytes: 10 * 1024 * 1024,
+    maxBase64Bytes: API_IMAGE_MAX_BYTES,
     settle: { afterInputMs: 1_000, intervalMs: 50, maxMs: 1_000 },
   },
   retention: { maxFiles: 2_000, maxBytes: 1024 * 1024 * 1024 },
@@ -199,6 +207,22 @@ const DAY_MS = 24 * HOUR_MS;
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
   readonly code = 'ERR_CONFIG';
+}
+
+/**
+ * What the operator is told at start about a configuration that works but
+ * can fail requests later, one line each.
+ */
+export function configWarnings(config: DaemonConfig): string[] {
+  const warnings: string[] = [];
+  const side = config.screenshot.limits.maxSidePx;
+  if (side > MANY_IMAGES_MAX_SIDE_PX) {
+    warnings.push(
+      `screenshots may be up to ${side} px per side: the API refuses a request holding more than 20 images larger than ` +
+        `${MANY_IMAGES_MAX_SIDE_PX} px per side, and deskbatch cannot count the images in an agent's conversation`,
+    );
+  }
+  return warnings;
 }
 
 export function isLoopback(host: string): boolean {
@@ -346,6 +370,12 @@ export function resolveConfig(
   const l = config.screenshot.limits;
   if (l.maxSidePx > 2576 || l.maxVisualTokens > 4784) {
     throw new ConfigError('screenshot limits may only be made smaller than 2576 px per side and 4784 visual tokens');
+  }
+  const b64 = config.screenshot.maxBase64Bytes;
+  if (!Number.isSafeInteger(b64) || b64 < 1 || b64 > API_IMAGE_MAX_BYTES) {
+    throw new ConfigError(
+      `screenshot.maxBase64Bytes must be 1–${API_IMAGE_MAX_BYTES} (the API's 10 MB per image), got ${b64}`,
+    );
   }
   return config;
 }

@@ -4,7 +4,7 @@
  * server → executor → toolsets → drivers.
  */
 import type { AddressInfo } from 'node:net';
-import { ConfigError, type DaemonConfig } from './config.ts';
+import { ConfigError, configWarnings, type DaemonConfig } from './config.ts';
 import type { DesktopDriver } from './desktop/driver.ts';
 import { WorkerDesktopDriver } from './desktop/worker-driver.ts';
 import { Executor } from './executor/executor.ts';
@@ -119,6 +119,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       },
     );
   }
+  for (const warning of configWarnings(config)) log.warn(warning);
   if (config.browser !== 'off' && config.browserSettings.allowPrivateNetworks) {
     log.warn('the browser may reach private, loopback and link-local addresses (--allow-private-networks)');
   }

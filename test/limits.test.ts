@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { describe, test } from 'node:test';
 import WebSocket, { type WebSocketServer } from 'ws';
-import { ConfigError, DEFAULT_CONFIG, resolveConfig } from '../src/config.ts';
+import { ConfigError, DEFAULT_CONFIG, configWarnings, resolveConfig } from '../src/config.ts';
 import { CLOSE_SEND_BUFFER_FULL, type BatchResult, type ToolUse, type Welcome } from '../src/protocol.ts';
 import { HandshakeLimiter, handshakeKey } from '../src/server/rate-limit.ts';
 import { ResultBudget, Session, resultBytes } from '../src/server/session.ts';
@@ -94,6 +94,31 @@ describe('the send buffer', () => {
       unsubscribe();
       await d.close();
     }
+  });
+});
+
+describe('image bounds the API sets', () => {
+  test("images stay under the API's 10 MB (decimal) by default, and cannot be allowed more", () => {
+    const config = resolveConfig({ token: TEST_TOKEN, tokenConfigured: true });
+    assert.equal(config.screenshot.maxBase64Bytes, 10_000_000);
+    assert.throws(
+      () =>
+        resolveConfig({ token: TEST_TOKEN, tokenConfigured: true, screenshot: { maxBase64Bytes: 10 * 1024 * 1024 } }),
+      failsWith(ConfigError, "screenshot.maxBase64Bytes must be 1–10000000 (the API's 10 MB per image), got 10485760"),
+    );
+  });
+
+  test('screenshots over 2000 px per side are allowed, with a warning at start about requests of more than 20 images', () => {
+    assert.deepEqual(configWarnings(resolveConfig({ token: TEST_TOKEN, tokenConfigured: true })), []);
+    const big = resolveConfig({
+      token: TEST_TOKEN,
+      tokenConfigured: true,
+      screenshot: { limits: { maxSidePx: 2400 } },
+    });
+    assert.deepEqual(configWarnings(big), [
+      'screenshots may be up to 2400 px per side: the API refuses a request holding more than 20 images larger than ' +
+        "2000 px per side, and deskbatch cannot count the images in an agent's conversation",
+    ]);
   });
 });
 

@@ -16,7 +16,7 @@ import { BatchResultSchema, ResultBlockSchema, type BatchResult, type ToolUse } 
 const ID = /^[a-zA-Z0-9_-]+$/;
 const MAX_SIDE_PX = 2000;
 const MAX_VISUAL_TOKENS = 4784;
-const MAX_IMAGE_BASE64 = 10 * 1024 * 1024;
+const MAX_IMAGE_BASE64 = 10_000_000; // the API's 10 MB per image, decimal
 const ALLOWED = new Map<string, readonly string[]>([
   ['computer', ['text', 'image']],
   ['browser', ['text', 'image', 'browser_state']],
