@@ -30,7 +30,21 @@ export function echo(value: string | number): string {
   return line.length > ECHO_MAX_CHARS ? `${line.slice(0, ECHO_MAX_CHARS - 1)}…` : line;
 }
 
-/** Folds a name from the model into one bounded line; runs of quotes and spaces become one space (the SDK's unknown-member rule). */
+/** Control characters, line separators and bidi controls: what could break or reorder a line of text. */
+const LINE_UNSAFE = /[\p{Cc}\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]+/gu;
+/** An unpaired surrogate: JSON of it is not valid UTF-8, and the request carrying it fails. */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/gu;
+/** Longest model-chosen name echoed inside quotes, in code points (the SDK's). */
+const QUOTED_NAME_MAX = 200;
+
+/**
+ * A model-chosen name as it is echoed inside single quotes in a text the
+ * model reads, as the SDK's runner writes it: line breaks, controls and bidi
+ * characters folded to a space, a lone surrogate to U+FFFD, cut to 200 code
+ * points, and runs of quotes and spaces made one space, so that it cannot read
+ * as part of the text around it.
+ */
 export function foldName(value: string): string {
-  return echo(value).replace(/['\s]+/g, ' ');
+  const line = value.replace(LONE_SURROGATE, '\uFFFD').replace(LINE_UNSAFE, ' ').trim();
+  return Array.from(line).slice(0, QUOTED_NAME_MAX).join('').replace(/[' ]+/g, ' ').trim();
 }

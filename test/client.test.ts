@@ -558,7 +558,7 @@ describe('a real display', () => {
       const uses = [computerUse('mouse_move', { coordinate: [321, 234] }), computerUse('cursor_position')];
       const { toolResults, result } = await client.runBatch(uses);
       assertApiValid(uses, result);
-      assert.deepEqual(toolResults[1]!.content, [{ type: 'text', text: 'X=321, Y=234' }]);
+      assert.deepEqual(toolResults[1]!.content, [{ type: 'text', text: 'X=321,Y=234' }]);
     } finally {
       await client.close();
       await d.close();

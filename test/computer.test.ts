@@ -256,7 +256,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
 
   test('cursor_position round-trips', async () => {
     const { result } = await run(d, [use('mouse_move', { coordinate: [1279, 799] }), use('cursor_position')]);
-    assert.equal(texts(result)[1], 'X=1279, Y=799');
+    assert.equal(texts(result)[1], 'X=1279,Y=799');
   });
 
   test('a coordinate outside the screenshot fails, nothing is clicked, and the rest is not executed', async () => {
@@ -403,7 +403,7 @@ describe('computer toolset on 2560x1440 (screenshots scaled to 2000x1125)', () =
       );
     }
     const { result } = await run(d, [use('mouse_move', { coordinate: [1234, 567] }), use('cursor_position')]);
-    assert.equal(texts(result)[1], 'X=1234, Y=567');
+    assert.equal(texts(result)[1], 'X=1234,Y=567');
   });
 
   test('a smaller screenshot setting scales further, and clicks still land', async () => {

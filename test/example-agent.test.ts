@@ -107,7 +107,7 @@ describe('the stand-in Messages API rejects what the API rejects', () => {
       type: 'tool_result',
       tool_use_id: 'toolu_A',
       toolset_name: 'computer',
-      content: [{ type: 'text', text: 'X=1, Y=2' }],
+      content: [{ type: 'text', text: 'X=1,Y=2' }],
     },
     {
       type: 'tool_result',

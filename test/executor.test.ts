@@ -122,7 +122,7 @@ const use = (id: string, toolset: string | null, name: string, input: unknown): 
 
 describe('executor', () => {
   test('random batches keep every rule', async () => {
-    const kinds = ['ok', 'fail', 'bad', 'unknown', 'plain', 'stranger', 'off'] as const;
+    const kinds = ['ok', 'fail', 'bad', 'unknown', 'plain', 'stranger', 'off', 'bare'] as const;
     const call = fc.record({ toolset: fc.constantFrom('computer', 'browser'), kind: fc.constantFrom(...kinds) });
     await fc.assert(
       fc.asyncProperty(fc.array(call, { minLength: 1, maxLength: 12 }), async (calls) => {
@@ -143,6 +143,8 @@ describe('executor', () => {
               return use(id, null, 'ok', { tag: 'plain' });
             case 'stranger':
               return use(id, 'stranger', 'ok', { tag: 'x' });
+            case 'bare':
+              return use(id, null, c.toolset, { actions: [] });
           }
         });
         const { result, events } = await run(toolUses);
@@ -151,10 +153,11 @@ describe('executor', () => {
         const halted = new Set<string>();
         const expectedEffects: string[] = [];
         calls.forEach((c, i) => {
-          const family = c.kind === 'plain' ? null : c.kind === 'stranger' ? 'stranger' : c.toolset;
+          // A toolset not served here never halts; a malformed call of a served one is answered as one even once halted.
+          const family = c.kind === 'plain' || c.kind === 'stranger' ? null : c.toolset;
           const r = result.tool_results[i]!;
           const text = r.content[0]?.type === 'text' ? r.content[0].text : '';
-          if (family && halted.has(family)) {
+          if (family && halted.has(family) && c.kind !== 'bare') {
             assert.equal(r.is_error, true);
             const expected =
               family === 'computer'
@@ -190,6 +193,14 @@ describe('executor', () => {
           if (c.kind === 'bad') assert.match(text, /^invalid input for \w+ member 'ok': tag: expected string/);
           if (c.kind === 'unknown') assert.equal(text, `Error: unknown ${c.toolset} toolset member 'teleport'`);
           if (c.kind === 'off') assert.match(text, /^The 'off' action is not permitted/);
+          if (c.kind === 'plain') assert.equal(text, "Error: Tool 'ok' not found");
+          if (c.kind === 'stranger') assert.equal(text, "Error: Toolset 'stranger' member 'ok' not found");
+          if (c.kind === 'bare') {
+            assert.equal(
+              text,
+              `Error: the '${c.toolset}' toolset could not run this call: the 'actions' list is empty; nothing in the batch was executed`,
+            );
+          }
           if (family) halted.add(family);
         });
         assert.deepEqual(
@@ -271,25 +282,77 @@ describe('executor', () => {
     assert.ok(!events.some((e) => e.phase === 'failed'));
   });
 
-  test('a call without toolset_name is answered without one and halts nothing', async () => {
+  test("a call without toolset_name is answered without one, with the SDK runner's text, and halts nothing", async () => {
     const { run } = setup();
     const { result } = await run([use('a', null, 'left_click', {}), use('b', 'computer', 'ok', { tag: 't' })]);
     assert.equal(result.tool_results[0]!.toolset_name, undefined);
-    assert.match((result.tool_results[0]!.content[0] as { text: string }).text, /not a toolset member call/);
+    assert.deepEqual(result.tool_results[0]!.content, [{ type: 'text', text: "Error: Tool 'left_click' not found" }]);
     assert.equal(result.tool_results[1]!.is_error, undefined);
   });
 
-  test('toolset names that are object keys (constructor, __proto__) are not mistaken for halted ones', async () => {
+  test("a toolset this daemon does not serve: the SDK runner's text on each call, toolset_name echoed, nothing halted", async () => {
+    const { run } = setup();
+    const { result, events } = await run([
+      use('a', 'shell', 'run', {}),
+      use('b', 'shell', 'run', {}),
+      use('c', 'computer', 'ok', { tag: 't' }),
+    ]);
+    for (const r of result.tool_results.slice(0, 2)) {
+      assert.equal(r.toolset_name, 'shell');
+      assert.equal(r.is_error, true);
+      assert.deepEqual(r.content, [{ type: 'text', text: "Error: Toolset 'shell' member 'run' not found" }]);
+    }
+    assert.equal(result.tool_results[2]!.is_error, undefined);
+    assert.equal(result.failures.length, 2, 'the operator still sees both');
+    assert.deepEqual(result.halted, {});
+    assert.ok(!events.some((e) => e.phase === 'not_executed'));
+  });
+
+  test("a call named after a served toolset, without toolset_name: the SDK runner's malformed-call text, and that toolset halts", async () => {
+    const { effects, run } = setup();
+    const { result } = await run([
+      use('a', 'computer', 'fail', {}),
+      use('b', null, 'computer', { actions: [{ action: 'left_click' }, 'not an action'] }),
+      use('c', null, 'browser', { actions: 'click it' }),
+      use('d', 'browser', 'ok', { tag: 'never' }),
+      use('e', null, 'browser', { action: 'nav\u202eigate' }),
+    ]);
+    const text = (i: number): string => (result.tool_results[i]!.content[0] as { text: string }).text;
+    // Answered as a malformed call even though its toolset had already halted.
+    assert.equal(
+      text(1),
+      "Error: the 'computer' toolset could not run this call: action 1 must be an object with a string 'action' field; nothing in the batch was executed",
+    );
+    assert.equal(
+      text(2),
+      "Error: the 'browser' toolset could not run this call: 'actions' is text, not a list of actions; nothing in the batch was executed",
+    );
+    assert.equal(text(3), 'Not executed: an earlier action in this turn failed.');
+    assert.equal(
+      text(4),
+      "Error: the 'browser' toolset could not run this call: the call has no 'actions' list (action: 'nav igate'); nothing in the batch was executed",
+      'the name is folded as the SDK folds it: a bidi control becomes a space',
+    );
+    for (const i of [1, 2, 4]) assert.equal(result.tool_results[i]!.toolset_name, undefined);
+    assert.deepEqual(result.halted, { computer: 0, browser: 2 });
+    assert.deepEqual(effects, []);
+  });
+
+  test('toolset names that are object keys (constructor, __proto__) are not mistaken for served or halted ones', async () => {
     const { run } = setup();
     const { result, events } = await run([
       use('a', 'constructor', 'ok', { tag: 't' }),
       use('b', '__proto__', 'ok', { tag: 't' }),
       use('c', 'toString', 'ok', { tag: 't' }),
+      use('d', 'constructor', 'ok', { tag: 't' }),
     ]);
-    assert.equal(result.failures.length, 3);
+    assert.equal(result.failures.length, 4);
     assert.ok(!events.some((e) => e.phase === 'not_executed'));
-    assert.equal(result.halted.constructor, 0);
-    assert.equal(result.halted.toString, 2);
+    assert.deepEqual(
+      result.tool_results.map((r) => (r.content[0] as { text: string }).text),
+      ['constructor', '__proto__', 'toString', 'constructor'].map((t) => `Error: Toolset '${t}' member 'ok' not found`),
+    );
+    assert.deepEqual(result.halted, {});
   });
 
   test('lone surrogates and long texts are made safe at the boundary', async () => {

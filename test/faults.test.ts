@@ -548,7 +548,7 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
     measure('batch with the worker killed during a 3 s wait', ms);
     assert.deepEqual(result.failures, [], JSON.stringify(result.tool_results.map((_, i) => textOf(result, i))));
     assert.equal(textOf(result, 0), 'Waited 3s.');
-    assert.match(textOf(result, 1), /^X=\d+, Y=\d+$/);
+    assert.match(textOf(result, 1), /^X=\d+,Y=\d+$/);
     const now = await desktopWorkerPids();
     assert.equal(now.length, 1);
     assert.notEqual(now[0], workers[0], 'a new worker');
@@ -581,7 +581,7 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
     assertRetryableFailure(uses, result, 0, ['BrowserCrashedError']);
     assert.equal(result.failures.length, 1, JSON.stringify(result.failures));
     assertHaltedAfter(uses, result, 0, BROWSER_NOT_EXECUTED_TEXT);
-    assert.match(textOf(result, 2), /^X=\d+, Y=\d+$/);
+    assert.match(textOf(result, 2), /^X=\d+,Y=\d+$/);
     assert.equal(result.tool_results[4]!.content[0]!.type, 'image');
 
     const back = await untilOk(

@@ -222,6 +222,68 @@ describe('SDK toolsets forward every call to a deskbatch daemon', () => {
     }
   });
 
+  /**
+   * The differential test of docs/PROTOCOL.md "Differences from the SDK runner": one recorded turn
+   * through the SDK's own tool runner (with the deskbatch/sdk toolsets) and, as one batch, through
+   * the daemon's wire path. Every result must be the same block for block: the turn holds only calls
+   * where the two must agree (a malformed toolset call, a toolset and a tool this side does not
+   * have, halts across them), so an allowed difference would need its own turn and its own reason.
+   */
+  test('the SDK runner and the daemon answer the same turn alike, block for block', async () => {
+    const turns = await loadTurns('parity', { PAGE_URL: `${web.origin}/p` });
+    const api = await startMessagesApi({ turns, apiKey: API_KEY });
+    const anthropic = new Anthropic({ apiKey: API_KEY, baseURL: api.baseURL, maxRetries: 0 });
+    const toolsets = await connectDeskbatchToolsets({
+      url: daemon.url,
+      token: TEST_TOKEN,
+      computer: { confirm: () => true },
+    });
+    try {
+      await anthropic.beta.messages.toolRunner({
+        model: 'claude-opus-5-5',
+        max_tokens: 1024,
+        messages: [{ role: 'user', content: 'Try everything at once.' }],
+        tools: toolsets.tools,
+      });
+      assert.deepEqual(api.violations, [], 'every request followed the API rules');
+      const second = api.requests[1]!.body as { messages: { content: BetaToolResultBlockParam[] }[] };
+      const byRunner = second.messages.at(-1)!.content;
+      const uses = turns[0]!.content.filter((b): b is BetaToolUseBlock => b.type === 'tool_use');
+      const { toolResults: byDaemon } = await direct.runBatch(uses);
+      // The same form for both: content as blocks (the daemon always sends blocks), no undefined members.
+      const normal = (r: BetaToolResultBlockParam): unknown =>
+        JSON.parse(
+          JSON.stringify({
+            ...r,
+            toolset_name: r.toolset_name ?? undefined,
+            content: typeof r.content === 'string' ? [{ type: 'text', text: r.content }] : r.content,
+          }),
+        );
+      assert.equal(byDaemon.length, uses.length);
+      for (const [i, use] of uses.entries()) {
+        const runner = byRunner.find((r) => r.tool_use_id === use.id);
+        assert.ok(runner, `the runner answered ${use.id}`);
+        assert.deepEqual(normal(byDaemon[i]!), normal(runner), `result ${i} (${use.toolset_name ?? ''}/${use.name})`);
+      }
+      // And they are what the SDK writes (spelled out, so the test names the rule it checks).
+      assert.deepEqual(texts(byDaemon[1]!), ['X=300,Y=400']);
+      assert.deepEqual(texts(byDaemon[2]!), [
+        "Error: the 'computer' toolset could not run this call: its actions could not be run as sent (actions: 'left_click', 'type'); nothing in the batch was executed",
+      ]);
+      assert.deepEqual(texts(byDaemon[3]!), ['Not executed: an earlier computer action in this turn failed.']);
+      assert.deepEqual(texts(byDaemon[4]!), ["Error: Toolset 'shell' member 'run' not found"]);
+      assert.deepEqual(texts(byDaemon[5]!), ["Error: Toolset 'shell' member 'run' not found"]);
+      assert.deepEqual(texts(byDaemon[6]!), ["Error: Tool 'bash' not found"]);
+      assert.deepEqual(texts(byDaemon[7]!), [
+        "Error: the 'browser' toolset could not run this call: the call has no 'actions' list (action: 'navigate'); nothing in the batch was executed",
+      ]);
+      assert.deepEqual(texts(byDaemon[8]!), ['Not executed: an earlier action in this turn failed.']);
+    } finally {
+      await toolsets.close();
+      await api.close();
+    }
+  });
+
   test('a member the daemon does not serve cannot be switched on', async () => {
     await assert.rejects(
       DeskbatchBrowserToolset.connect({

@@ -369,7 +369,7 @@ async function desktopFault(client: LoadClient, welcome: Welcome, daemonPid: num
     const c = nextCoordinate(size);
     return {
       toolUses: [tu('computer', 'mouse_move', { coordinate: c }), tu('computer', 'cursor_position')],
-      works: (res) => res.failures.length === 0 && text(res, 1) === `X=${c[0]}, Y=${c[1]}`,
+      works: (res) => res.failures.length === 0 && text(res, 1) === `X=${c[0]},Y=${c[1]}`,
     };
   });
   return fault;

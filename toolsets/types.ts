@@ -178,8 +178,8 @@ export interface Toolset {
 export interface PlainTool extends Toolset {
   /** The name its `tool_use` blocks (and `tools[]` entries) carry, e.g. `computer`. */
   toolName: string;
-  /** Whether a tool_use is a call of this tool. */
-  handles(toolUse: { name: string; toolset_name?: string | null | undefined }): boolean;
+  /** Whether a tool_use is a call of this tool (by its name and, for the older `computer` tool, its input). */
+  handles(toolUse: { name: string; toolset_name?: string | null | undefined; input?: unknown }): boolean;
   /**
    * The member that runs this input. Throws ToolInputError or ToolRefusedError
    * with the text the model reads; the rest of the input is checked when the

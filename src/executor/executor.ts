@@ -25,6 +25,7 @@ import { describeZodError } from '../zod-text.ts';
 import { REPEAT_ADVICE, REPEAT_THRESHOLD, type RepeatTracker } from './repeats.ts';
 import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../../toolsets/text.ts';
 import { foldName } from '../text.ts';
+import { malformedToolsetCallText, toolNotFoundText, toolsetNotFoundText } from './call-texts.ts';
 import { readRetry, type RetrySettings } from '../resilience.ts';
 import type { RetryPolicy } from 'cockatiel';
 
@@ -151,7 +152,8 @@ export class Executor {
           continue;
         }
         const family = this.familyOf(tu);
-        if (family !== undefined && halted.has(family)) {
+        // A malformed toolset call is answered as one even after its toolset halted (the SDK's order).
+        if (family !== undefined && halted.has(family) && !this.isMalformedToolsetCall(tu)) {
           const text = this.toolsetOf(family)?.notExecutedText ?? FALLBACK_NOT_EXECUTED_TEXT;
           results.push(errorResult(tu, text));
           event(index, tu, 'not_executed');
@@ -186,7 +188,8 @@ export class Executor {
             if (repeated >= REPEAT_THRESHOLD) text = `${text}\n\n${REPEAT_ADVICE(repeated)}`;
             results.push(errorResult(tu, text));
             failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
-            if (family !== undefined) halted.set(family, index);
+            // Only a toolset served here halts: nothing of an unknown toolset_name ran, so nothing of it is stopped.
+            if (family !== undefined && this.toolsetOf(family) && !halted.has(family)) halted.set(family, index);
             event(index, tu, 'failed', { duration_ms, error });
             const code = (outcome.error as { code?: unknown } | null)?.code;
             log.warn('tool call failed', {
@@ -232,9 +235,19 @@ export class Executor {
     return this.toolsetOf(this.familyOf(tu))?.usesDesktop === true;
   }
 
-  /** What halts together: the toolset_name, or the older `computer` tool's own family (no toolset_name). */
+  /**
+   * What halts together: the toolset_name, or the older `computer` tool's own
+   * family (no toolset_name), or the toolset a malformed toolset call is named after.
+   */
   private familyOf(tu: ToolUse): string | undefined {
-    return tu.toolset_name ?? (this.plainTool?.handles(tu) ? this.plainTool.name : undefined);
+    if (tu.toolset_name) return tu.toolset_name;
+    if (this.plainTool?.handles(tu)) return this.plainTool.name;
+    return this.isMalformedToolsetCall(tu) ? tu.name : undefined;
+  }
+
+  /** A call named after a served toolset with no toolset_name, which no plain tool takes (the SDK's rule). */
+  private isMalformedToolsetCall(tu: ToolUse): boolean {
+    return !tu.toolset_name && this.toolsets.has(tu.name) && !this.plainTool?.handles(tu);
   }
 
   private toolsetOf(family: string | undefined): Toolset | undefined {
@@ -300,18 +313,11 @@ export class Executor {
   private resolve(tu: ToolUse): { toolset: Toolset; member: RunnableMember } {
     if (!tu.toolset_name) {
       if (this.plainTool?.handles(tu)) return { toolset: this.plainTool, member: this.plainTool.member(tu.input) };
-      throw new ToolRefusedError(
-        `Error: '${foldName(tu.name)}' is not a toolset member call (it has no toolset_name); ` +
-          `this executor runs only the members of: ${[...this.toolsets.keys()].join(', ')}.`,
-      );
+      if (this.isMalformedToolsetCall(tu)) throw new ToolRefusedError(malformedToolsetCallText(tu.name, tu.input));
+      throw new ToolRefusedError(toolNotFoundText(tu.name));
     }
     const toolset = this.toolsets.get(tu.toolset_name);
-    if (!toolset) {
-      throw new ToolRefusedError(
-        `Error: the '${foldName(tu.toolset_name)}' toolset is not available here; ` +
-          `available: ${[...this.toolsets.keys()].join(', ')}.`,
-      );
-    }
+    if (!toolset) throw new ToolRefusedError(toolsetNotFoundText(tu.toolset_name, tu.name));
     const member = toolset.members.get(tu.name);
     if (member) return { toolset, member };
     if (toolset.disabledMemberNames.has(tu.name)) {

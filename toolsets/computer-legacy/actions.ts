@@ -194,12 +194,3 @@ export function toMemberCalls(input: LegacyInput): MemberCall[] {
       return [{ member: 'zoom', input: { region: input.region } }];
   }
 }
-
-/**
- * The toolset's `cursor_position` text (`X=512, Y=384`) in the form the
- * reference implementation returns for the older tools (`X=512,Y=384`).
- */
-export function legacyCursorText(text: string): string {
-  const m = /^X=(-?\d+), Y=(-?\d+)$/.exec(text);
-  return m ? `X=${m[1]},Y=${m[2]}` : text;
-}

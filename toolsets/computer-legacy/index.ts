@@ -30,7 +30,6 @@ import {
   LEGACY_ACTION_SCHEMAS,
   LEGACY_ACTIONS,
   LEGACY_READ_ACTIONS,
-  legacyCursorText,
   toMemberCalls,
   type LegacyAction,
   type LegacyInput,
@@ -51,6 +50,22 @@ export const LEGACY_COMPUTER_FAMILY = 'legacy:computer';
 interface PlannedCall {
   member: RunnableMember;
   input: unknown;
+}
+
+/**
+ * Whether a `computer` call without `toolset_name` is meant for this tool: its
+ * input names one `action` and has no `actions` list. Anything else is the
+ * computer toolset's call with malformed actions, which the executor answers
+ * with the SDK's text and which halts that toolset.
+ */
+function isOlderToolInput(input: unknown): boolean {
+  return (
+    typeof input === 'object' &&
+    input !== null &&
+    !Array.isArray(input) &&
+    typeof (input as { action?: unknown }).action === 'string' &&
+    !('actions' in input)
+  );
 }
 
 /** Whether the older tool can be served on top of this toolset: the real computer toolset, with members. */
@@ -74,13 +89,9 @@ export function createLegacyComputerTool(computer: Toolset | undefined): PlainTo
         : `The computer tool's '${action}' action is not available in this environment.`,
     );
 
+  // Only inputs that isOlderToolInput accepted get here: an object whose `action` is a string.
   const actionOf = (raw: unknown): LegacyAction => {
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-      throw badInput(`input: expected an object with an 'action', one of: ${actionList}.`);
-    }
-    const action = (raw as { action?: unknown }).action;
-    if (action === undefined || action === null) throw badInput(`action: required, one of: ${actionList}.`);
-    if (typeof action !== 'string') throw badInput(`action: expected a string, one of: ${actionList}.`);
+    const action = String((raw as { action: string }).action);
     if (!(LEGACY_ACTIONS as readonly string[]).includes(action)) {
       throw badInput(`action: '${foldName(action)}' is not an action of this tool; the actions are: ${actionList}.`);
     }
@@ -117,8 +128,7 @@ export function createLegacyComputerTool(computer: Toolset | undefined): PlainTo
         call.signal.throwIfAborted();
         outputs = await c.member.run(c.input, call);
       }
-      if (action !== 'cursor_position') return outputs;
-      return outputs.map((o) => (o.kind === 'text' ? { ...o, text: legacyCursorText(o.text) } : o));
+      return outputs;
     },
   });
 
@@ -136,7 +146,7 @@ export function createLegacyComputerTool(computer: Toolset | undefined): PlainTo
     disabledMemberNames: new Set(LEGACY_ACTIONS.filter((a) => !members.has(a))),
     members,
     toolName: LEGACY_COMPUTER_TOOL_NAME,
-    handles: (tu) => !tu.toolset_name && tu.name === LEGACY_COMPUTER_TOOL_NAME,
+    handles: (tu) => !tu.toolset_name && tu.name === LEGACY_COMPUTER_TOOL_NAME && isOlderToolInput(tu.input),
     describe: (screenshot) => legacyComputerTools(computer, screenshot),
     member(input) {
       const action = actionOf(input);

@@ -50,7 +50,7 @@ export const cursorPosition = computerMember({
   async handle(_input, ctx) {
     const [at, g] = await Promise.all([ctx.driver.cursorPosition(ctx.signal), ctx.geometry()]);
     const p = toScreenshot(at, g);
-    return `X=${p.x}, Y=${p.y}`;
+    return `X=${p.x},Y=${p.y}`; // the SDK's rendering of BetaComputerMemberResult for cursor_position
   },
 });
 

@@ -155,7 +155,7 @@ export function checkContent(
       case 'cursor': {
         const move = r.tool_results[exp.moveIndex];
         if (move?.is_error) return; // the pointer was not moved by us: nothing to compare
-        const want = `X=${exp.coordinate[0]}, Y=${exp.coordinate[1]}`;
+        const want = `X=${exp.coordinate[0]},Y=${exp.coordinate[1]}`;
         if (text !== want) crossed(`cursor_position read ${JSON.stringify(text)}, this batch moved to ${want}`);
         return;
       }
