@@ -37,6 +37,12 @@ export class ToolRefusedError extends ModelFacingError {
   override readonly code: string = 'ERR_TOOL_REFUSED';
 }
 
+/** The browser's tabs are not as the call's result must show them (a `new_tab` whose tab is gone); the model reads the message. */
+export class TabStateError extends ModelFacingError {
+  override readonly name = 'TabStateError';
+  override readonly code: string = 'ERR_TAB_STATE';
+}
+
 /**
  * The X display is not reachable, or the desktop worker died while running the
  * call. Its message is for operators; the model reads the type.

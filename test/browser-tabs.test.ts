@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import sharp from 'sharp';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import type { BatchResult, ToolEvent, ToolUse } from '../src/protocol.ts';
 import { assertApiValid, imageSize } from './helpers/api-rules.ts';
 import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
 
@@ -248,6 +248,45 @@ describe('browser navigation, tabs, screen and optional members', () => {
         assert.equal(textOf(r.tool_results[1]!), NOT_EXECUTED);
       }
     }
+  });
+
+  test('a popup a page opens while new_tab runs: new_tab reports only its own tab, kept active; the popup once, later', async () => {
+    // The page opens its popup when the held response arrives; the test lets it go as new_tab starts.
+    let release = (): void => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    f.web.route('/hold', { body: 'go', until: held });
+    f.web.route(
+      '/popup-on-signal',
+      `<title>Waiter</title><script>fetch('/hold').then(() => window.open('/b', '_blank'));</script>`,
+    );
+    await run(f, [use('navigate', { url: `${origin}/popup-on-signal` })]);
+    const started = f.client.next(
+      (m): m is ToolEvent => m.type === 'tool_event' && m.name === 'new_tab' && m.phase === 'started',
+    );
+    void started.then(release, release);
+    const first = await run(f, [use('new_tab'), use('list_tabs')]);
+    const made = tabResult(first.tool_results[0]!);
+    const own = made.state_changes?.filter((c) => c.type === 'tab_opened').map((c) => c.tab_id);
+    assert.equal(own?.length, 1, 'new_tab reports exactly one tab_opened');
+    assert.equal(activeTab(made), own![0], 'the tab new_tab opened is the active tab');
+    assert.equal(made.tabs.find((t) => t.tab_id === own![0])?.url, 'about:blank');
+    // The popup's tab_opened comes once, on a later result: in this batch, or a following list_tabs.
+    const reports = [stateOf(first.tool_results[1]!)!];
+    const popupOpened = (): string[] =>
+      reports.flatMap((s) =>
+        (s.state_changes ?? [])
+          .filter((c) => c.type === 'tab_opened' && s.tabs.find((t) => t.tab_id === c.tab_id)?.url.endsWith('/b'))
+          .map((c) => c.tab_id!),
+      );
+    const deadline = Date.now() + 20_000;
+    while (popupOpened().length === 0) {
+      assert.ok(Date.now() < deadline, `no result reported the popup's tab_opened: ${JSON.stringify(reports)}`);
+      reports.push(tabResult((await run(f, [use('list_tabs')])).tool_results[0]!));
+    }
+    assert.equal(popupOpened().length, 1, 'the popup is reported once');
+    // Whether it landed during new_tab (then held back) or after: said, not asserted (timing).
+    console.log(`# popup listed on new_tab's own result: ${made.tabs.some((t) => t.url.endsWith('/b'))}`);
+    await run(f, [use('close_tab', { tab_id: own![0] }), use('close_tab', { tab_id: popupOpened()[0] })]);
   });
 
   test('a popup opened by the page during navigate is reported as tab_opened on that call', async () => {

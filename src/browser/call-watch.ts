@@ -27,6 +27,8 @@ export class CallWatch {
   private deathsAtBegin = 0;
   /** Tabs opened since the current call began. */
   private opened: string[] = [];
+  /** Tabs opened between calls (a page's timer, a popup late for its call): news for the next call's result. */
+  private openedBetween: string[] = [];
   /** Navigations set off during the current call, each settling at DOMContentLoaded, failure or timeout. */
   private navigations: Promise<void>[] = [];
   /**
@@ -37,6 +39,8 @@ export class CallWatch {
   private popupsPending = 0;
   /** Set while the session opens a tab itself (new_tab), so the tab is not taken for a popup. */
   openingTab = false;
+  /** The tab a `new_tab` call opened: the only `tab_opened` its result may carry (the API's rule). */
+  newTab: string | undefined;
 
   /** Starts a call, with the browser deaths counted so far; the token lets a call that finishes late be ignored. */
   begin(deaths: number): object {
@@ -44,8 +48,10 @@ export class CallWatch {
     this.token = token;
     this.inCall = true;
     this.deathsAtBegin = deaths;
-    this.opened = [];
+    this.opened = this.openedBetween;
+    this.openedBetween = [];
     this.navigations = [];
+    this.newTab = undefined;
     return token;
   }
 
@@ -54,17 +60,19 @@ export class CallWatch {
     return token === this.token;
   }
 
-  /** Ends the call: the tabs it opened, and the deaths counted when it began. */
-  end(): { opened: string[]; deathsAtBegin: number } {
+  /** Ends the call: the tabs it opened (and which one new_tab opened), and the deaths counted when it began. */
+  end(): { opened: string[]; newTab: string | undefined; deathsAtBegin: number } {
     this.inCall = false;
-    const opened = this.opened;
+    const { opened, newTab } = this;
     this.opened = [];
-    return { opened, deathsAtBegin: this.deathsAtBegin };
+    this.newTab = undefined;
+    return { opened, newTab, deathsAtBegin: this.deathsAtBegin };
   }
 
   /** The session's tabs died with their context: no popup of theirs will arrive. */
   contextLost(): void {
     this.popupsPending = 0;
+    this.openedBetween = []; // those tabs died with the context
     this.openingTab = false; // a newPage() the old browser left pending never settles
   }
 
@@ -75,7 +83,7 @@ export class CallWatch {
 
   /** A tab was listed: opened during the call, and maybe a popup that was announced. */
   tabOpened(id: string): void {
-    if (this.inCall) this.opened.push(id);
+    (this.inCall ? this.opened : this.openedBetween).push(id);
     if (!this.openingTab && this.popupsPending > 0) this.popupsPending--;
   }
 
@@ -130,7 +138,7 @@ export class CallWatch {
   async popupsSettled(connected: () => boolean): Promise<void> {
     const deadline = performance.now() + POPUP_WAIT_MS;
     while (this.popupsPending > 0 && performance.now() < deadline && connected()) await sleep(20);
-    // A popup later than that (or one the browser blocked) is listed, without tab_opened, on a later result.
+    // A popup later than that is listed, with its tab_opened, on the next call's result (openedBetween).
     this.popupsPending = 0;
   }
 

@@ -8,7 +8,7 @@
  * the model (notices.ts). A call's result reports what it changed (CallReport).
  */
 import type { BrowserContext, Page, Request } from 'playwright';
-import { ToolInputError } from '../errors.ts';
+import { TabStateError, ToolInputError } from '../errors.ts';
 import type { BrowserStateChange } from '../protocol.ts';
 import { oneLine } from '../text.ts';
 import { CallWatch } from './call-watch.ts';
@@ -22,6 +22,9 @@ import { TABS_MAX, Tabs, type TabEntry } from './tabs.ts';
 import type { UrlPolicy } from './url-policy.ts';
 
 const FILE_CHOOSER_NOTICE = 'A file chooser was opened and closed: files reach pages only through file_upload.';
+/** A new_tab whose tab closed before its result was built (the SDK runner's text for a new_tab it cannot report). */
+const NEW_TAB_NOT_ACTIVE_TEXT =
+  'new_tab opened a tab, but the browser does not report it as the only active tab. Call list_tabs to see the tabs.';
 const TABS_LOST_NOTICE = 'The browser was restarted after a crash; the tabs open before were closed.';
 
 /** What one call changed, for its result. */
@@ -47,6 +50,12 @@ export class BrowserSession {
   private tabsLost = false;
   /** The tab inventory the model last saw. */
   private lastReported = '';
+  /**
+   * Tabs opened (by a page) during a `new_tab` call, whose result may report
+   * only its own tab: their `tab_opened` goes out with the next result that
+   * carries a browser_state.
+   */
+  private heldOpened: string[] = [];
   private readonly notices = new Notices();
   private readonly tabs = new Tabs();
   private readonly call = new CallWatch();
@@ -83,6 +92,7 @@ export class BrowserSession {
     }
     this.tabs.goneUnasked = 0;
     this.tabs.clear();
+    this.heldOpened = [];
     this.call.contextLost();
     const browser = await this.manager.browserNow();
     const context = await browser.newContext({
@@ -189,6 +199,13 @@ export class BrowserSession {
     return { page: this.tabs.page(id)!, tabId: id };
   }
 
+  /** new_tab: a new tab, the active one, and the only tab_opened its result will carry. */
+  async openNewTab(): Promise<string> {
+    const id = await this.newTab();
+    this.call.newTab = id;
+    return id;
+  }
+
   async newTab(): Promise<string> {
     const context = await this.contextNow();
     if (this.tabs.size >= TABS_MAX) {
@@ -263,7 +280,7 @@ export class BrowserSession {
     if (!this.call.current(token)) return undefined;
     if (ok) await this.settle(acted);
     if (!this.call.current(token)) return undefined;
-    const { opened: openedDuringCall, deathsAtBegin } = this.call.end();
+    const { opened: openedDuringCall, newTab, deathsAtBegin } = this.call.end();
     // Whatever error the call failed with (Playwright's own, a timeout), a browser that died
     // during it is the cause; a call that relaunched and finished on a live browser is fine.
     const died = this.manager.deaths !== deathsAtBegin;
@@ -280,9 +297,28 @@ export class BrowserSession {
     // This result shows the tabs there are now, and the notice.
     this.tabsLost = false;
     this.tabs.goneUnasked = 0;
-    const tabs = await this.tabs.inventory();
+    let tabs = await this.tabs.inventory();
+    // A popup a page opened while new_tab ran (or while its titles were read) came to the front;
+    // the model asked for the new tab.
+    const newPage = newTab === undefined ? undefined : this.tabs.page(newTab);
+    if (newPage && tabs.some((t) => t.tab_id === newTab && !t.active)) {
+      this.tabs.activate(newTab!);
+      tabs = tabs.map(({ active: _, ...t }) => (t.tab_id === newTab ? { ...t, active: true } : t));
+      void newPage.bringToFront().catch(() => undefined);
+    }
     // Only tabs still open once the inventory is taken: a popup may close while titles are read.
-    const opened = openedDuringCall.filter((id) => tabs.some((t) => t.tab_id === id));
+    const open = new Set(tabs.map((t) => t.tab_id));
+    let opened = [...new Set([...this.heldOpened, ...openedDuringCall])].filter((id) => open.has(id));
+    this.heldOpened = [];
+    if (newTab !== undefined) {
+      if (!open.has(newTab) || !tabs.some((t) => t.tab_id === newTab && t.active)) {
+        this.heldOpened = opened;
+        throw new TabStateError(NEW_TAB_NOT_ACTIVE_TEXT);
+      }
+      // The API accepts on a new_tab result exactly one tab_opened, its own: others wait for the next result.
+      this.heldOpened = opened.filter((id) => id !== newTab);
+      opened = [newTab];
+    }
     const changes: BrowserStateChange[] = [
       ...opened.map((tab_id): BrowserStateChange => ({ type: 'tab_opened', tab_id })),
       ...this.downloads.latest(),

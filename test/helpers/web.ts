@@ -14,6 +14,8 @@ export interface Route {
   status?: number;
   headers?: Record<string, string>;
   body: string | Buffer;
+  /** The response waits for this (a test's signal), so a page's request ends when the test says. */
+  until?: Promise<unknown>;
 }
 
 export interface ReceivedRequest {
@@ -46,9 +48,12 @@ export async function startWebServer(port = 0): Promise<WebServer> {
         res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
         return;
       }
-      res
-        .writeHead(route.status ?? 200, { 'content-type': 'text/html; charset=utf-8', ...route.headers })
-        .end(route.body);
+      const answer = (): void =>
+        void res
+          .writeHead(route.status ?? 200, { 'content-type': 'text/html; charset=utf-8', ...route.headers })
+          .end(route.body);
+      if (route.until) void route.until.then(answer, answer);
+      else answer();
     });
   });
   await new Promise<void>((resolve, reject) => {

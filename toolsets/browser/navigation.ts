@@ -146,7 +146,7 @@ export const newTab = browserMember({
   effect: 'write',
   input: z.object({}),
   async handle(_input, ctx) {
-    await ctx.session.newTab();
+    await ctx.session.openNewTab();
   },
 });
 
