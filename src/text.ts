@@ -16,9 +16,24 @@ export function canonicalJson(value: unknown): string {
   return JSON.stringify(value) ?? 'null';
 }
 
-/** Runs of control characters (C0, DEL, C1, U+2028/9) folded to one space, trimmed: one line. */
+/** Control characters, line separators and bidi controls: what could break or reorder a line of text. */
+const LINE_UNSAFE = /[\p{Cc}\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]+/gu;
+/** An unpaired surrogate: JSON of it is not valid UTF-8, and the request carrying it fails. */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/gu;
+
+/**
+ * One line, as the SDK's runner makes page- and model-supplied text one line:
+ * runs of control characters (C0, DEL, C1), line separators and bidi controls
+ * folded to one space, a lone surrogate made U+FFFD, trimmed.
+ */
 export function oneLine(value: string): string {
-  return value.replace(/[\p{Cc}\u2028\u2029]+/gu, ' ').trim();
+  return value.replace(LONE_SURROGATE, '\uFFFD').replace(LINE_UNSAFE, ' ').trim();
+}
+
+/** The first `max` code points of `value` (a cut by UTF-16 units could split a surrogate pair). */
+export function cutPoints(value: string, max: number): string {
+  if (value.length <= max) return value;
+  return Array.from(value).slice(0, max).join('');
 }
 
 /** Longest input value echoed into an acknowledgment (the SDK folds to one line and bounds it). */
@@ -30,21 +45,15 @@ export function echo(value: string | number): string {
   return line.length > ECHO_MAX_CHARS ? `${line.slice(0, ECHO_MAX_CHARS - 1)}…` : line;
 }
 
-/** Control characters, line separators and bidi controls: what could break or reorder a line of text. */
-const LINE_UNSAFE = /[\p{Cc}\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]+/gu;
-/** An unpaired surrogate: JSON of it is not valid UTF-8, and the request carrying it fails. */
-const LONE_SURROGATE = /[\uD800-\uDFFF]/gu;
 /** Longest model-chosen name echoed inside quotes, in code points (the SDK's). */
 const QUOTED_NAME_MAX = 200;
 
 /**
  * A model-chosen name as it is echoed inside single quotes in a text the
- * model reads, as the SDK's runner writes it: line breaks, controls and bidi
- * characters folded to a space, a lone surrogate to U+FFFD, cut to 200 code
- * points, and runs of quotes and spaces made one space, so that it cannot read
- * as part of the text around it.
+ * model reads, as the SDK's runner writes it: one line (`oneLine`), cut to 200
+ * code points, and runs of quotes and spaces made one space, so that it cannot
+ * read as part of the text around it.
  */
 export function foldName(value: string): string {
-  const line = value.replace(LONE_SURROGATE, '\uFFFD').replace(LINE_UNSAFE, ' ').trim();
-  return Array.from(line).slice(0, QUOTED_NAME_MAX).join('').replace(/[' ]+/g, ' ').trim();
+  return cutPoints(oneLine(value), QUOTED_NAME_MAX).replace(/[' ]+/g, ' ').trim();
 }

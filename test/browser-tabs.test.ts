@@ -60,7 +60,8 @@ function checkBrowserState(r: Result): void {
   if (s.tabs.length) assert.equal(s.tabs.filter((t) => t.active).length, 1, 'exactly one active tab');
   assert.equal(new Set(s.tabs.map((t) => t.tab_id)).size, s.tabs.length, 'unique tab ids');
   const control = /[\p{Cc}\u2028\u2029]/u; // C0, DEL, C1 and the two line separators
-  for (const t of s.tabs) for (const v of [t.tab_id, t.title, t.url]) assert.ok(!control.test(v) && v.length <= 4096);
+  for (const t of s.tabs)
+    for (const v of [t.tab_id, t.title, t.url]) assert.ok(!control.test(v) && [...v].length <= 4096);
   if (s.state_changes) {
     assert.ok(s.state_changes.length >= 1 && s.state_changes.length <= 200);
     const ids = s.state_changes.filter((c) => c.download_id).map((c) => c.download_id);
@@ -126,7 +127,7 @@ describe('browser navigation, tabs, screen and optional members', () => {
     });
     f.web.route(
       '/dialogs',
-      `<title>Dialogs</title><script>window.onload = () => { alert('hi there'); confirm('sure?'); prompt('name?'); };</script>`,
+      `<title>Dialogs</title><script>window.onload = () => { alert('say "hi"\\nthere'); confirm(''); prompt('${'n'.repeat(300)}'); };</script>`,
     );
     f.web.route(
       '/to-localhost',
@@ -338,11 +339,16 @@ describe('browser navigation, tabs, screen and optional members', () => {
     const r = await run(f, [use('navigate', { url: `${origin}/dialogs` })]);
     // Not held until the 30 s call limit by a dialog nobody answers.
     assert.ok(performance.now() - t0 < 25_000, `${Math.round(performance.now() - t0)} ms`);
-    const text = textOf(r.tool_results[0]!);
-    assert.match(text, /^Navigated to .*\/dialogs — Dialogs \(HTTP 200\)/);
-    assert.match(text, /An alert dialog "hi there" was dismissed\./);
-    assert.match(text, /A confirm dialog "sure\?" was dismissed\./);
-    assert.match(text, /A prompt dialog "name\?" was dismissed\./);
+    const texts = blocks(r.tool_results[0]!)
+      .filter((b) => b.type === 'text')
+      .map((b) => b.text);
+    assert.match(texts[0]!, /^Navigated to .*\/dialogs — Dialogs \(HTTP 200\)/);
+    // One block per notice; the message on one line, JSON-quoted, cut to 200 code points with `…`, or left out.
+    assert.deepEqual(texts.slice(1), [
+      'An alert dialog "say \\"hi\\" there" was dismissed.',
+      'A confirm dialog was dismissed.',
+      `A prompt dialog "${'n'.repeat(200)}…" was dismissed.`,
+    ]);
   });
 
   test('screenshot is the viewport; zoom fits the region to the screenshot size', async () => {

@@ -18,6 +18,7 @@ import type { CapturedImage } from '../image.ts';
 import { fitsLimits, type ScreenshotLimits } from '../geometry.ts';
 import type { BlockType, MemberOutput } from '../../toolsets/types.ts';
 import { ERROR_TEXT_MAX_CODE_POINTS } from './failure.ts';
+import { cutPoints, oneLine } from '../text.ts';
 
 /** What the SDK sends for an empty reading result. */
 export const EMPTY_TEXT = '(empty)';
@@ -68,20 +69,29 @@ function imageBlock(image: CapturedImage, rules: ImageRules): ImageBlock {
   return { type: 'image', source: { type: 'base64', media_type: image.mediaType, data } };
 }
 
-/** Longest string in a browser_state block (docs/TOOLSETS.md C4). */
+/** Longest string in a browser_state block, in code points (docs/TOOLSETS.md C4). */
 const STATE_STRING_MAX = 4096;
 
-/** Page titles and URLs are untrusted: drop the characters the API refuses, and bound the length. */
+/** A page title (or another page-supplied string) on one line, at most 4096 code points, as the SDK's runner holds it. */
 export function stateString(value: string): string {
-  // Cut first, then make well-formed: a cut between the halves of a surrogate pair leaves U+FFFD, never half a character.
-  const cut = value.length > STATE_STRING_MAX ? value.slice(0, STATE_STRING_MAX) : value;
-  return wellFormed(cut).replace(/[\p{Cc}\u2028\u2029]/gu, ' ');
+  return cutPoints(oneLine(value), STATE_STRING_MAX);
 }
 
-/** Every string of a state change goes through stateString (download URLs are page-supplied too). */
+/**
+ * A URL on one line; a longer one than 4096 code points becomes `…` and its
+ * first 4095, as the SDK's runner writes it, so that the cut text is not
+ * taken for a whole address.
+ */
+export function stateUrl(value: string): string {
+  const line = oneLine(value);
+  const cut = cutPoints(line, STATE_STRING_MAX);
+  return cut === line ? line : `\u2026${cutPoints(line, STATE_STRING_MAX - 1)}`;
+}
+
+/** Every string of a state change is page-supplied: URLs through stateUrl, the rest through stateString. */
 function cleanChange(change: BrowserStateChange): BrowserStateChange {
   return Object.fromEntries(
-    Object.entries(change).map(([k, v]) => [k, typeof v === 'string' ? stateString(v) : v]),
+    Object.entries(change).map(([k, v]) => [k, typeof v !== 'string' ? v : k === 'url' ? stateUrl(v) : stateString(v)]),
   ) as BrowserStateChange;
 }
 
@@ -90,7 +100,7 @@ function browserStateBlock(state: Omit<BrowserStateBlock, 'type'>): BrowserState
   const tabs = state.tabs.map((t) => ({
     tab_id: t.tab_id,
     title: stateString(t.title),
-    url: stateString(t.url),
+    url: stateUrl(t.url),
     ...(t.active ? { active: true } : {}),
   }));
   const block: BrowserStateBlock = {

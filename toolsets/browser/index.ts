@@ -131,7 +131,8 @@ async function aroundCall(
     session.reported(report, false);
     return [state];
   }
-  if (report.notices.length) outputs.push({ kind: 'text', text: report.notices.join('\n') });
+  // One text block per notice, as the SDK's runner sends them.
+  for (const notice of report.notices) outputs.push({ kind: 'text', text: notice });
   if (report.tabsChanged || report.changes.length) outputs.push(state);
   session.reported(report, true);
   return outputs;
