@@ -403,6 +403,14 @@ describe('browser navigation, tabs, screen and optional members', () => {
     );
     assert.equal(r.tool_results[5]!.is_error, true);
     assert.equal(textOf(r.tool_results[5]!), 'The JavaScript threw TypeError.');
+    // An empty value reads (empty), also when the tabs changed and a browser_state goes beside it.
+    const [empty] = (await run(f, [use('javascript_exec', { text: "document.title = 'Retitled', ''" })])).tool_results;
+    assert.deepEqual(
+      blocks(empty!).map((b) => b.type),
+      ['text', 'browser_state'],
+    );
+    assert.equal(textOf(empty!), '(empty)');
+    assert.equal(stateOf(empty!)!.tabs.find((t) => t.active)?.title, 'Retitled');
   });
 
   test('read_console and read_network report what happened since the last read', async () => {
@@ -436,6 +444,12 @@ describe('browser navigation, tabs, screen and optional members', () => {
       [{ paths: ['/etc/passwd'] }, /^paths\[0\] is not a file inside the folders uploads are allowed from/],
       [{ paths: [join(uploads, '..', 'x')] }, /^paths\[0\] is not a file inside/],
       [{ paths: [join(uploads, 'missing.txt')] }, /^paths\[0\] is not a file inside/],
+      // Paths are checked before document ids, as the SDK's runner checks them.
+      [{ paths: ['/etc/passwd'], document_ids: ['doc-1'] }, /^paths\[0\] is not a file inside/],
+      [
+        { paths: [join(uploads, 'hello.txt')], document_ids: ['doc-1'] },
+        /^file_upload has no configured document allowlist$/,
+      ],
       [{}, /^Give paths or document_ids/],
     ];
     for (const [input, expected] of cases) {

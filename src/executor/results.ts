@@ -156,7 +156,11 @@ export function successResult(
   if (content.filter((b) => b.type === 'browser_state').length > 1) {
     throw new ContractViolationError('at most one browser_state block per result');
   }
-  // A browser_state-only result (a tab member) is complete as it is.
-  if (content.length === 0) content.push({ type: 'text', text: EMPTY_TEXT });
+  // A browser_state-only result (a tab member) is complete as it is. A member that gave text, all of it
+  // empty (javascript_exec of ''), says so beside the browser_state, as the SDK's runner does.
+  const said = content.some((b) => b.type === 'text' || b.type === 'image');
+  if (!said && (content.length === 0 || outputs.some((o) => o.kind === 'text'))) {
+    content.unshift({ type: 'text', text: EMPTY_TEXT });
+  }
   return { ...base(toolUse), content };
 }

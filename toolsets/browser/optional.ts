@@ -171,8 +171,9 @@ export const fileUpload = browserMember({
     const paths = input.paths ?? [];
     const documents = input.document_ids ?? [];
     if (!paths.length && !documents.length) throw new ToolInputError('Give paths or document_ids: at least one file.');
-    if (documents.length) throw new ToolRefusedError('file_upload has no configured document allowlist');
-    if (!ctx.uploadRoots.length) throw new ToolRefusedError('file_upload has no configured upload roots');
+    // Paths first, then documents: the SDK runner's order, so the same input is refused for the same reason.
+    if (paths.length && !ctx.uploadRoots.length)
+      throw new ToolRefusedError('file_upload has no configured upload roots');
     const roots = await Promise.all(ctx.uploadRoots.map((r) => realpath(r).catch(() => r)));
     const files: string[] = [];
     for (const [i, path] of paths.entries()) {
@@ -185,6 +186,7 @@ export const fileUpload = browserMember({
       }
       files.push(real);
     }
+    if (documents.length) throw new ToolRefusedError('file_upload has no configured document allowlist');
     const { page } = await ctx.tab(input.tab_id);
     const element = await refElement(page, input.target.ref);
     try {
