@@ -413,6 +413,22 @@ describe('browser navigation, tabs, screen and optional members', () => {
     assert.equal(stateOf(empty!)!.tabs.find((t) => t.active)?.title, 'Retitled');
   });
 
+  test("a failed call's notices are on its own result, as the SDK runner puts them, and not again later", async () => {
+    await run(f, [use('navigate', { url: `${origin}/a` })]);
+    // The alert is dismissed (and noted) before the script goes on to throw.
+    const [failed] = (await run(f, [use('javascript_exec', { text: "alert('why'), null.x" })])).tool_results;
+    assert.equal(failed!.is_error, true);
+    assert.deepEqual(
+      blocks(failed!).map((b) => b.text),
+      ['The JavaScript threw TypeError.', 'An alert dialog "why" was dismissed.'],
+    );
+    const [next] = (await run(f, [use('javascript_exec', { text: '6 * 7' })])).tool_results;
+    assert.deepEqual(
+      blocks(next!).map((b) => b.text),
+      ['42'],
+    );
+  });
+
   test('read_console and read_network report what happened since the last read', async () => {
     // A fresh tab: the buffers hold what happened in a tab since its last read.
     let r = await run(f, [

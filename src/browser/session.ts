@@ -344,6 +344,14 @@ export class BrowserSession {
     await this.call.navigationsSettled();
   }
 
+  /** The notices waiting for the model, now shown on a failed call's result (as the SDK's runner shows them). */
+  takeNotices(): string[] {
+    const lines = this.notices.lines();
+    this.notices.clear();
+    this.downloads.noticeShown();
+    return lines;
+  }
+
   /** Records that a report was sent (its notices shown, its inventory known to the model). */
   reported(report: CallReport, noticesShown: boolean): void {
     this.lastReported = JSON.stringify(report.tabs);

@@ -14,7 +14,7 @@
  *   every later one get the cancelled text; `cancelled: true`).
  */
 import type { BatchResult, Failure, ScreenshotFile, ToolEvent, ToolResult, ToolUse } from '../protocol.ts';
-import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError } from '../errors.ts';
+import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError, modelNotes } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ScreenshotStore } from '../screenshot-store.ts';
 import type { MemberOutput, PlainTool, RunnableMember, Toolset } from '../../toolsets/types.ts';
@@ -186,7 +186,7 @@ export class Executor {
             const repeated = req.repeats?.failed(tu, error) ?? 1;
             if (repeated >= 2) error.repeated = repeated;
             if (repeated >= REPEAT_THRESHOLD) text = `${text}\n\n${REPEAT_ADVICE(repeated)}`;
-            results.push(errorResult(tu, text));
+            results.push(errorResult(tu, text, modelNotes(outcome.error)));
             failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
             // Only a toolset served here halts: nothing of an unknown toolset_name ran, so nothing of it is stopped.
             if (family !== undefined && this.toolsetOf(family) && !halted.has(family)) halted.set(family, index);

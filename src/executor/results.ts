@@ -50,12 +50,18 @@ function base(toolUse: ToolUse): Pick<ToolResult, 'type' | 'tool_use_id' | 'tool
   };
 }
 
-/** An `is_error` result: one non-empty, well-formed text block of bounded length. */
-export function errorResult(toolUse: ToolUse, text: string): ToolResult {
-  let clean = wellFormed(text);
-  const codePoints = Array.from(clean);
-  if (codePoints.length > ERROR_TEXT_MAX_CODE_POINTS) clean = codePoints.slice(0, ERROR_TEXT_MAX_CODE_POINTS).join('');
-  return { ...base(toolUse), is_error: true, content: [{ type: 'text', text: clean || EMPTY_ERROR_TEXT }] };
+/**
+ * An `is_error` result: a non-empty, well-formed text block of bounded length,
+ * then one text block per note the daemon wrote for the model (withModelNotes).
+ */
+export function errorResult(toolUse: ToolUse, text: string, notes: readonly string[] = []): ToolResult {
+  const clean = cutPoints(wellFormed(text), ERROR_TEXT_MAX_CODE_POINTS);
+  const lines = notes.map((n) => cutPoints(wellFormed(n), ERROR_TEXT_MAX_CODE_POINTS)).filter((n) => n !== '');
+  return {
+    ...base(toolUse),
+    is_error: true,
+    content: [clean || EMPTY_ERROR_TEXT, ...lines].map((t) => ({ type: 'text' as const, text: t })),
+  };
 }
 
 function imageBlock(image: CapturedImage, rules: ImageRules): ImageBlock {

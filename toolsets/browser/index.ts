@@ -7,6 +7,7 @@
  */
 import type { z } from 'zod';
 import { FALLBACK_NOT_EXECUTED_TEXT } from '../text.ts';
+import { withModelNotes } from '../../src/errors.ts';
 import {
   defineToolset,
   memberNames,
@@ -114,7 +115,9 @@ async function aroundCall(
   } catch (err) {
     // endCall throws BrowserCrashedError itself when the browser died during the call.
     await session.endCall(call, false);
-    throw err;
+    // A refused navigation or a dismissed dialog is often why the call failed: the model reads them here.
+    const notices = session.takeNotices();
+    throw notices.length ? withModelNotes(err, notices) : err;
   } finally {
     death.dispose();
     ctx.release();
