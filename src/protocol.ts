@@ -52,6 +52,17 @@ export const ToolUseSchema = z
   .transform(({ type, id, name, toolset_name, input }) => ({ type, id, name, toolset_name, input }));
 export type ToolUse = z.output<typeof ToolUseSchema>;
 
+/**
+ * One entry of the `tools[]` list the agent sends to the Messages API, as far
+ * as the daemon reads it: its `type` and, for a toolset, `configs`. Other
+ * fields (a function tool's schema) are allowed and ignored.
+ */
+export const AgentToolEntrySchema = z.looseObject({
+  type: z.string().max(100).optional(),
+  configs: z.record(z.string().max(64), z.looseObject({ enabled: z.boolean().nullish() }).nullish()).nullish(),
+});
+export type AgentToolEntry = z.output<typeof AgentToolEntrySchema>;
+
 export const HelloSchema = z.strictObject({
   type: z.literal('hello'),
   /** Free-form client identification, for logs. */
@@ -64,6 +75,12 @@ export const HelloSchema = z.strictObject({
   legacy_tools: z.boolean().optional(),
   /** `true`: `welcome.limits` also carries the limits added within v1 (`max_batch_ms` and the others). */
   all_limits: z.boolean().optional(),
+  /**
+   * The `tools[]` the agent sends to the API. When given, the session runs
+   * only what the model was offered: a toolset missing from it, or a member
+   * its `configs` leaves off, is refused with the SDK runner's text.
+   */
+  tools: z.array(AgentToolEntrySchema).max(256).optional(),
 });
 
 export const BatchSchema = z.strictObject({

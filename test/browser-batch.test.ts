@@ -5,9 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import type { BatchResult, ToolUse, Welcome } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
-import { computerUse } from './helpers/daemon.ts';
+import { TestClient, computerUse } from './helpers/daemon.ts';
 import { browserUse, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
 
 const text = (r: BatchResult, i: number): string => {
@@ -60,6 +60,43 @@ describe('browser calls in batches', () => {
     assert.equal(text(r, 1), 'Waited 0s.');
     assert.equal(text(r, 2), 'Not executed: an earlier action in this turn failed.');
     assert.deepEqual(r.halted, { browser: 0 });
+  });
+
+  test("the agent's own tools[] in hello: a member its configs leave off, and a toolset it did not declare, are refused as the SDK runner refuses them", async () => {
+    const client = await TestClient.open(fx.daemon.url);
+    try {
+      client.send({
+        type: 'hello',
+        tools: [
+          { type: 'browser_toolset_20260801', configs: { get_page_text: { enabled: false }, find: null } },
+          { name: 'lookup', description: 'a function tool of the agent', input_schema: { type: 'object' } },
+        ],
+      });
+      await client.next((m): m is Welcome => m.type === 'welcome');
+      const uses = [
+        browserUse('navigate', { url: `${fx.web.origin}/b` }),
+        computerUse('wait', { duration: 0 }), // the computer toolset is served here, but not declared by this agent
+        browserUse('get_page_text'), // switched off by the agent's configs
+        browserUse('find', { query: 'main text' }), // halted
+        computerUse('wait', { duration: 0 }), // still not found: an undeclared toolset never halts
+      ];
+      const { result } = await client.batch('offer-1', uses);
+      const r = assertApiValid(uses, result);
+      assert.match(text(r, 0), /^Navigated to /);
+      assert.equal(text(r, 1), "Error: Toolset 'computer' member 'wait' not found");
+      assert.equal(
+        text(r, 2),
+        "The 'get_page_text' action is not permitted by this application's permissions and cannot be used in this session.",
+      );
+      assert.equal(text(r, 3), 'Not executed: an earlier action in this turn failed.');
+      assert.equal(text(r, 4), "Error: Toolset 'computer' member 'wait' not found");
+      assert.deepEqual(r.halted, { browser: 2 });
+    } finally {
+      client.close();
+    }
+    // Another session (no tools in its hello) is offered everything served.
+    const r = await run([browserUse('get_page_text')]);
+    assert.equal(r.tool_results[0]!.is_error, undefined);
   });
 });
 

@@ -78,6 +78,7 @@ function testToolset(name: string, notExecutedText: string, effects: string[]): 
     usesDesktop: true,
     allowedBlocks: ['text', 'image'],
     allMemberNames: members.map((m) => m.name),
+    optionalMemberNames: ['slow'],
     members: new Map(members.filter((m) => m.name !== 'off').map((m) => [m.name, bindMember(m, ctx)])),
     disabledMemberNames: new Set(['off']),
   };
@@ -109,7 +110,7 @@ function setup(options: { exposeErrorMessages?: boolean; callTimeoutMs?: number 
     const raw = await executor.run({ sessionId: 's', batchId: 'b', toolUses, signal, emit });
     return { result: assertApiValid(toolUses, raw), events };
   };
-  return { effects, run };
+  return { effects, run, executor };
 }
 
 const use = (id: string, toolset: string | null, name: string, input: unknown): ToolUse => ({
@@ -336,6 +337,24 @@ describe('executor', () => {
     for (const i of [1, 2, 4]) assert.equal(result.tool_results[i]!.toolset_name, undefined);
     assert.deepEqual(result.halted, { computer: 0, browser: 2 });
     assert.deepEqual(effects, []);
+  });
+
+  test("an agent's tools[] offers a toolset only when listed; its configs switch members off, and optional ones on", () => {
+    const { executor } = setup();
+    const offer = executor.agentOffer([
+      {
+        type: 'computer_toolset_test',
+        configs: { ok: { enabled: false }, fail: null, constructor: { enabled: true } },
+      },
+    ]);
+    assert.equal(offer.get('browser'), 'none');
+    assert.deepEqual(
+      offer.get('computer'),
+      new Set(['ok', 'slow']),
+      'ok switched off; slow is optional and not switched on',
+    );
+    const on = executor.agentOffer([{ type: 'computer_toolset_test', configs: { slow: { enabled: true } } }]);
+    assert.deepEqual(on.get('computer'), new Set());
   });
 
   test('toolset names that are object keys (constructor, __proto__) are not mistaken for served or halted ones', async () => {

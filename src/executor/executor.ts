@@ -13,7 +13,15 @@
  *   once spent, the batch is cancelled like any other (the running call and
  *   every later one get the cancelled text; `cancelled: true`).
  */
-import type { BatchResult, Failure, ScreenshotFile, ToolEvent, ToolResult, ToolUse } from '../protocol.ts';
+import type {
+  AgentToolEntry,
+  BatchResult,
+  Failure,
+  ScreenshotFile,
+  ToolEvent,
+  ToolResult,
+  ToolUse,
+} from '../protocol.ts';
 import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError, modelNotes } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ScreenshotStore } from '../screenshot-store.ts';
@@ -64,7 +72,16 @@ export interface BatchRequest {
    * then the running call is cancelled and the rest are answered with the cancelled text. None when absent.
    */
   maxBatchMs?: number;
+  /** What the agent's own `tools[]` (hello.tools) leaves off; everything served is offered when absent. */
+  offer?: AgentOffer;
 }
+
+/** Per served toolset: `'none'` when the agent did not declare it, else the members its `configs` leaves off. */
+export type AgentOffer = ReadonlyMap<string, 'none' | ReadonlySet<string>>;
+
+/** The SDK runner's text for a member the `tools[]` entry (the operator's or the agent's) switched off. */
+const memberOffText = (name: string): string =>
+  `The '${name}' action is not permitted by this application's permissions and cannot be used in this session.`;
 
 type Outcome =
   | { kind: 'succeeded'; result: ToolResult; outputs: MemberOutput[]; attempts: number }
@@ -96,6 +113,32 @@ export class Executor {
   /** The toolsets this daemon serves, by `toolset_name`. */
   get served(): ReadonlyMap<string, Toolset> {
     return this.toolsets;
+  }
+
+  /**
+   * What an agent's `tools[]` offers its model of the toolsets served here: a
+   * toolset whose type it does not list is not offered at all; of one it
+   * lists, a member is off when its `configs` entry says `enabled: false`, or
+   * when the API leaves it off by default (the optional members) and the
+   * entry does not switch it on.
+   */
+  agentOffer(entries: readonly AgentToolEntry[]): AgentOffer {
+    const offer = new Map<string, 'none' | ReadonlySet<string>>();
+    for (const t of this.toolsets.values()) {
+      const entry = entries.find((e) => e.type === t.type);
+      if (!entry) {
+        offer.set(t.name, 'none');
+        continue;
+      }
+      const optional = t.optionalMemberNames ?? [];
+      const configs = entry.configs ?? {};
+      const off = t.allMemberNames.filter((name) => {
+        const set = Object.hasOwn(configs, name) ? configs[name]?.enabled : undefined;
+        return !(set ?? !optional.includes(name));
+      });
+      offer.set(t.name, new Set(off));
+    }
+    return offer;
   }
 
   async run(request: BatchRequest): Promise<BatchResult> {
@@ -151,9 +194,9 @@ export class Executor {
           event(index, tu, 'cancelled');
           continue;
         }
-        const family = this.familyOf(tu);
+        const family = this.familyOf(tu, req.offer);
         // A malformed toolset call is answered as one even after its toolset halted (the SDK's order).
-        if (family !== undefined && halted.has(family) && !this.isMalformedToolsetCall(tu)) {
+        if (family !== undefined && halted.has(family) && !this.isMalformedToolsetCall(tu, req.offer)) {
           const text = this.toolsetOf(family)?.notExecutedText ?? FALLBACK_NOT_EXECUTED_TEXT;
           results.push(errorResult(tu, text));
           event(index, tu, 'not_executed');
@@ -189,7 +232,14 @@ export class Executor {
             results.push(errorResult(tu, text, modelNotes(outcome.error)));
             failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
             // Only a toolset served here halts: nothing of an unknown toolset_name ran, so nothing of it is stopped.
-            if (family !== undefined && this.toolsetOf(family) && !halted.has(family)) halted.set(family, index);
+            if (
+              family !== undefined &&
+              this.toolsetOf(family) &&
+              req.offer?.get(family) !== 'none' &&
+              !halted.has(family)
+            ) {
+              halted.set(family, index);
+            }
             event(index, tu, 'failed', { duration_ms, error });
             const code = (outcome.error as { code?: unknown } | null)?.code;
             log.warn('tool call failed', {
@@ -239,15 +289,20 @@ export class Executor {
    * What halts together: the toolset_name, or the older `computer` tool's own
    * family (no toolset_name), or the toolset a malformed toolset call is named after.
    */
-  private familyOf(tu: ToolUse): string | undefined {
+  private familyOf(tu: ToolUse, offer?: AgentOffer): string | undefined {
     if (tu.toolset_name) return tu.toolset_name;
     if (this.plainTool?.handles(tu)) return this.plainTool.name;
-    return this.isMalformedToolsetCall(tu) ? tu.name : undefined;
+    return this.isMalformedToolsetCall(tu, offer) ? tu.name : undefined;
   }
 
-  /** A call named after a served toolset with no toolset_name, which no plain tool takes (the SDK's rule). */
-  private isMalformedToolsetCall(tu: ToolUse): boolean {
-    return !tu.toolset_name && this.toolsets.has(tu.name) && !this.plainTool?.handles(tu);
+  /** Whether `family` is a toolset served here and offered to this agent's model: only such a toolset halts. */
+  private offered(family: string, offer?: AgentOffer): boolean {
+    return this.toolsets.has(family) && offer?.get(family) !== 'none';
+  }
+
+  /** A call named after an offered toolset with no toolset_name, which no plain tool takes (the SDK's rule). */
+  private isMalformedToolsetCall(tu: ToolUse, offer?: AgentOffer): boolean {
+    return !tu.toolset_name && this.offered(tu.name, offer) && !this.plainTool?.handles(tu);
   }
 
   private toolsetOf(family: string | undefined): Toolset | undefined {
@@ -261,7 +316,7 @@ export class Executor {
     let toolset: Toolset;
     let input: unknown;
     try {
-      ({ toolset, member } = this.resolve(tu));
+      ({ toolset, member } = this.resolve(tu, req.offer));
       const raw = tu.input ?? {};
       const parsed = member.input.safeParse(raw);
       if (!parsed.success) {
@@ -310,21 +365,22 @@ export class Executor {
     }
   }
 
-  private resolve(tu: ToolUse): { toolset: Toolset; member: RunnableMember } {
+  private resolve(tu: ToolUse, offer?: AgentOffer): { toolset: Toolset; member: RunnableMember } {
     if (!tu.toolset_name) {
       if (this.plainTool?.handles(tu)) return { toolset: this.plainTool, member: this.plainTool.member(tu.input) };
-      if (this.isMalformedToolsetCall(tu)) throw new ToolRefusedError(malformedToolsetCallText(tu.name, tu.input));
+      if (this.isMalformedToolsetCall(tu, offer)) {
+        throw new ToolRefusedError(malformedToolsetCallText(tu.name, tu.input));
+      }
       throw new ToolRefusedError(toolNotFoundText(tu.name));
     }
     const toolset = this.toolsets.get(tu.toolset_name);
-    if (!toolset) throw new ToolRefusedError(toolsetNotFoundText(tu.toolset_name, tu.name));
+    const off = offer?.get(tu.toolset_name);
+    if (!toolset || off === 'none') throw new ToolRefusedError(toolsetNotFoundText(tu.toolset_name, tu.name));
+    // The agent's own configs left this member off: its model was not offered it (the SDK runner refuses it so).
+    if (off?.has(tu.name)) throw new ToolRefusedError(memberOffText(tu.name));
     const member = toolset.members.get(tu.name);
     if (member) return { toolset, member };
-    if (toolset.disabledMemberNames.has(tu.name)) {
-      throw new ToolRefusedError(
-        `The '${tu.name}' action is not permitted by this application's permissions and cannot be used in this session.`,
-      );
-    }
+    if (toolset.disabledMemberNames.has(tu.name)) throw new ToolRefusedError(memberOffText(tu.name));
     if (toolset.allMemberNames.includes(tu.name)) {
       throw new ToolRefusedError(
         `The ${toolset.name} toolset member '${tu.name}' is not available in this environment.`,

@@ -13,6 +13,7 @@ import {
   CLOSE_SEND_BUFFER_FULL,
   CLOSE_SESSION_RESUMED,
   ClientMessageSchema,
+  type AgentToolEntry,
   type BatchMessage,
   type ErrorCode,
   type HelloMessage,
@@ -32,6 +33,8 @@ export interface SessionRegistry {
   replayed(session: Session, batchId: string): void;
   /** False once shutdown began: no new sessions or batches. */
   accepting(): boolean;
+  /** Records what the agent's own `tools[]` (hello.tools) offers its model, for the session's later batches. */
+  offerTools(session: Session, entries: readonly AgentToolEntry[]): void;
 }
 
 /** What a `hello` asked to find in its welcome. */
@@ -193,6 +196,11 @@ export class Connection {
   }
 
   private async onHello(msg: HelloMessage): Promise<void> {
+    await this.greet(msg);
+    if (msg.tools && this.session && !this.done) this.deps.sessions.offerTools(this.session, msg.tools);
+  }
+
+  private async greet(msg: HelloMessage): Promise<void> {
     if (msg.events !== undefined) this.events = msg.events;
     if (msg.legacy_tools !== undefined) this.welcomeOptions = { ...this.welcomeOptions, legacyTools: msg.legacy_tools };
     if (msg.all_limits !== undefined) this.welcomeOptions = { ...this.welcomeOptions, allLimits: msg.all_limits };

@@ -13,6 +13,7 @@ import type { Logger } from '../log.ts';
 import {
   PROTOCOL_PATH,
   PROTOCOL_VERSION,
+  type AgentToolEntry,
   type LegacyComputerTools,
   type ToolsetInfo,
   type Welcome,
@@ -205,6 +206,10 @@ export class DeskbatchServer {
     socket.end(`HTTP/1.1 ${status} ${reason}\r\n${head}\r\n${reason}\n`, () => socket.destroy());
   }
 
+  offerTools(session: Session, entries: readonly AgentToolEntry[]): void {
+    session.offer = this.deps.executor.agentOffer(entries);
+  }
+
   accepting(): boolean {
     return this.state === 'running';
   }
@@ -288,6 +293,7 @@ export class DeskbatchServer {
           },
           repeats,
           maxBatchMs: config.limits.maxBatchMs,
+          ...(session.offer ? { offer: session.offer } : {}),
         });
         logBatch(log.child({ session: id }), result, toolUses, notExecuted);
         if (activity.observed) activity.publish({ type: 'batch_finished', session: id, result, at: Date.now() });

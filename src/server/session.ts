@@ -7,6 +7,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { BatchResult, ToolEvent, ToolUse } from '../protocol.ts';
 import { canonicalJson } from '../text.ts';
+import type { AgentOffer } from '../executor/executor.ts';
 
 export interface SessionLimits {
   maxQueuedBatches: number;
@@ -103,6 +104,8 @@ export class Session {
   readonly id: string;
   /** Set while a connection is attached; events go there. */
   emit: ((event: ToolEvent) => void) | undefined;
+  /** What the agent's own tools[] offers its model (hello.tools); everything served when unset. */
+  offer: AgentOffer | undefined;
   /** The attached connection, and how to drop it when another resumes the session. */
   private owner: { id: object; evict: () => void } | undefined;
   private readonly batches = new Map<string, StoredBatch>();
