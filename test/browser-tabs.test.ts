@@ -376,6 +376,30 @@ describe('browser navigation, tabs, screen and optional members', () => {
     assert.deepEqual(px(1200), [0, 0, 255]);
   });
 
+  test('zoom renders the region at its scale: a line a quarter of a pixel wide is there to see, also on a scrolled page', async () => {
+    // Captured at 1 device pixel per CSS pixel and enlarged, the line would be one light grey column (about 191).
+    f.web.route(
+      '/hairline',
+      `<style>body{margin:0;background:#fff;height:4000px}</style>` +
+        `<div style="position:absolute;left:10px;top:1010px;width:1px;height:40px;background:#000;transform:scaleX(0.25);transform-origin:0 0"></div>`,
+    );
+    const r = await run(f, [
+      use('navigate', { url: `${origin}/hairline` }),
+      use('javascript_exec', { text: 'scrollTo(0, 1000), scrollY' }),
+      use('zoom', { region: [0, 0, 32, 20] }),
+    ]);
+    assert.equal(textOf(r.tool_results[1]!), '1000');
+    const zoomed = Buffer.from(blocks(r.tool_results[2]!)[0]!.source!.data, 'base64');
+    assert.deepEqual(imageSize(zoomed), { width: 1280, height: 800 });
+    const { data, info } = await sharp(zoomed).greyscale().raw().toBuffer({ resolveWithObject: true });
+    let darkest = 255;
+    for (let x = 0; x < info.width; x++) darkest = Math.min(darkest, data[600 * info.width + x]!);
+    assert.ok(
+      darkest < 64,
+      `the darkest pixel across the line's row is ${darkest}: the line was enlarged, not rendered`,
+    );
+  });
+
   test('zoom refuses a region outside the screenshot', async () => {
     for (const region of [
       [0, 0, 1281, 10],

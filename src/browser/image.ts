@@ -3,7 +3,10 @@
  * captures the viewport (or a clip of it) at CSS-pixel resolution; when the
  * image must be resized, or the format is one Playwright cannot write (webp),
  * sharp resizes and encodes it. When no resize is needed Playwright's own
- * PNG or JPEG is returned as is, which saves a decode and an encode.
+ * PNG or JPEG is returned as is, which saves a decode and an encode. A clip
+ * shown larger than it is (`zoom`) is rendered at that scale by Chromium
+ * itself (CDP Page.captureScreenshot with a clip scale), so small text is
+ * really there to read, not enlarged pixels.
  */
 import type { Page } from 'playwright';
 import sharp from 'sharp';
@@ -25,6 +28,8 @@ const MEDIA_TYPES = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' }
 
 export async function captureViewport(page: Page, options: ViewportCaptureOptions): Promise<CapturedImage> {
   const { clip, output, format, quality, timeoutMs } = options;
+  const scale = clip ? Math.min(output.width / clip.width, output.height / clip.height) : 1;
+  if (clip && scale > 1) return encode(await renderScaled(page, clip, scale, timeoutMs), output, format, quality);
   const source = clip ?? page.viewportSize();
   const direct = format !== 'webp' && source?.width === output.width && source.height === output.height;
   const shot = await page.screenshot({
@@ -37,9 +42,43 @@ export async function captureViewport(page: Page, options: ViewportCaptureOption
     timeout: timeoutMs,
   });
   if (direct) return { data: shot, mediaType: MEDIA_TYPES[format], width: output.width, height: output.height };
+  return encode(shot, output, format, quality);
+}
+
+/** `shot` resized to exactly `output` (a pixel of rounding at most, after a scaled render) and encoded. */
+async function encode(shot: Buffer, output: Size, format: ImageFormat, quality: number): Promise<CapturedImage> {
   const resized = sharp(shot).resize(output.width, output.height, { fit: 'fill' });
   const data = await (
     format === 'png' ? resized.png() : format === 'jpeg' ? resized.jpeg({ quality }) : resized.webp({ quality })
   ).toBuffer();
   return { data, mediaType: MEDIA_TYPES[format], width: output.width, height: output.height };
+}
+
+/**
+ * The viewport's `clip` rendered at `scale` device pixels per CSS pixel, as a
+ * PNG. CDP's clip is in document coordinates, so the viewport's scroll offset
+ * is added (as Playwright does for its own clips).
+ */
+async function renderScaled(page: Page, clip: Rect, scale: number, timeoutMs: number): Promise<Buffer> {
+  const session = await page.context().newCDPSession(page);
+  try {
+    const capture = async (): Promise<Buffer> => {
+      const [left, top] = (await page.evaluate('[visualViewport.pageLeft, visualViewport.pageTop]')) as [
+        number,
+        number,
+      ];
+      const { data } = (await session.send('Page.captureScreenshot', {
+        format: 'png',
+        clip: { x: clip.x + left, y: clip.y + top, width: clip.width, height: clip.height, scale },
+      })) as { data: string };
+      return Buffer.from(data, 'base64');
+    };
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`zoom capture took longer than ${timeoutMs} ms`)), timeoutMs);
+    });
+    return await Promise.race([capture(), late]).finally(() => clearTimeout(timer));
+  } finally {
+    await session.detach().catch(() => undefined);
+  }
 }

@@ -27,7 +27,7 @@ export const screenshot = browserMember({
 
 export const zoom = browserMember({
   name: 'zoom',
-  summary: 'Capture a region of the viewport, fitted (upscaled) to the screenshot size.',
+  summary: 'Capture a region of the viewport at the screenshot size, rendered at that scale (not enlarged pixels).',
   kind: 'image',
   effect: 'read',
   input: z.object({ region: zoomRegion, tab_id: tabId }),
