@@ -21,6 +21,8 @@ import { RECORD_CLIENT_DIED, RECORD_CLIENT_STARTED, RECORD_FROM_CLIENT, XConnect
 const X_CHANGE_KEYBOARD_MAPPING = 100;
 const X_GET_KEYBOARD_MAPPING = 101;
 const XKB_GET_MAP = 8;
+/** How long recording may take to start before the worker gives up on it (and uses the fixed wait). */
+const START_TIMEOUT_MS = 5_000;
 
 export class KeymapReads {
   /** Our own ChangeKeyboardMapping requests the server has dispatched. */
@@ -49,25 +51,33 @@ export class KeymapReads {
     const xkb = await control.queryExtension('XKEYBOARD');
     const xres = await control.queryExtension('X-Resource');
     const data = await XConnection.open(display);
-    const reads = new KeymapReads(control, data, xkb, xres);
-    const context = control.newId();
-    control.recordCreateContext(record, context, [
-      { coreRequests: [X_CHANGE_KEYBOARD_MAPPING, X_GET_KEYBOARD_MAPPING], clientLifetimes: true },
-      ...(xkb === undefined
-        ? []
-        : [{ extRequests: { major: xkb, minor: [XKB_GET_MAP, XKB_GET_MAP] as [number, number] } }]),
-    ]);
-    await control.sync();
-    // Enabling answers with a first reply (StartOfData) once recording has begun.
-    await new Promise<void>((resolve, reject) => {
-      data
-        .recordEnableContext(record, context, (reply) => {
-          resolve();
-          reads.onReply(reply);
-        })
-        .catch(reject);
-    });
-    return reads;
+    try {
+      const reads = new KeymapReads(control, data, xkb, xres);
+      const context = control.newId();
+      control.recordCreateContext(record, context, [
+        { coreRequests: [X_CHANGE_KEYBOARD_MAPPING, X_GET_KEYBOARD_MAPPING], clientLifetimes: true },
+        ...(xkb === undefined
+          ? []
+          : [{ extRequests: { major: xkb, minor: [XKB_GET_MAP, XKB_GET_MAP] as [number, number] } }]),
+      ]);
+      await control.sync();
+      // Enabling answers with a first reply (StartOfData) once recording has begun; a server that
+      // never does must not hold the worker's start.
+      let timer: NodeJS.Timeout | undefined;
+      await new Promise<void>((resolve, reject) => {
+        timer = setTimeout(() => reject(new Error('RECORD did not start within 5 s')), START_TIMEOUT_MS);
+        data
+          .recordEnableContext(record, context, (reply) => {
+            resolve();
+            reads.onReply(reply);
+          })
+          .catch(reject);
+      }).finally(() => clearTimeout(timer));
+      return reads;
+    } catch (err) {
+      data.close();
+      throw err;
+    }
   }
 
   /** Parses one RECORD reply: the requests one client sent, in dispatch order. */
@@ -141,6 +151,8 @@ export class KeymapReads {
         resolve(ok);
       };
       const check = (): void => {
+        // The owner's process may be unknown yet (a client reusing a departed one's ids): ask again.
+        this.learnPid(owner);
         if (done()) finish(true);
       };
       const timer = setTimeout(() => finish(false), capMs);

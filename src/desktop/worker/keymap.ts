@@ -18,8 +18,9 @@ import { log, sleep, throwIfCancelled, type OpContext } from './context.ts';
 const BIND_SETTLE_MS = 50;
 /**
  * How long to wait for the focused client to re-read the keymap. A client
- * that does not within this is remembered as a lazy reader (it reads when the
- * key arrives, as Xlib's XLookupString does) and gets the fixed wait from then on.
+ * that does not within this is remembered as a lazy reader (it may read when
+ * the key arrives, as Xlib's XLookupString does): it is waited for only up to
+ * BIND_SETTLE_MS, until it is seen to re-read again.
  */
 const REREAD_CAP_MS = 1000;
 /** GetInputFocus's answer when focus follows the pointer (0 is None). */
@@ -189,21 +190,30 @@ export class XKeyboard {
     this.changes++;
   }
 
-  /** Waits until the focused window's client has re-read the keymap since our last change (see REREAD_CAP_MS). */
+  /**
+   * Waits until the focused window's client has re-read the keymap since our
+   * last change: up to REREAD_CAP_MS, or BIND_SETTLE_MS for a client seen not
+   * to re-read on its own (it is trusted again once it does).
+   */
   private async awaitReread(ctx: OpContext): Promise<void> {
     const start = performance.now();
     let focus = this.reads && !ctx.cancelled ? await this.conn.inputFocus() : 0;
-    // PointerRoot (no window manager): the keys go to the top-level window under the pointer.
-    if (focus === POINTER_ROOT) focus = (await this.conn.queryPointer()).child;
-    const client = focus > POINTER_ROOT ? this.reads!.owner(focus) : undefined;
-    if (client === undefined || this.lazyReaders.has(client)) return sleep(BIND_SETTLE_MS, ctx);
-    const read = await this.reads!.waitForRead(focus, this.changes, REREAD_CAP_MS, (abort) => (ctx.wake = abort));
+    // PointerRoot (no window manager), or the root itself: the keys go to the top-level window under the pointer.
+    if (focus === POINTER_ROOT || focus === this.conn.root) focus = (await this.conn.queryPointer()).child;
+    const client = focus > POINTER_ROOT ? this.reads!.owner(focus) : 0;
+    // 0: nothing to wait for (and X-Resource would read client 0 as every client).
+    if (client === 0) return sleep(BIND_SETTLE_MS, ctx);
+    const lazy = this.lazyReaders.has(client);
+    const cap = lazy ? BIND_SETTLE_MS : REREAD_CAP_MS;
+    const read = await this.reads!.waitForRead(focus, this.changes, cap, (abort) => (ctx.wake = abort));
     ctx.wake = undefined;
     const ms = Math.round(performance.now() - start);
-    if (read) log('debug', 'the focused client re-read the keymap', { ms });
-    else if (!ctx.cancelled) {
+    if (read) {
+      this.lazyReaders.delete(client);
+      log('debug', 'the focused client re-read the keymap', { ms });
+    } else if (!ctx.cancelled && !lazy) {
       this.lazyReaders.add(client);
-      log('info', 'the focused client did not re-read the keymap; using a fixed wait for it from now on', { ms });
+      log('info', 'the focused client did not re-read the keymap; waiting only briefly for it until it does', { ms });
     }
   }
 
