@@ -8,7 +8,7 @@
  * itself (CDP Page.captureScreenshot with a clip scale), so small text is
  * really there to read, not enlarged pixels.
  */
-import type { Page } from 'playwright';
+import type { CDPSession, Page } from 'playwright';
 import sharp from 'sharp';
 import type { Rect, Size } from '../geometry.ts';
 import type { CapturedImage, ImageFormat } from '../image.ts';
@@ -57,28 +57,31 @@ async function encode(shot: Buffer, output: Size, format: ImageFormat, quality: 
 /**
  * The viewport's `clip` rendered at `scale` device pixels per CSS pixel, as a
  * PNG. CDP's clip is in document coordinates, so the viewport's scroll offset
- * is added (as Playwright does for its own clips).
+ * (Page.getLayoutMetrics) is added, as Playwright does for its own clips.
  */
 async function renderScaled(page: Page, clip: Rect, scale: number, timeoutMs: number): Promise<Buffer> {
-  const session = await page.context().newCDPSession(page);
-  try {
-    const capture = async (): Promise<Buffer> => {
-      const [left, top] = (await page.evaluate('[visualViewport.pageLeft, visualViewport.pageTop]')) as [
-        number,
-        number,
-      ];
-      const { data } = (await session.send('Page.captureScreenshot', {
-        format: 'png',
-        clip: { x: clip.x + left, y: clip.y + top, width: clip.width, height: clip.height, scale },
-      })) as { data: string };
-      return Buffer.from(data, 'base64');
+  let session: CDPSession | undefined;
+  const capture = async (): Promise<Buffer> => {
+    session = await page.context().newCDPSession(page);
+    // The scroll offset from the browser, not from the page's own script (which a page could fake).
+    const metrics = (await session.send('Page.getLayoutMetrics')) as {
+      cssVisualViewport: { pageX: number; pageY: number };
     };
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`zoom capture took longer than ${timeoutMs} ms`)), timeoutMs);
-    });
-    return await Promise.race([capture(), late]).finally(() => clearTimeout(timer));
+    const { pageX, pageY } = metrics.cssVisualViewport;
+    const { data } = (await session.send('Page.captureScreenshot', {
+      format: 'png',
+      clip: { x: clip.x + pageX, y: clip.y + pageY, width: clip.width, height: clip.height, scale },
+    })) as { data: string };
+    return Buffer.from(data, 'base64');
+  };
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`zoom capture took longer than ${timeoutMs} ms`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([capture(), late]);
   } finally {
-    await session.detach().catch(() => undefined);
+    clearTimeout(timer);
+    await (session as CDPSession | undefined)?.detach().catch(() => undefined);
   }
 }
