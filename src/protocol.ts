@@ -59,7 +59,8 @@ export type ToolUse = z.output<typeof ToolUseSchema>;
  */
 export const AgentToolEntrySchema = z.looseObject({
   type: z.string().max(100).optional(),
-  configs: z.record(z.string().max(64), z.looseObject({ enabled: z.boolean().nullish() }).nullish()).nullish(),
+  name: z.string().max(200).optional(),
+  configs: z.record(z.string(), z.unknown()).nullish(),
 });
 export type AgentToolEntry = z.output<typeof AgentToolEntrySchema>;
 

@@ -79,6 +79,14 @@ describe('browser calls in batches', () => {
         browserUse('get_page_text'), // switched off by the agent's configs
         browserUse('find', { query: 'main text' }), // halted
         computerUse('wait', { duration: 0 }), // still not found: an undeclared toolset never halts
+        // The older computer tool is served here too, but this agent did not declare it either.
+        {
+          type: 'tool_use' as const,
+          id: 'toolu_offer_legacy',
+          name: 'computer',
+          toolset_name: undefined,
+          input: { action: 'cursor_position' },
+        },
       ];
       const { result } = await client.batch('offer-1', uses);
       const r = assertApiValid(uses, result);
@@ -90,6 +98,7 @@ describe('browser calls in batches', () => {
       );
       assert.equal(text(r, 3), 'Not executed: an earlier action in this turn failed.');
       assert.equal(text(r, 4), "Error: Toolset 'computer' member 'wait' not found");
+      assert.equal(text(r, 5), "Error: Tool 'computer' not found");
       assert.deepEqual(r.halted, { browser: 2 });
     } finally {
       client.close();

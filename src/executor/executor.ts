@@ -22,10 +22,10 @@ import type {
   ToolResult,
   ToolUse,
 } from '../protocol.ts';
-import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError, modelNotes } from '../errors.ts';
+import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ScreenshotStore } from '../screenshot-store.ts';
-import type { MemberOutput, PlainTool, RunnableMember, Toolset } from '../../toolsets/types.ts';
+import type { CallContext, MemberOutput, PlainTool, RunnableMember, Toolset } from '../../toolsets/types.ts';
 import { errorInfo, modelErrorText } from './failure.ts';
 import type { Lane } from './lane.ts';
 import { ContractViolationError, errorResult, successResult, type ImageRules } from './results.ts';
@@ -79,14 +79,27 @@ export interface BatchRequest {
 /** Per served toolset: `'none'` when the agent did not declare it, else the members its `configs` leaves off. */
 export type AgentOffer = ReadonlyMap<string, 'none' | ReadonlySet<string>>;
 
+/** A tool type's family: without its date and `_toolset` (`browser_toolset_20260801` is `browser`). */
+function family(type: string): string {
+  return type.replace(/_\d{8}$/, '').replace(/_toolset$/, '');
+}
+
+/** One member's `configs` entry read as the SDK's runner reads it: absent or null is the default, a non-object is off. */
+function memberEnabled(config: unknown, byDefault: boolean): boolean {
+  if (config === undefined || config === null) return byDefault;
+  if (typeof config !== 'object') return false;
+  const enabled = (config as { enabled?: unknown }).enabled;
+  return typeof enabled === 'boolean' ? enabled : byDefault;
+}
+
 /** The SDK runner's text for a member the `tools[]` entry (the operator's or the agent's) switched off. */
 const memberOffText = (name: string): string =>
   `The '${name}' action is not permitted by this application's permissions and cannot be used in this session.`;
 
 type Outcome =
   | { kind: 'succeeded'; result: ToolResult; outputs: MemberOutput[]; attempts: number }
-  | { kind: 'failed'; error: unknown; attempts: number }
-  | { kind: 'cancelled' };
+  | { kind: 'failed'; error: unknown; attempts: number; notes?: readonly string[] }
+  | { kind: 'cancelled'; notes?: readonly string[] };
 
 export class Executor {
   private readonly toolsets: ReadonlyMap<string, Toolset>;
@@ -125,7 +138,8 @@ export class Executor {
   agentOffer(entries: readonly AgentToolEntry[]): AgentOffer {
     const offer = new Map<string, 'none' | ReadonlySet<string>>();
     for (const t of this.toolsets.values()) {
-      const entry = entries.find((e) => e.type === t.type);
+      // Matched by family, as the SDK's runner matches: the type without its date.
+      const entry = entries.find((e) => e.type !== undefined && family(e.type) === family(t.type));
       if (!entry) {
         offer.set(t.name, 'none');
         continue;
@@ -133,10 +147,16 @@ export class Executor {
       const optional = t.optionalMemberNames ?? [];
       const configs = entry.configs ?? {};
       const off = t.allMemberNames.filter((name) => {
-        const set = Object.hasOwn(configs, name) ? configs[name]?.enabled : undefined;
-        return !(set ?? !optional.includes(name));
+        const config = Object.hasOwn(configs, name) ? configs[name] : undefined;
+        return !memberEnabled(config, !optional.includes(name));
       });
       offer.set(t.name, new Set(off));
+    }
+    // The older `computer` tool: an entry named `computer` that is not a toolset.
+    const plain = this.plainTool;
+    if (plain) {
+      const declared = entries.some((e) => e.name === plain.toolName && !e.type?.includes('_toolset'));
+      offer.set(plain.name, declared ? new Set() : 'none');
     }
     return offer;
   }
@@ -218,7 +238,7 @@ export class Executor {
           }
           case 'cancelled': {
             cancelled = true;
-            results.push(errorResult(tu, cancelledText(tu)));
+            results.push(errorResult(tu, cancelledText(tu), outcome.notes));
             event(index, tu, 'cancelled');
             break;
           }
@@ -229,7 +249,7 @@ export class Executor {
             const repeated = req.repeats?.failed(tu, error) ?? 1;
             if (repeated >= 2) error.repeated = repeated;
             if (repeated >= REPEAT_THRESHOLD) text = `${text}\n\n${REPEAT_ADVICE(repeated)}`;
-            results.push(errorResult(tu, text, modelNotes(outcome.error)));
+            results.push(errorResult(tu, text, outcome.notes));
             failures.push({ tool_use_id: tu.id, index, name: tu.name, error });
             // Only a toolset served here halts: nothing of an unknown toolset_name ran, so nothing of it is stopped.
             if (
@@ -291,7 +311,7 @@ export class Executor {
    */
   private familyOf(tu: ToolUse, offer?: AgentOffer): string | undefined {
     if (tu.toolset_name) return tu.toolset_name;
-    if (this.plainTool?.handles(tu)) return this.plainTool.name;
+    if (this.plainTakes(tu, offer)) return this.plainTool!.name;
     return this.isMalformedToolsetCall(tu, offer) ? tu.name : undefined;
   }
 
@@ -302,7 +322,12 @@ export class Executor {
 
   /** A call named after an offered toolset with no toolset_name, which no plain tool takes (the SDK's rule). */
   private isMalformedToolsetCall(tu: ToolUse, offer?: AgentOffer): boolean {
-    return !tu.toolset_name && this.offered(tu.name, offer) && !this.plainTool?.handles(tu);
+    return !tu.toolset_name && this.offered(tu.name, offer) && !this.plainTakes(tu, offer);
+  }
+
+  /** Whether the older `computer` tool takes this call: it is one, and the agent's tools[] (if given) declares the tool. */
+  private plainTakes(tu: ToolUse, offer?: AgentOffer): boolean {
+    return this.plainTool?.handles(tu) === true && offer?.get(this.plainTool.name) !== 'none';
   }
 
   private toolsetOf(family: string | undefined): Toolset | undefined {
@@ -334,7 +359,14 @@ export class Executor {
     const onBatchAbort = (): void => controller.abort(new CancelledError('batch cancelled'));
     req.signal.addEventListener('abort', onBatchAbort, { once: true });
     const timer = setTimeout(() => controller.abort(new ToolTimeoutError(timeoutMs)), timeoutMs);
-    const ctx = { signal: controller.signal, sessionId: req.sessionId, batchId: req.batchId, toolUseId: tu.id };
+    const notes: string[] = [];
+    const ctx: CallContext = {
+      signal: controller.signal,
+      sessionId: req.sessionId,
+      batchId: req.batchId,
+      toolUseId: tu.id,
+      noteOnFailure: (lines) => void notes.push(...lines),
+    };
     let attempts = 0;
     const once = (): Promise<MemberOutput[]> => {
       attempts++;
@@ -356,9 +388,11 @@ export class Executor {
         // Let the handler wind down (release keys, end the drag) before the next call runs.
         await Promise.race([work.catch(() => undefined), new Promise((r) => setTimeout(r, WIND_DOWN_MS).unref())]);
         const reason: unknown = controller.signal.reason;
-        return reason instanceof ToolTimeoutError ? { kind: 'failed', error: reason, attempts } : { kind: 'cancelled' };
+        return reason instanceof ToolTimeoutError
+          ? { kind: 'failed', error: reason, attempts, notes }
+          : { kind: 'cancelled', notes };
       }
-      return { kind: 'failed', error, attempts };
+      return { kind: 'failed', error, attempts, notes };
     } finally {
       clearTimeout(timer);
       req.signal.removeEventListener('abort', onBatchAbort);
@@ -367,7 +401,7 @@ export class Executor {
 
   private resolve(tu: ToolUse, offer?: AgentOffer): { toolset: Toolset; member: RunnableMember } {
     if (!tu.toolset_name) {
-      if (this.plainTool?.handles(tu)) return { toolset: this.plainTool, member: this.plainTool.member(tu.input) };
+      if (this.plainTakes(tu, offer)) return { toolset: this.plainTool!, member: this.plainTool!.member(tu.input) };
       if (this.isMalformedToolsetCall(tu, offer)) {
         throw new ToolRefusedError(malformedToolsetCallText(tu.name, tu.input));
       }

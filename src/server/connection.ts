@@ -196,34 +196,39 @@ export class Connection {
   }
 
   private async onHello(msg: HelloMessage): Promise<void> {
-    await this.greet(msg);
-    if (msg.tools && this.session && !this.done) this.deps.sessions.offerTools(this.session, msg.tools);
+    const greeted = await this.greet(msg);
+    if (greeted && msg.tools && this.session && !this.done) this.deps.sessions.offerTools(this.session, msg.tools);
   }
 
-  private async greet(msg: HelloMessage): Promise<void> {
+  /** Answers a hello: with a welcome (true), or with an error (false). */
+  private async greet(msg: HelloMessage): Promise<boolean> {
     if (msg.events !== undefined) this.events = msg.events;
     if (msg.legacy_tools !== undefined) this.welcomeOptions = { ...this.welcomeOptions, legacyTools: msg.legacy_tools };
     if (msg.all_limits !== undefined) this.welcomeOptions = { ...this.welcomeOptions, allLimits: msg.all_limits };
-    if (this.session) {
-      if (msg.resume_session_id && msg.resume_session_id !== this.session.id) {
-        return this.error('invalid_message', 'hello with resume_session_id must be the first message');
+    const refuse = (code: ErrorCode, message: string): false => {
+      this.error(code, message);
+      return false;
+    };
+    let session = this.session;
+    let resumed = false;
+    if (session) {
+      if (msg.resume_session_id && msg.resume_session_id !== session.id) {
+        return refuse('invalid_message', 'hello with resume_session_id must be the first message');
       }
-      return this.send(await this.deps.sessions.welcome(this.session, false, this.welcomeOptions));
-    }
-    if (msg.resume_session_id) {
-      const session = this.deps.sessions.findSession(msg.resume_session_id);
-      if (!session) {
-        return this.error('session_not_found', 'no such session, or its grace period ended; start a new one');
-      }
+    } else if (msg.resume_session_id) {
+      session = this.deps.sessions.findSession(msg.resume_session_id);
+      if (!session) return refuse('session_not_found', 'no such session, or its grace period ended; start a new one');
       this.attach(session);
       this.log.info('session resumed', { client: msg.client });
-      return this.send(await this.deps.sessions.welcome(session, true, this.welcomeOptions));
+      resumed = true;
+    } else {
+      if (!this.deps.sessions.accepting()) return refuse('shutting_down', 'the daemon is shutting down');
+      session = this.deps.sessions.createSession();
+      if (!session) return refuse('too_many_sessions', 'the daemon holds its maximum number of sessions');
+      this.attach(session);
     }
-    if (!this.deps.sessions.accepting()) return this.error('shutting_down', 'the daemon is shutting down');
-    const session = this.deps.sessions.createSession();
-    if (!session) return this.error('too_many_sessions', 'the daemon holds its maximum number of sessions');
-    this.attach(session);
-    this.send(await this.deps.sessions.welcome(session, false, this.welcomeOptions));
+    this.send(await this.deps.sessions.welcome(session, resumed, this.welcomeOptions));
+    return true;
   }
 
   private attach(session: Session): void {
