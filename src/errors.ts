@@ -14,24 +14,6 @@
  * The wire carries the `name` (`ErrorInfo.type`); the code is for operators.
  */
 
-const NOTES = Symbol('deskbatch.modelNotes');
-
-/**
- * Attaches lines the model should read beside a failure's text, written by
- * the daemon (a refused navigation, a dismissed dialog: often why the call
- * failed). Returns the same error; non-objects are wrapped.
- */
-export function withModelNotes(err: unknown, notes: readonly string[]): unknown {
-  const target = typeof err === 'object' && err !== null ? err : new Error(String(err));
-  Object.defineProperty(target, NOTES, { value: [...notes], configurable: true });
-  return target;
-}
-
-/** The lines withModelNotes attached, or none. */
-export function modelNotes(err: unknown): readonly string[] {
-  return typeof err === 'object' && err !== null ? ((err as { [NOTES]?: string[] })[NOTES] ?? []) : [];
-}
-
 /** Base for errors whose message is safe and useful for the model to read. */
 export class ModelFacingError extends Error {
   readonly code: string = 'ERR_MODEL_FACING';

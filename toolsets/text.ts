@@ -8,3 +8,6 @@
 export const FALLBACK_NOT_EXECUTED_TEXT = 'Not executed: an earlier action in this turn failed.';
 /** Calls a cancel (or a disconnect) stopped. */
 export const FALLBACK_CANCELLED_TEXT = 'Not completed: this turn was cancelled before this action finished.';
+
+/** What the SDK's runner sends for a member whose text is empty. */
+export const EMPTY_TEXT = '(empty)';

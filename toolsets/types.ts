@@ -35,6 +35,12 @@ export interface CallContext {
   sessionId: string;
   batchId: string;
   toolUseId: string;
+  /**
+   * Lines the model should read on this call's result if it fails (a
+   * dismissed dialog, a refused navigation: often why it failed), after the
+   * error text, one text block each.
+   */
+  noteOnFailure(lines: readonly string[]): void;
 }
 
 // eslint-disable-next-line @typescript-eslint/no-unused-vars -- Ctx is used by the variants below

@@ -55,6 +55,11 @@ export class CallWatch {
     return token;
   }
 
+  /** The token of the call that runs now (see begin). */
+  get currentToken(): object {
+    return this.token;
+  }
+
   /** Whether `token` is the call that runs now. */
   current(token: object): boolean {
     return token === this.token;

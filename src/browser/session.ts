@@ -201,8 +201,10 @@ export class BrowserSession {
 
   /** new_tab: a new tab, the active one, and the only tab_opened its result will carry. */
   async openNewTab(): Promise<string> {
+    const token = this.call.currentToken;
     const id = await this.newTab();
-    this.call.newTab = id;
+    // A new_tab that timed out and finished late must not shape the result of the call that runs now.
+    if (this.call.current(token)) this.call.newTab = id;
     return id;
   }
 
@@ -271,8 +273,8 @@ export class BrowserSession {
   /**
    * Ends a call. On success, reports the inventory, the tabs this call opened
    * that are still open, and every pending download event (one per download:
-   * the latest). On failure, `tab_opened` is dropped and the rest waits for
-   * the next successful result (docs/TOOLSETS.md C4). Either way, a browser
+   * the latest). On failure, everything (`tab_opened` too) waits for the next
+   * successful result (docs/TOOLSETS.md C4). Either way, a browser
    * that died during the call makes the call fail with BrowserCrashedError.
    */
   async endCall(token: object, ok: boolean, acted = false): Promise<CallReport | undefined> {
@@ -287,7 +289,11 @@ export class BrowserSession {
     if (died && (!ok || !this.manager.alive(this.contextGeneration))) {
       throw new BrowserCrashedError('the browser went away during the call');
     }
-    if (!ok) return undefined;
+    if (!ok) {
+      // A failed result carries no browser_state: the tabs it opened are news for the next one (as the SDK's runner holds them).
+      this.heldOpened.push(...openedDuringCall);
+      return undefined;
+    }
     // Tabs that went away unasked: a page that closed itself, or a browser dying right now (its
     // pages close before its disconnect is reported); an empty inventory must not pass for the
     // session's tabs then.
@@ -342,6 +348,11 @@ export class BrowserSession {
     await this.call.popupsSettled(() => this.connected());
     await this.downloads.settle();
     await this.call.navigationsSettled();
+  }
+
+  /** Whether `token` is the call that runs now (not one that timed out and finished late). */
+  ownsCall(token: object): boolean {
+    return this.call.current(token);
   }
 
   /** The notices waiting for the model, now shown on a failed call's result (as the SDK's runner shows them). */

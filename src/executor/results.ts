@@ -17,11 +17,10 @@ import {
 import type { CapturedImage } from '../image.ts';
 import { fitsLimits, type ScreenshotLimits } from '../geometry.ts';
 import type { BlockType, MemberOutput } from '../../toolsets/types.ts';
+import { EMPTY_TEXT } from '../../toolsets/text.ts';
 import { ERROR_TEXT_MAX_CODE_POINTS } from './failure.ts';
 import { cutPoints, oneLine } from '../text.ts';
 
-/** What the SDK sends for an empty reading result. */
-export const EMPTY_TEXT = '(empty)';
 /** What the SDK sends for an error with no text (an empty error is a 400). */
 export const EMPTY_ERROR_TEXT = 'The tool call failed with an empty error message.';
 
@@ -162,11 +161,7 @@ export function successResult(
   if (content.filter((b) => b.type === 'browser_state').length > 1) {
     throw new ContractViolationError('at most one browser_state block per result');
   }
-  // A browser_state-only result (a tab member) is complete as it is. A member that gave text, all of it
-  // empty (javascript_exec of ''), says so beside the browser_state, as the SDK's runner does.
-  const said = content.some((b) => b.type === 'text' || b.type === 'image');
-  if (!said && (content.length === 0 || outputs.some((o) => o.kind === 'text'))) {
-    content.unshift({ type: 'text', text: EMPTY_TEXT });
-  }
+  // A browser_state-only result (a tab member) is complete as it is.
+  if (content.length === 0) content.push({ type: 'text', text: EMPTY_TEXT });
   return { ...base(toolUse), content };
 }

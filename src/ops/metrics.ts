@@ -20,6 +20,7 @@ import type { Toolset } from '../../toolsets/types.ts';
 export const KNOWN_ERROR_TYPES: ReadonlySet<string> = new Set([
   'ToolInputError',
   'ToolRefusedError',
+  'TabStateError',
   'TimeoutError',
   'DisplayUnavailableError',
   'DriverCrashedError',

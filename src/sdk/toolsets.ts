@@ -29,7 +29,8 @@
  *   line. Reading members (`get_page_text`, `read_page`, `find`, …) carry the
  *   daemon's text unchanged; `navigate` is parsed into URL, title and status
  *   and reads the same; images are passed through. `cursor_position` reads
- *   `X=<x>,Y=<y>`, the SDK's format, which the daemon writes too.
+ *   `X=<x>,Y=<y>`, the SDK's format, which the daemon writes too (older
+ *   daemons wrote `X=<x>, Y=<y>`, also read).
  * - Browser results carry a `browser_state` block every time (the SDK's rule),
  *   built from the latest inventory the daemon reported.
  * - The connection dropping mid-call is answered with an `is_error` result
@@ -217,7 +218,8 @@ export class DeskbatchComputerToolset extends BetaAbstractComputerToolset2026080
       case 'zoom':
         return screenshotOf(name, result);
       case 'cursor_position': {
-        const match = /^X=(-?\d+),Y=(-?\d+)$/.exec(texts[0] ?? '');
+        // `X=1,Y=2`; daemons before 2026-12 wrote `X=1, Y=2`.
+        const match = /^X=(-?\d+), ?Y=(-?\d+)$/.exec(texts[0] ?? '');
         if (!match) throw new Error(`deskbatch answered cursor_position with ${JSON.stringify(texts[0])}`);
         return { x: Number(match[1]), y: Number(match[2]) };
       }

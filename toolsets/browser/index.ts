@@ -6,8 +6,7 @@
  * add one when the tabs changed or there are state changes to report.
  */
 import type { z } from 'zod';
-import { FALLBACK_NOT_EXECUTED_TEXT } from '../text.ts';
-import { withModelNotes } from '../../src/errors.ts';
+import { EMPTY_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../text.ts';
 import {
   defineToolset,
   memberNames,
@@ -108,22 +107,31 @@ async function aroundCall(
   const death = session.watchDeath();
   // The call's own work (a `wait`'s sleep, a `hold_key`) ends with the browser too.
   death.died.catch((err: unknown) => ctx.stop(err));
+  // A refused navigation or a dismissed dialog is often why a call failed: the model reads them on its result.
+  const failing = (err: unknown): unknown => {
+    if (session.ownsCall(call)) ctx.noteOnFailure(session.takeNotices());
+    return err;
+  };
   let outputs: MemberOutput[];
   try {
     // A browser dying under a Playwright call can leave it pending for ever: the race ends the call.
     outputs = await Promise.race([run(), death.died]);
   } catch (err) {
     // endCall throws BrowserCrashedError itself when the browser died during the call.
-    await session.endCall(call, false);
-    // A refused navigation or a dismissed dialog is often why the call failed: the model reads them here.
-    const notices = session.takeNotices();
-    throw notices.length ? withModelNotes(err, notices) : err;
+    await session.endCall(call, false).catch((ended: unknown) => {
+      throw failing(ended);
+    });
+    throw failing(err);
   } finally {
     death.dispose();
     ctx.release();
   }
   // Actions (clicks, keys) may have set off a navigation that the next call must not race.
-  const report = await session.endCall(call, true, member.effect === 'write' && member.kind === 'ack');
+  const report = await session
+    .endCall(call, true, member.effect === 'write' && member.kind === 'ack')
+    .catch((err: unknown) => {
+      throw failing(err);
+    });
   if (!report) return outputs;
   const state = {
     kind: 'browser_state' as const,
@@ -133,6 +141,10 @@ async function aroundCall(
     // Exactly one browser_state and nothing else; dialog notices wait for a result that can hold text.
     session.reported(report, false);
     return [state];
+  }
+  // A member whose text is empty says so, also beside notices and a browser_state (the SDK's runner writes it so).
+  if (!outputs.some((o) => (o.kind === 'text' && o.text !== '') || o.kind === 'image')) {
+    outputs = [{ kind: 'text', text: EMPTY_TEXT }];
   }
   // One text block per notice, as the SDK's runner sends them.
   for (const notice of report.notices) outputs.push({ kind: 'text', text: notice });
