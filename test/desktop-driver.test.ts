@@ -629,34 +629,52 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     test('settle: a capture right after input waits for an animation to end; on a still screen it grabs once', async () => {
       const settle = { afterInputMs: 1_000, intervalMs: 50, maxMs: 3_000 };
       const output = { width: WIDTH, height: HEIGHT };
-      // A green box slides from x=100 to x=500 over 400 ms, then stays (a string: tsx would wrap a function).
-      await page.evaluate(`(() => {
-        const box = document.createElement('div');
-        box.id = 'slider';
-        box.style.cssText = 'position:fixed;top:600px;left:100px;width:40px;height:40px;background:#00ff00;z-index:99';
-        document.body.append(box);
-        const t0 = performance.now();
-        const step = () => {
-          const f = Math.min(1, (performance.now() - t0) / 400);
-          box.style.left = (100 + 400 * f) + 'px';
-          if (f < 1) requestAnimationFrame(step);
-        };
-        requestAnimationFrame(step);
-      })()`);
-      try {
+      const end = screenOf({ x: 520, y: 620 });
+      const start = screenOf({ x: 120, y: 620 });
+      // Settling compares frames intervalMs apart, so it cannot tell an animation that the machine
+      // starved for longer than that from one that ended: such an attempt proves nothing, and is
+      // tried again. The page records when it drew each step, which says whether it was starved.
+      const ATTEMPTS = 4;
+      let inputEnded = 0;
+      for (let attempt = 1; ; attempt++) {
+        // A green box slides from x=100 to x=500 over 400 ms, then stays (a string: tsx would wrap a function).
+        await page.evaluate(`(() => {
+          document.getElementById('slider')?.remove();
+          const box = document.createElement('div');
+          box.id = 'slider';
+          box.style.cssText = 'position:fixed;top:600px;left:100px;width:40px;height:40px;background:#00ff00;z-index:99';
+          document.body.append(box);
+          window.__steps = [];
+          const t0 = performance.now();
+          const step = (now) => {
+            window.__steps.push(now);
+            const f = Math.min(1, (performance.now() - t0) / 400);
+            box.style.left = (100 + 400 * f) + 'px';
+            if (f < 1) requestAnimationFrame(step);
+          };
+          requestAnimationFrame(step);
+        })()`);
         await driver.moveMouse({ x: 5, y: 5 }); // input: the next capture settles
         // The worker notes the input's time before it answers, so this is no earlier than its note.
-        const inputEnded = performance.now();
+        inputEnded = performance.now();
         const shot = await driver.capture({ output, format: 'png', quality: 80, settle });
         assert.ok(shot.settled, 'the settle step ran');
         assert.equal(shot.settled.stable, true);
+        const steps = (await page.evaluate('window.__steps')) as number[];
+        const longestGap = Math.max(...steps.slice(1).map((t, i) => t - steps[i]!));
+        const atEnd = await pixelAt(shot.data, end.x, end.y);
+        const missed = !(Math.abs(atEnd[0]) <= 2 && Math.abs(atEnd[1] - 255) <= 2 && Math.abs(atEnd[2]) <= 2);
+        if (missed && longestGap >= settle.intervalMs && attempt < ATTEMPTS) {
+          console.log(`# settle attempt ${attempt}: the page was starved for ${Math.round(longestGap)} ms; again`);
+          continue;
+        }
         assert.ok(shot.settled.frames >= 3, `frames ${shot.settled.frames}`);
-        const end = screenOf({ x: 520, y: 620 });
-        const start = screenOf({ x: 120, y: 620 });
-        assertColor(await pixelAt(shot.data, end.x, end.y), [0, 255, 0], 2);
+        assertColor(atEnd, [0, 255, 0], 2);
         assert.notDeepEqual(await pixelAt(shot.data, start.x, start.y), [0, 255, 0]);
         console.log(`# settle after input: ${shot.settled.ms} ms, ${shot.settled.frames} frames`);
-
+        break;
+      }
+      try {
         // What is under test here is a quiet time: no input for afterInputMs. Wait out exactly
         // the rest of it, counted from the input above (not a guess at how long anything takes).
         await delay(Math.max(0, inputEnded + settle.afterInputMs + 50 - performance.now()));
