@@ -51,9 +51,10 @@ export class BrowserSession {
   /** The tab inventory the model last saw. */
   private lastReported = '';
   /**
-   * Tabs opened (by a page) during a `new_tab` call, whose result may report
-   * only its own tab: their `tab_opened` goes out with the next result that
-   * carries a browser_state.
+   * Tabs whose `tab_opened` could not go out yet: opened by a page during a
+   * `new_tab` call (whose result may report only its own tab), or during a
+   * call that failed. It goes out with the next result that carries a
+   * browser_state.
    */
   private heldOpened: string[] = [];
   private readonly notices = new Notices();
