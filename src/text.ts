@@ -18,8 +18,6 @@ export function canonicalJson(value: unknown): string {
 
 /** Control characters, line separators and bidi controls: what could break or reorder a line of text. */
 const LINE_UNSAFE = /[\p{Cc}\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]+/gu;
-/** An unpaired surrogate: JSON of it is not valid UTF-8, and the request carrying it fails. */
-const LONE_SURROGATE = /[\uD800-\uDFFF]/gu;
 
 /**
  * One line, as the SDK's runner makes page- and model-supplied text one line:
@@ -27,7 +25,8 @@ const LONE_SURROGATE = /[\uD800-\uDFFF]/gu;
  * folded to one space, a lone surrogate made U+FFFD, trimmed.
  */
 export function oneLine(value: string): string {
-  return value.replace(LONE_SURROGATE, '\uFFFD').replace(LINE_UNSAFE, ' ').trim();
+  // toWellFormed: an unpaired surrogate is not valid UTF-8, and the request carrying it fails.
+  return value.toWellFormed().replace(LINE_UNSAFE, ' ').trim();
 }
 
 /** The first `max` code points of `value` (a cut by UTF-16 units could split a surrogate pair). */

@@ -51,7 +51,7 @@ function base(toolUse: ToolUse): Pick<ToolResult, 'type' | 'tool_use_id' | 'tool
 
 /**
  * An `is_error` result: a non-empty, well-formed text block of bounded length,
- * then one text block per note the daemon wrote for the model (withModelNotes).
+ * then one text block per note the daemon wrote for the model (CallContext.noteOnFailure).
  */
 export function errorResult(toolUse: ToolUse, text: string, notes: readonly string[] = []): ToolResult {
   const clean = cutPoints(wellFormed(text), ERROR_TEXT_MAX_CODE_POINTS);
