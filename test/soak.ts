@@ -530,10 +530,11 @@ async function malformedBurst(url: string): Promise<Fault> {
  * no lane, no browser), then resends. The newest 256 are replayed; the 257th-newest runs again.
  */
 async function cacheProbe(url: string): Promise<{ ok: boolean; detail: string }> {
-  const c = await LoadClient.open(url, TOKEN);
+  // The load's sessions have just ended; some may hold their places for a resume a while longer.
+  const opened = await LoadClient.openWhenFree(url, TOKEN);
+  if (!opened || 'problem' in opened) return { ok: false, detail: opened?.problem ?? 'no session' };
+  const c = opened.client;
   try {
-    const hello = await c.hello();
-    if (hello.type !== 'welcome') return { ok: false, detail: `hello refused: ${hello.code}` };
     const N = RESULT_CACHE.maxEntries + 44;
     const uses: ToolUse[][] = [];
     for (let i = 0; i < N; i++) {

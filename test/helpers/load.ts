@@ -34,7 +34,7 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { performance } from 'node:perf_hooks';
-import type { BatchResult, ErrorMessage, Welcome } from '../../src/protocol.ts';
+import type { BatchResult, Welcome } from '../../src/protocol.ts';
 import { runBatch } from './load/batch.ts';
 import { planBrowser } from './load/browser.ts';
 import { LoadClient } from './load/client.ts';
@@ -45,7 +45,6 @@ import { planMixed } from './load/mixed.ts';
 import { kindOf } from './load/plan.ts';
 import { dropAndResume, replay } from './load/resumed.ts';
 import { quantiles, type BatchMix, type LoadOptions, type LoadRun, type LoadStats, type Planned } from './load/run.ts';
-import { HandshakeError } from './ws-client.ts';
 
 export { LoadClient } from './load/client.ts';
 export { FIFO_OVERTAKE_BOUND, laneOvertakes, type LaneRecord, type OvertakeReport } from './load/fairness.ts';
@@ -148,38 +147,15 @@ export async function runLoad(opts: LoadOptions): Promise<LoadStats> {
 
   /** Opens a connection and a session, retrying while the daemon is at capacity. */
   async function openSession(tag: string): Promise<{ client: LoadClient; welcome: Welcome } | undefined> {
-    for (let attempt = 0; ; attempt++) {
-      if (opts.signal?.aborted) return undefined;
-      let client: LoadClient;
-      try {
-        client = await LoadClient.open(opts.url, opts.token);
-      } catch (err) {
-        if (err instanceof HandshakeError && (err.status === 503 || err.status === 429) && attempt < 120) {
-          stats.sessionRefusals++;
-          await delay(1_000);
-          continue;
-        }
-        problem(`${tag}: could not connect: ${String(err)}`);
-        return undefined;
-      }
-      let answer: Welcome | ErrorMessage;
-      try {
-        answer = await client.hello();
-      } catch (err) {
-        client.terminate();
-        problem(`${tag}: no welcome: ${String(err)}`);
-        return undefined;
-      }
-      if (answer.type === 'welcome') return { client, welcome: answer };
-      client.close();
-      if (answer.code === 'too_many_sessions' && attempt < 120) {
-        stats.sessionRefusals++;
-        await delay(1_000);
-        continue;
-      }
-      problem(`${tag}: hello refused: ${answer.code} ${answer.message}`);
+    const opened = await LoadClient.openWhenFree(opts.url, opts.token, {
+      signal: opts.signal,
+      onRefused: () => stats.sessionRefusals++,
+    });
+    if (opened && 'problem' in opened) {
+      problem(`${tag}: ${opened.problem}`);
       return undefined;
     }
+    return opened;
   }
 
   /** Resolves once every slot's first session has opened or failed to (for holdOpenUntilAllOpened). */

@@ -2,8 +2,13 @@
  * The load's client: the one recording client (test/helpers/ws-client.ts), every message
  * validated, nothing thrown from a handler, with what the harness looks up indexed by batch.
  */
+import { setTimeout as delay } from 'node:timers/promises';
 import type { BatchResult, ErrorMessage, ServerMessage, ToolEvent, Welcome } from '../../../src/protocol.ts';
-import { RecordingClient } from '../ws-client.ts';
+import { HandshakeError, RecordingClient } from '../ws-client.ts';
+
+/** How often, and how long apart, a session is tried again while the daemon is at capacity. */
+const CAPACITY_ATTEMPTS = 120;
+const CAPACITY_RETRY_MS = 1_000;
 
 export class LoadClient extends RecordingClient {
   /** batch_result messages by batch_id, in arrival order, with their arrival time. */
@@ -19,6 +24,48 @@ export class LoadClient extends RecordingClient {
   static async open(url: string, token: string): Promise<LoadClient> {
     const ws = await RecordingClient.connect(url, token);
     return new LoadClient(ws, { onInvalid: 'record', keep: false });
+  }
+
+  /**
+   * A connection and a session, tried again while the daemon is at capacity (a 503 or 429 handshake,
+   * or `too_many_sessions`: sessions that just ended may still hold their places for a resume), up to
+   * CAPACITY_ATTEMPTS times; `onRefused` counts each refusal. Anything else is returned as a problem.
+   */
+  static async openWhenFree(
+    url: string,
+    token: string,
+    options: { signal?: AbortSignal; onRefused?: () => void } = {},
+  ): Promise<{ client: LoadClient; welcome: Welcome } | { problem: string } | undefined> {
+    for (let attempt = 1; ; attempt++) {
+      if (options.signal?.aborted) return undefined;
+      const last = attempt >= CAPACITY_ATTEMPTS;
+      let client: LoadClient;
+      try {
+        client = await LoadClient.open(url, token);
+      } catch (err) {
+        if (err instanceof HandshakeError && (err.status === 503 || err.status === 429) && !last) {
+          options.onRefused?.();
+          await delay(CAPACITY_RETRY_MS);
+          continue;
+        }
+        return { problem: `could not connect: ${String(err)}` };
+      }
+      let answer: Welcome | ErrorMessage;
+      try {
+        answer = await client.hello();
+      } catch (err) {
+        client.terminate();
+        return { problem: `no welcome: ${String(err)}` };
+      }
+      if (answer.type === 'welcome') return { client, welcome: answer };
+      client.close();
+      if (answer.code === 'too_many_sessions' && !last) {
+        options.onRefused?.();
+        await delay(CAPACITY_RETRY_MS);
+        continue;
+      }
+      return { problem: `hello refused: ${answer.code} ${answer.message}` };
+    }
   }
 
   protected override onMessage(msg: ServerMessage, at: number): void {
