@@ -14,6 +14,16 @@
  * (Before, the registry lived in the page's own world: a hostile page could
  * set its counter past the ref pattern and break refs for every session.)
  *
+ * iframes: the script sees one document, so each frame whose content would be
+ * shown is read by the same script in an isolated world of its own (CDP
+ * `Page.createIsolatedWorld` on the session that owns the frame: the page's,
+ * or for a cross-site frame running in its own renderer process, that frame's
+ * target), and its lines go where its iframe is, indented under it. Each
+ * frame keeps its own registry; a ref says which frame holds it (`issuedBy`),
+ * and a point in a frame is lifted to the top-level viewport through each
+ * iframe's content box (`liftPoint`), scrolling it into view when needed. At
+ * most FRAMES_MAX frames are read per call.
+ *
  * Ref numbers come from one counter for the whole process (`highestRef`):
  * each call passes the next free number as a floor and the registry never
  * issues below it. A number therefore names at most one element ever, so a
@@ -32,7 +42,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { CDPSession, ElementHandle, Page } from 'playwright';
+import type { CDPSession, ElementHandle, Frame, Page } from 'playwright';
 import { ToolInputError } from '../errors.ts';
 import { echo } from '../text.ts';
 
@@ -51,12 +61,19 @@ export interface ReadPageOptions {
   ref?: string | null;
 }
 
+/** Most frames (iframes, at any depth) one reading call reads; the rest are counted in a note. */
+export const FRAMES_MAX = 20;
+
 /** Highest ref number issued by any page of this process (see the header). */
 let highestRef = 0;
 
 const TRUNCATED_NOTE = `[output truncated at ${READ_OUTPUT_MAX} characters; use ref or filter to read less]`;
 const TEXT_TRUNCATED_NOTE = `[text truncated at ${READ_OUTPUT_MAX} characters]`;
 const REF_PATTERN = /^\[?ref_([1-9][0-9]{0,9})\]?$/;
+const framesNote = (n: number): string =>
+  `[${n} more frame${n === 1 ? ' was' : 's were'} not read (at most ${FRAMES_MAX} per call); read one with its iframe's ref]`;
+const unreadableNote = (n: number): string =>
+  `[${n} frame${n === 1 ? '' : 's'} could not be read (still loading, or removed)]`;
 
 /**
  * The in-page script (page-script/page-script.js: its requests and answers are
@@ -64,46 +81,82 @@ const REF_PATTERN = /^\[?ref_([1-9][0-9]{0,9})\]?$/;
  */
 const PAGE_SCRIPT = readFileSync(new URL('./page-script/page-script.js', import.meta.url), 'utf8').trim();
 
-/** The expression that runs PAGE_SCRIPT with one request. */
-function script(request: Record<string, unknown>): string {
-  return `(${PAGE_SCRIPT})(${JSON.stringify({ ...request, floor: highestRef + 1 })})`;
+/** The expression that runs PAGE_SCRIPT with one request, issuing refs from `floor`. */
+function script(request: Record<string, unknown>, floor: number): string {
+  return `(${PAGE_SCRIPT})(${JSON.stringify({ ...request, floor })})`;
 }
 
 /** The name of the isolated world the page script runs in. */
 const WORLD_NAME = 'deskbatch';
 
-/** A page's CDP session, and its isolated world's execution context for the current document. */
+/**
+ * One frame's isolated world: the CDP session that owns the frame, the frame's
+ * id (undefined for the main frame: read from the session's frame tree each
+ * time a world is made), and the world's execution context for the current
+ * document.
+ */
 interface World {
   cdp: CDPSession;
+  frameId: string | undefined;
   contextId: number | undefined;
 }
-const worlds = new WeakMap<Page, Promise<World>>();
 
-function worldOf(page: Page): Promise<World> {
-  let world = worlds.get(page);
-  if (!world) {
-    world = page
+/** What the driver knows of one page's frames. */
+interface PageWorlds {
+  main: World;
+  /** Child frames' worlds by frame id, oldest first (bounded by WORLDS_MAX). */
+  frames: Map<string, World>;
+  /** Each child frame's parent world and its iframe's ref there. */
+  owners: Map<World, { parent: World; ref: number }>;
+  /** Ref numbers issued by child frames (the main frame holds every other): [from, to) → world. */
+  issuedBy: { from: number; to: number; world: World }[];
+  /** Cross-site frames' own CDP sessions (null: the frame is drawn by its parent's renderer). */
+  targets: WeakMap<Frame, Promise<{ cdp: CDPSession; frameId: string } | null>>;
+}
+
+/** Child frame worlds remembered per page, and issued-ref ranges: older ones are dropped (their refs go stale). */
+const WORLDS_MAX = 200;
+const RANGES_MAX = 10_000;
+
+const pages = new WeakMap<Page, Promise<PageWorlds>>();
+
+function worldsOf(page: Page): Promise<PageWorlds> {
+  let worlds = pages.get(page);
+  if (!worlds) {
+    worlds = page
       .context()
       .newCDPSession(page)
-      .then((cdp): World => ({ cdp, contextId: undefined }));
-    worlds.set(page, world);
-    world.catch(() => worlds.delete(page));
+      .then((cdp): PageWorlds => ({
+        main: { cdp, frameId: undefined, contextId: undefined },
+        frames: new Map(),
+        owners: new Map(),
+        issuedBy: [],
+        targets: new WeakMap(),
+      }));
+    pages.set(page, worlds);
+    worlds.catch(() => pages.delete(page));
   }
-  return world;
+  return worlds;
 }
 
 const GONE_CONTEXT =
   /Cannot find context|context with specified id|Execution context was destroyed|Inspected target navigated/i;
 
-/** Evaluates `expression` in the page's isolated world (made for the document on first use), returning its value. */
-async function evaluateIsolated(page: Page, expression: string): Promise<unknown> {
-  const world = await worldOf(page);
+interface Evaluated {
+  result: { value?: unknown; objectId?: string; subtype?: string };
+  exceptionDetails?: { text: string; exception?: { description?: string } };
+}
+
+/** Evaluates `expression` in a frame's isolated world (made for the document on first use). */
+async function evaluateIn(world: World, expression: string, byValue = true): Promise<Evaluated['result']> {
   for (let attempt = 1; ; attempt++) {
     try {
       if (world.contextId === undefined) {
-        const { frameTree } = (await world.cdp.send('Page.getFrameTree')) as { frameTree: { frame: { id: string } } };
+        const frameId =
+          world.frameId ??
+          ((await world.cdp.send('Page.getFrameTree')) as { frameTree: { frame: { id: string } } }).frameTree.frame.id;
         const made = (await world.cdp.send('Page.createIsolatedWorld', {
-          frameId: frameTree.frame.id,
+          frameId,
           worldName: WORLD_NAME,
         })) as { executionContextId: number };
         world.contextId = made.executionContextId;
@@ -111,12 +164,12 @@ async function evaluateIsolated(page: Page, expression: string): Promise<unknown
       const res = (await world.cdp.send('Runtime.evaluate', {
         expression,
         contextId: world.contextId,
-        returnByValue: true,
-      })) as { result: { value?: unknown }; exceptionDetails?: { text: string; exception?: { description?: string } } };
+        returnByValue: byValue,
+      })) as Evaluated;
       if (res.exceptionDetails) {
         throw new Error(res.exceptionDetails.exception?.description ?? res.exceptionDetails.text);
       }
-      return res.result.value;
+      return res.result;
     } catch (err) {
       // The document changed (and its world with it): make a world for the new one.
       if (attempt >= 3 || !GONE_CONTEXT.test(String(err))) throw err;
@@ -125,14 +178,139 @@ async function evaluateIsolated(page: Page, expression: string): Promise<unknown
   }
 }
 
-/** Runs a request in the page; a call that races a navigation is retried once on the new document. */
+/** Runs a request in one frame, issuing refs above every number issued so far. */
+async function inFrame<T>(pw: PageWorlds, world: World, request: Record<string, unknown>): Promise<T> {
+  const floor = highestRef + 1;
+  const value = (await evaluateIn(world, script(request, floor))).value as T;
+  const next = (value as { next?: unknown } | null)?.next;
+  if (typeof next === 'number') {
+    issued(next);
+    if (world !== pw.main && next > floor) {
+      pw.issuedBy.push({ from: floor, to: highestRef + 1, world });
+      if (pw.issuedBy.length > RANGES_MAX) pw.issuedBy.shift();
+    }
+  }
+  return value;
+}
+
+/** Runs a request in the page's main frame; a call that races a navigation is retried once on the new document. */
 async function inPage<T>(page: Page, request: Record<string, unknown>): Promise<T> {
+  const pw = await worldsOf(page);
   try {
-    return (await evaluateIsolated(page, script(request))) as T;
+    return await inFrame<T>(pw, pw.main, request);
   } catch (err) {
     if (!/Execution context was destroyed|navigat/i.test(String(err))) throw err;
     await page.waitForLoadState('domcontentloaded').catch(() => undefined);
-    return (await evaluateIsolated(page, script(request))) as T;
+    return await inFrame<T>(pw, pw.main, request);
+  }
+}
+
+/** The world holding ref `n`: the child frame that issued it, else the main frame. */
+function holderOf(pw: PageWorlds, n: number): World {
+  for (let i = pw.issuedBy.length - 1; i >= 0; i--) {
+    const range = pw.issuedBy[i]!;
+    if (n >= range.from && n < range.to) return range.world;
+  }
+  return pw.main;
+}
+
+/** A cross-site frame's own session (Playwright attaches one per out-of-process frame), or null. */
+function targetOf(page: Page, pw: PageWorlds, frame: Frame): Promise<{ cdp: CDPSession; frameId: string } | null> {
+  let target = pw.targets.get(frame);
+  if (!target) {
+    target = page
+      .context()
+      .newCDPSession(frame)
+      .then(async (cdp) => {
+        const tree = (await cdp.send('Page.getFrameTree')) as { frameTree: { frame: { id: string } } };
+        return { cdp, frameId: tree.frameTree.frame.id };
+      })
+      // "This frame does not have a separate CDP session": its parent's renderer draws it.
+      .catch(() => null);
+    pw.targets.set(frame, target);
+  }
+  return target;
+}
+
+/**
+ * The world of the frame shown by the iframe `ref` of `parent`, made on first
+ * use: on the parent's session when the parent's renderer draws the frame,
+ * else on the frame's own target. Null when the frame cannot be reached.
+ */
+async function childWorld(page: Page, pw: PageWorlds, parent: World, ref: number): Promise<World | null> {
+  const element = await evaluateIn(parent, script({ op: 'element', ref }, highestRef + 1), false);
+  if (!element.objectId) return null;
+  let frameId: string | undefined;
+  try {
+    const { node } = (await parent.cdp.send('DOM.describeNode', { objectId: element.objectId })) as {
+      node: { frameId?: string };
+    };
+    frameId = node.frameId;
+  } finally {
+    await parent.cdp.send('Runtime.releaseObject', { objectId: element.objectId }).catch(() => undefined);
+  }
+  if (!frameId) return null;
+  let world = pw.frames.get(frameId);
+  if (!world) {
+    let cdp: CDPSession | undefined;
+    try {
+      await parent.cdp.send('Page.createIsolatedWorld', { frameId, worldName: WORLD_NAME });
+      cdp = parent.cdp;
+    } catch {
+      for (const frame of page.frames()) {
+        if (frame === page.mainFrame()) continue;
+        const target = await targetOf(page, pw, frame);
+        if (target?.frameId === frameId) {
+          cdp = target.cdp;
+          break;
+        }
+      }
+    }
+    if (!cdp) return null;
+    world = { cdp, frameId, contextId: undefined };
+    pw.frames.set(frameId, world);
+    if (pw.frames.size > WORLDS_MAX) {
+      const oldest = pw.frames.keys().next().value!;
+      pw.owners.delete(pw.frames.get(oldest)!);
+      pw.frames.delete(oldest);
+    }
+  }
+  pw.owners.set(world, { parent, ref });
+  return world;
+}
+
+/** A point in a frame's viewport, in the top-level viewport: each iframe on the way is scrolled into view if needed. */
+async function liftPoint(pw: PageWorlds, world: World, point: { x: number; y: number }, n: number) {
+  let p = point;
+  for (let w = world; w !== pw.main;) {
+    const owner = pw.owners.get(w);
+    if (!owner) throw refError(n, 'frame');
+    const res = await inFrame<{ x: number; y: number } | { error: RefProblem }>(pw, owner.parent, {
+      op: 'lift',
+      ref: owner.ref,
+      x: p.x,
+      y: p.y,
+    });
+    if ('error' in res) throw refError(n, res.error === 'nobox' ? 'nobox' : 'frame');
+    p = res;
+    w = owner.parent;
+  }
+  return p;
+}
+
+/** Runs a request on ref `n` in the frame that holds it; a frame that is gone makes the ref stale. */
+async function inHolder<T>(
+  page: Page,
+  n: number,
+  request: Record<string, unknown>,
+): Promise<{ value: T; pw: PageWorlds; world: World }> {
+  const pw = await worldsOf(page);
+  const world = holderOf(pw, n);
+  if (world === pw.main) return { value: await inPage<T>(page, { ...request, ref: n }), pw, world };
+  try {
+    return { value: await inFrame<T>(pw, world, { ...request, ref: n }), pw, world };
+  } catch {
+    throw refError(n, 'frame');
   }
 }
 
@@ -157,7 +335,7 @@ function refNumber(ref: string): number {
   return Number(m[1]);
 }
 
-type RefProblem = 'navigated' | 'unknown' | 'removed' | 'nobox';
+type RefProblem = 'navigated' | 'unknown' | 'removed' | 'nobox' | 'frame';
 
 /** The message for a ref that no longer (or never) names an element on this page. */
 function refError(n: number, problem: RefProblem): ToolInputError {
@@ -169,6 +347,8 @@ function refError(n: number, problem: RefProblem): ToolInputError {
       );
     case 'removed':
       return new ToolInputError(`ref_${n} is stale: its element has been removed from the page. ${again}`);
+    case 'frame':
+      return new ToolInputError(`ref_${n} is stale: the frame it was in has navigated or been removed. ${again}`);
     case 'unknown':
       return new ToolInputError(`ref_${n} is not a reference on this page (it may belong to another tab). ${again}`);
     case 'nobox':
@@ -190,15 +370,90 @@ function capped(lines: string[], truncated: boolean, note: string, notes: string
   return text;
 }
 
+/** A frame a reading op met: its iframe's ref, and (read) where its lines go and what part of it is in view. */
+interface FrameEntry {
+  ref: number;
+  at: number;
+  depth: number;
+  clip: { left: number; top: number; right: number; bottom: number };
+  main: boolean;
+}
+
+/** Runs a request in the main frame (with its navigation retry) or in a child frame. */
+function run<T>(page: Page, pw: PageWorlds, world: World, request: Record<string, unknown>): Promise<T> {
+  return world === pw.main ? inPage<T>(page, request) : inFrame<T>(pw, world, request);
+}
+
+/** The frames one reading call visits: at most FRAMES_MAX, the rest and those that failed counted for a note. */
+class FrameVisits {
+  private read = 0;
+  private skipped = 0;
+  private failed = 0;
+  constructor(
+    private readonly page: Page,
+    private readonly pw: PageWorlds,
+  ) {}
+
+  /** Reads the frame behind `entry` (an iframe of `parent`) with `fn`; undefined if over the cap or unreadable. */
+  async visit<T>(parent: World, entry: FrameEntry, fn: (world: World) => Promise<T>): Promise<T | undefined> {
+    if (this.read >= FRAMES_MAX) {
+      this.skipped++;
+      return undefined;
+    }
+    this.read++;
+    try {
+      const world = await childWorld(this.page, this.pw, parent, entry.ref);
+      if (world) return await fn(world);
+    } catch {
+      // Loading, navigating or removed while it was read: the rest of the page still counts.
+    }
+    this.failed++;
+    return undefined;
+  }
+
+  notes(): string[] {
+    return [...(this.skipped ? [framesNote(this.skipped)] : []), ...(this.failed ? [unreadableNote(this.failed)] : [])];
+  }
+}
+
 interface ReadResult {
   lines: string[];
   truncated: boolean;
   offscreen: boolean;
   deeper: boolean;
   next: number;
+  frames: FrameEntry[];
 }
 
-/** The accessibility-tree text of the page (or of one element's subtree), one element per line. */
+/** One frame's lines with its frames' lines in their places (each frame read with the depth left). */
+async function readFrame(
+  visits: FrameVisits,
+  page: Page,
+  pw: PageWorlds,
+  world: World,
+  request: { filter: ReadFilter | null; depth: number; ref: number | null; budget: number; everywhere: boolean },
+  clip: FrameEntry['clip'] | null = null,
+): Promise<ReadResult | { error: RefProblem }> {
+  const res = await run<ReadResult | { error: RefProblem }>(page, pw, world, { op: 'read', ...request, clip });
+  if ('error' in res) return res;
+  const lines = [...res.lines];
+  let shift = 0;
+  for (const entry of res.frames) {
+    const sub = await visits.visit(world, entry, (child) =>
+      readFrame(visits, page, pw, child, { ...request, depth: request.depth - entry.depth, ref: null }, entry.clip),
+    );
+    if (!sub || 'error' in sub) continue;
+    const pad = '  '.repeat(entry.depth);
+    lines.splice(entry.at + shift, 0, ...sub.lines.map((l) => pad + l));
+    shift += sub.lines.length;
+    res.truncated ||= sub.truncated;
+    res.offscreen ||= sub.offscreen;
+    res.deeper ||= sub.deeper;
+  }
+  return { ...res, lines };
+}
+
+/** The accessibility-tree text of the page (or of one element's subtree), one element per line, frames included. */
 export async function readPage(page: Page, options: ReadPageOptions): Promise<string> {
   const depth = options.depth ?? DEFAULT_DEPTH;
   if (!Number.isInteger(depth) || depth < 1) {
@@ -207,11 +462,24 @@ export async function readPage(page: Page, options: ReadPageOptions): Promise<st
   const filter = options.filter ?? null;
   const ref = options.ref != null ? refNumber(options.ref) : null;
   // Room for the notes that may follow the lines.
-  const budget = READ_OUTPUT_MAX - 400;
-  const res = await inPage<ReadResult | { error: RefProblem }>(page, { op: 'read', filter, depth, ref, budget });
+  const budget = READ_OUTPUT_MAX - 600;
+  const pw = await worldsOf(page);
+  const holder = ref === null ? pw.main : holderOf(pw, ref);
+  const visits = new FrameVisits(page, pw);
+  const request = { filter, depth, ref, budget, everywhere: filter === 'all' || ref !== null };
+  let res: ReadResult | { error: RefProblem };
+  try {
+    res = await readFrame(visits, page, pw, holder, request);
+  } catch (err) {
+    if (holder === pw.main) throw err;
+    res = { error: 'frame' };
+  }
   if ('error' in res) throw refError(ref ?? 0, res.error);
-  issued(res.next);
-  if (!res.lines.length) {
+  // Each frame kept within the budget; together they may not have.
+  let used = 0;
+  const lines = res.lines.filter((l) => (used += l.length + 1) <= budget);
+  if (lines.length < res.lines.length) res.truncated = true;
+  if (!lines.length) {
     if (filter === 'interactive') return 'No interactive elements are visible in the viewport.';
     if (filter === 'all') return 'The page has no visible elements.';
     return 'No elements are visible in the viewport. Use filter "all" to include elements outside the viewport.';
@@ -219,7 +487,8 @@ export async function readPage(page: Page, options: ReadPageOptions): Promise<st
   const notes: string[] = [];
   if (res.deeper) notes.push(`[elements deeper than depth ${depth} are not shown; read a subtree with ref]`);
   if (res.offscreen) notes.push('[elements outside the viewport are not shown; use filter "all" or scroll]');
-  return capped(res.lines, res.truncated, TRUNCATED_NOTE, notes);
+  notes.push(...visits.notes());
+  return capped(lines, res.truncated, TRUNCATED_NOTE, notes);
 }
 
 /** Words that say what kind of element is wanted, and the roles they mean. Longer phrases first. */
@@ -323,12 +592,25 @@ export async function findElements(page: Page, query: string): Promise<string> {
       `The query "${shown}" has no words to match: describe the element, e.g. "search box" or "add to cart button".`,
     );
   }
-  const res = await inPage<{ lines: string[]; total: number; next: number }>(page, {
-    op: 'find',
-    ...parsed,
-    max: FIND_MAX,
-  });
-  issued(res.next);
+  const pw = await worldsOf(page);
+  const visits = new FrameVisits(page, pw);
+  // Matches from every frame, ranked together (a tie keeps document order, frames after their page).
+  const matches: { line: string; score: number; order: number }[] = [];
+  let total = 0;
+  const search = async (world: World): Promise<void> => {
+    const found = await run<{ lines: string[]; scores: number[]; total: number; frames: FrameEntry[] }>(
+      page,
+      pw,
+      world,
+      { op: 'find', ...parsed, max: FIND_MAX },
+    );
+    total += found.total;
+    found.lines.forEach((line, i) => matches.push({ line, score: found.scores[i]!, order: matches.length }));
+    for (const entry of found.frames) await visits.visit(world, entry, search);
+  };
+  await search(pw.main);
+  matches.sort((a, b) => b.score - a.score || a.order - b.order);
+  const res = { lines: matches.slice(0, FIND_MAX).map((m) => m.line), total };
   if (!res.lines.length) {
     return `No element on the page matched "${shown}". Try other words, or call read_page to see the page.`;
   }
@@ -336,13 +618,29 @@ export async function findElements(page: Page, query: string): Promise<string> {
     res.total > res.lines.length
       ? `${res.total} elements matched "${shown}"; the best ${res.lines.length} are shown, best first:`
       : `${res.total} element${res.total === 1 ? '' : 's'} matched "${shown}", best first:`;
-  return capped([head, ...res.lines], false, TRUNCATED_NOTE);
+  return capped([head, ...res.lines], false, TRUNCATED_NOTE, visits.notes());
 }
 
-/** The page's visible text, main content (main, article, [role=main]) first. */
+/**
+ * The page's visible text, main content (main, article, [role=main]) first.
+ * A frame's text follows its page's part: the main part for a frame inside
+ * the main content, else the rest.
+ */
 export async function pageText(page: Page): Promise<string> {
-  const res = await inPage<{ main: string; rest: string }>(page, { op: 'text' });
-  const parts = [res.main, res.rest].filter(Boolean);
+  const pw = await worldsOf(page);
+  const visits = new FrameVisits(page, pw);
+  const textOf = async (world: World): Promise<{ main: string; rest: string }> => {
+    const res = await run<{ main: string; rest: string; frames: FrameEntry[] }>(page, pw, world, { op: 'text' });
+    const main = [res.main];
+    const rest = [res.rest];
+    for (const entry of res.frames) {
+      const sub = await visits.visit(world, entry, textOf);
+      if (sub) (entry.main ? main : rest).push([sub.main, sub.rest].filter(Boolean).join('\n\n'));
+    }
+    return { main: main.filter(Boolean).join('\n\n'), rest: rest.filter(Boolean).join('\n\n') };
+  };
+  const res = await textOf(pw.main);
+  const parts = [res.main, res.rest, ...visits.notes()].filter(Boolean);
   if (!parts.length) return 'The page has no visible text.';
   const text = parts.join('\n\n');
   if (text.length <= READ_OUTPUT_MAX) return text;
@@ -350,43 +648,54 @@ export async function pageText(page: Page): Promise<string> {
 }
 
 /**
- * The element a ref names on this page; a malformed, unknown or stale ref is
- * refused, never replaced. The isolated world marks the element with a random
- * token for the moment it takes Playwright to find it (Playwright's handles
- * live in the page's own world): the page cannot guess the token, though it
- * could move the mark on its own elements meanwhile, which misdirects nothing
- * outside that page.
+ * The element a ref names on this page (in whichever frame holds it); a
+ * malformed, unknown or stale ref is refused, never replaced. The isolated
+ * world marks the element with a random token for the moment it takes
+ * Playwright to find it (Playwright's handles live in the page's own world):
+ * the page cannot guess the token, though it could move the mark on its own
+ * elements meanwhile, which misdirects nothing outside that page.
  */
 // `ElementHandle` is Playwright's `ElementHandle<Node>`: this project has no DOM lib, so `Element` cannot be named.
 export async function refElement(page: Page, ref: string): Promise<ElementHandle> {
   const n = refNumber(ref);
   const token = randomUUID();
-  const marked = await inPage<'ok' | RefProblem>(page, { op: 'mark', ref: n, token });
+  const { value: marked, pw, world } = await inHolder<'ok' | RefProblem>(page, n, { op: 'mark', token });
   if (marked !== 'ok') throw refError(n, marked);
+  const selector = `[data-deskbatch-ref="${token}"]`;
   try {
-    const handle = await page.$(`[data-deskbatch-ref="${token}"]`);
-    if (!handle) throw refError(n, 'removed');
-    return handle;
+    // Only the holder's document has the token; which Playwright frame that is does not matter.
+    const frames = world === pw.main ? [page.mainFrame()] : page.frames();
+    for (const frame of frames) {
+      const handle = await frame.$(selector).catch(() => null);
+      if (handle) return handle;
+    }
+    throw refError(n, 'removed');
   } finally {
-    await inPage(page, { op: 'unmark', token }).catch(() => undefined);
+    await run(page, pw, world, { op: 'unmark', token }).catch(() => undefined);
   }
 }
 
 /**
- * Runs a request on the element a ref names (the page script's `ref` ops); a
- * malformed, unknown or stale ref is refused, never replaced.
+ * Runs a request on the element a ref names (the page script's `ref` ops), in
+ * the frame that holds it; a malformed, unknown or stale ref is refused, never
+ * replaced.
  */
 export async function onRef<T extends object>(page: Page, ref: string, request: Record<string, unknown>): Promise<T> {
   const n = refNumber(ref);
-  const res = await inPage<T | { error: RefProblem }>(page, { ...request, ref: n });
-  if ('error' in res) throw refError(n, res.error);
-  return res;
+  const { value } = await inHolder<T | { error: RefProblem }>(page, n, request);
+  if ('error' in value) throw refError(n, value.error);
+  return value;
 }
 
-/** Scrolls the ref's element into view if needed; the centre of its visible box, in viewport CSS pixels. */
+/**
+ * Scrolls the ref's element into view if needed (and, in a frame, each iframe
+ * on the way); the centre of its visible box, in top-level viewport CSS pixels.
+ */
 export async function refCenter(page: Page, ref: string): Promise<{ x: number; y: number }> {
   const n = refNumber(ref);
-  const res = await inPage<{ x: number; y: number } | { error: RefProblem }>(page, { op: 'center', ref: n });
-  if ('error' in res) throw refError(n, res.error);
-  return res;
+  const { value, pw, world } = await inHolder<{ x: number; y: number } | { error: RefProblem }>(page, n, {
+    op: 'center',
+  });
+  if ('error' in value) throw refError(n, value.error);
+  return liftPoint(pw, world, value, n);
 }

@@ -1,15 +1,19 @@
 /**
  * The in-page script of the browser driver (src/browser/snapshot.ts reads this
  * file's text once and evaluates `(pageScript)(request)` in an isolated world
- * of the page's main frame). It is plain JavaScript, read as text rather than
+ * of one frame: the page's main frame, or an iframe's). It is plain JavaScript, read as text rather than
  * imported: tsx (esbuild keepNames) would inject `__name(...)` calls into a
  * function's compiled source, which do not exist in the page. So the file must
  * hold this one function and nothing after it.
  *
  * Requests:
- * - `{op: 'read', floor, filter, depth, ref, budget}` → `{lines, truncated, offscreen, deeper, next}` or `{error}`;
- * - `{op: 'find', floor, tokens, soft, roles, phrase, max}` → `{lines, total, next}`;
- * - `{op: 'text', budget}` → `{main, rest, truncated}`;
+ * - `{op: 'read', floor, filter, depth, ref, budget, clip, everywhere}` →
+ *   `{lines, truncated, offscreen, deeper, next, frames}` or `{error}`;
+ * - `{op: 'find', floor, tokens, soft, roles, phrase, max}` → `{lines, scores, total, next, frames}`;
+ * - `{op: 'text'}` → `{main, rest, frames}`;
+ * - `{op: 'element', floor, ref}` → the element itself (read by reference, not by value), or a problem;
+ * - `{op: 'lift', floor, ref, x, y}` → the point (x, y) of the document inside the iframe `ref`, in this
+ *   frame's viewport, after scrolling the iframe into view if the point was outside it; or `{error}`;
  * - `{op: 'mark', floor, ref, token}` → 'ok' after setting `data-deskbatch-ref=token` on the element, or a problem;
  * - `{op: 'unmark', token}` → removes that attribute;
  * - `{op: 'center', floor, ref}` → `{x, y}` or `{error}`.
@@ -17,6 +21,15 @@
  * - `{op: 'check', floor, ref, want}` → `{checked}` after clicking a checkbox or radio button whose state is not `want`;
  * - `{op: 'select', floor, ref, wanted}` → `{ok: true}`, `{ok: false, options, total}` or `{ok: false, disabled}`.
  * `error` is one of 'navigated', 'unknown', 'removed', 'nobox'.
+ *
+ * Frames: this script sees one document. Where the document holds an iframe
+ * whose content would be shown, `read`, `find` and `text` list it in `frames`
+ * (its ref here and, for `read`, where its lines go and what part of it is in
+ * view, in the iframe's own viewport coordinates: `clip`); the driver reads
+ * that frame with this script in the frame's own isolated world and puts the
+ * lines there. `clip` limits "in the viewport" to the part of a frame that is
+ * visible in the top-level viewport; `everywhere` lists elements wherever they
+ * are (a frame inside a `filter: "all"` or `ref` read).
  */
 /* exported pageScript */
 function pageScript(req) {
@@ -32,15 +45,16 @@ function pageScript(req) {
   }
   if (reg.next < req.floor) reg.next = req.floor;
 
-  const refOf = (el) => {
+  const numberOf = (el) => {
     let n = reg.ids.get(el);
     if (n === undefined) {
       n = reg.next++;
       reg.ids.set(el, n);
       reg.refs.set(n, new WeakRef(el));
     }
-    return 'ref_' + n;
+    return n;
   };
+  const refOf = (el) => 'ref_' + numberOf(el);
   const resolve = (n) => {
     const el = reg.refs.get(n)?.deref();
     if (el && el.isConnected) return el;
@@ -291,9 +305,16 @@ function pageScript(req) {
   const quote = (s) => '"' + bound(s, NAME_MAX).replace(/[\\"]/g, (m) => '\\' + m) + '"';
 
   // --- state -------------------------------------------------------------
-  const vw = window.innerWidth,
-    vh = window.innerHeight;
-  const inViewport = (r) => r.right > 0 && r.bottom > 0 && r.left < vw && r.top < vh;
+  // The part of this document's viewport that is shown: all of it, or (in a frame) the part of the
+  // frame that is visible in the top-level viewport.
+  const clip = req.clip || null;
+  const view = {
+    left: Math.max(0, clip ? clip.left : 0),
+    top: Math.max(0, clip ? clip.top : 0),
+    right: Math.min(window.innerWidth, clip ? clip.right : Infinity),
+    bottom: Math.min(window.innerHeight, clip ? clip.bottom : Infinity),
+  };
+  const inViewport = (r) => r.right > view.left && r.bottom > view.top && r.left < view.right && r.top < view.bottom;
   const stateOf = (el, role, rect) => {
     const s = [];
     const tag = el.tagName;
@@ -356,6 +377,34 @@ function pageScript(req) {
     return s.length ? ' ' + s.join(' ') : '';
   };
 
+  // --- frames --------------------------------------------------------------
+  const isFrame = (el) => el.tagName === 'IFRAME' || el.tagName === 'FRAME';
+  // The box a frame's document is drawn in (the element's content box), in this viewport's coordinates.
+  const contentBox = (el) => {
+    const r = el.getBoundingClientRect();
+    const st = getComputedStyle(el);
+    const pl = parseFloat(st.paddingLeft) || 0,
+      pt = parseFloat(st.paddingTop) || 0;
+    const left = r.left + el.clientLeft + pl,
+      top = r.top + el.clientTop + pt;
+    const right = left + el.clientWidth - pl - (parseFloat(st.paddingRight) || 0);
+    const bottom = top + el.clientHeight - pt - (parseFloat(st.paddingBottom) || 0);
+    return { left, top, right, bottom };
+  };
+  // A frame to read: its ref, and the part of it in view, in the frame's own coordinates (empty: none).
+  const frameEntry = (el) => {
+    const box = contentBox(el);
+    const left = Math.max(box.left, view.left),
+      top = Math.max(box.top, view.top);
+    const right = Math.min(box.right, view.right),
+      bottom = Math.min(box.bottom, view.bottom);
+    const seen = right > left && bottom > top;
+    const clip = seen
+      ? { left: left - box.left, top: top - box.top, right: right - box.left, bottom: bottom - box.top }
+      : { left: 0, top: 0, right: 0, bottom: 0 };
+    return { ref: numberOf(el), clip, seen };
+  };
+
   // --- the walk ------------------------------------------------------------
   const childrenOf = (el) => {
     if (el.shadowRoot) return Array.from(el.shadowRoot.children);
@@ -395,6 +444,9 @@ function pageScript(req) {
 
   if (req.op === 'read') {
     const lines = [];
+    // Frames whose lines go in at `at`, indented `depth` levels.
+    const frames = [];
+    const everywhere = req.filter === 'all' || req.ref !== null || req.everywhere === true;
     let used = 0,
       truncated = false,
       offscreen = false,
@@ -412,11 +464,20 @@ function pageScript(req) {
     const passes = (info) => {
       if (!info.shown) return false;
       if (req.filter === 'interactive' && !info.interactive) return false;
-      if (req.filter !== 'all' && !req.ref && !inViewport(info.rect)) {
+      if (!everywhere && !inViewport(info.rect)) {
         offscreen = true;
         return false;
       }
       return true;
+    };
+    // A frame in view (or anywhere, when everything is listed) is read into its place, if depth allows.
+    const addFrame = (el, d) => {
+      if (d >= req.depth) {
+        deeper = true;
+        return;
+      }
+      const { ref, clip, seen } = frameEntry(el);
+      if (everywhere || seen) frames.push({ ref, clip, at: lines.length, depth: d });
     };
     const walk = (el, d, underContent) => {
       for (const child of childrenOf(el)) {
@@ -432,6 +493,7 @@ function pageScript(req) {
           if (!emit(line(child, d, info))) return;
           childDepth = d + 1;
         }
+        if (isFrame(child) && info.shown) addFrame(child, childDepth);
         walk(child, childDepth, underContent || (info.shown && coversText(info.role || 'generic')));
       }
     };
@@ -447,15 +509,17 @@ function pageScript(req) {
         shown: true,
       };
       emit(line(root, 0, info));
+      if (isFrame(root)) addFrame(root, 1);
       walk(root, 1, false);
     } else if (root) {
       walk(root, 0, false);
     }
-    return { lines, truncated, offscreen, deeper, next: reg.next };
+    return { lines, truncated, offscreen, deeper, next: reg.next, frames };
   }
 
   if (req.op === 'find') {
     const matches = [];
+    const frames = [];
     const words = (s) =>
       s
         .toLowerCase()
@@ -529,19 +593,21 @@ function pageScript(req) {
             matches.push({ el: child, info, score, order: matches.length });
           }
         }
+        if (isFrame(child) && info.shown) frames.push({ ref: numberOf(child) });
         walk(child, underContent || (info.shown && coversText(info.role || 'generic')));
       }
     };
     if (document.body) walk(document.body, false);
     matches.sort((a, b) => b.score - a.score || a.order - b.order);
-    const lines = matches.slice(0, req.max).map((m) => line(m.el, 0, m.info));
-    return { lines, total: matches.length, next: reg.next };
+    const best = matches.slice(0, req.max);
+    const lines = best.map((m) => line(m.el, 0, m.info));
+    return { lines, scores: best.map((m) => m.score), total: matches.length, next: reg.next, frames };
   }
 
   if (req.op === 'text') {
     // Main content first: the outermost main/article/[role=main] elements, then the rest of the body.
     const body = document.body;
-    if (!body) return { main: '', rest: '', truncated: false };
+    if (!body) return { main: '', rest: '', frames: [] };
     const mains = Array.from(body.querySelectorAll('main, article, [role=main]')).filter(
       (e, _i, all) => !all.some((o) => o !== e && o.contains(e)),
     );
@@ -572,7 +638,14 @@ function pageScript(req) {
       }
     };
     walk(body);
-    return { main: mainText, rest: clean(rest.map(clean).filter(Boolean).join('\n')) };
+    // Frames that are drawn, in document order; a frame inside the main content counts as main content.
+    const frames = Array.from(body.querySelectorAll('iframe, frame'))
+      .filter((el) => {
+        const r = el.getBoundingClientRect();
+        return r.width * r.height > 0 && (!el.checkVisibility || el.checkVisibility({ visibilityProperty: true }));
+      })
+      .map((el) => ({ ref: numberOf(el), main: mains.some((m) => m.contains(el)) }));
+    return { main: mainText, rest: clean(rest.map(clean).filter(Boolean).join('\n')), frames };
   }
 
   if (req.op === 'unmark') {
@@ -580,6 +653,30 @@ function pageScript(req) {
       if (el.getAttribute('data-deskbatch-ref') === req.token) el.removeAttribute('data-deskbatch-ref');
     }
     return 'ok';
+  }
+  if (req.op === 'element') return resolve(req.ref);
+  if (req.op === 'lift') {
+    const el = resolve(req.ref);
+    if (typeof el === 'string') return { error: el };
+    if (!isFrame(el)) return { error: 'unknown' };
+    const point = () => {
+      const box = contentBox(el);
+      return { x: box.left + req.x, y: box.top + req.y };
+    };
+    const shown = (p) => p.x >= 0 && p.y >= 0 && p.x < window.innerWidth && p.y < window.innerHeight;
+    let p = point();
+    if (!shown(p)) {
+      // Bring the frame into view (any scrolled container too), then the point itself if the frame is larger.
+      el.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
+      p = point();
+      if (!shown(p)) {
+        const dx = p.x < 0 ? p.x - 8 : p.x >= window.innerWidth ? p.x - window.innerWidth + 8 : 0;
+        const dy = p.y < 0 ? p.y - 8 : p.y >= window.innerHeight ? p.y - window.innerHeight + 8 : 0;
+        window.scrollBy({ left: dx, top: dy, behavior: 'instant' });
+        p = point();
+      }
+    }
+    return shown(p) ? p : { error: 'nobox' };
   }
   if (req.op === 'mark' || req.op === 'center') {
     const el = resolve(req.ref);

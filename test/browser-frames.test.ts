@@ -1,0 +1,218 @@
+/**
+ * iframes through the daemon: read_page, find and get_page_text include the
+ * content of same-origin and cross-site frames (a cross-site frame runs in a
+ * renderer process of its own), with refs unique across frames that work with
+ * left_click, form_input and scroll_to; a frame that navigates or is removed
+ * makes its refs stale; a page with many frames is read up to a cap, and says
+ * so. Real headless Chromium against a local web server: the cross-site frame
+ * is served as `localhost` to a page served as `127.0.0.1`.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { FRAMES_MAX } from '../src/browser/snapshot.ts';
+import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import { assertApiValid } from './helpers/api-rules.ts';
+import { until } from './helpers/wait.ts';
+import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+
+type Result = BatchResult['tool_results'][number];
+
+const textOf = (r: Result): string =>
+  (Array.isArray(r.content) ? r.content : [])
+    .filter((b): b is { type: 'text'; text: string } => b.type === 'text')
+    .map((b) => b.text)
+    .join('\n');
+
+/** The line for `role "name"` and its ref (and indentation). */
+function lineFor(text: string, role: string, name: string): { line: string; ref: string; indent: number } {
+  const line = text.split('\n').find((l) => l.trimStart().startsWith(`${role} "${name}" [ref_`));
+  assert.ok(line, `no ${role} "${name}" in:\n${text}`);
+  return { line, ref: /\[(ref_\d+)\]/.exec(line)![1]!, indent: line.length - line.trimStart().length };
+}
+
+describe('iframes: reading, refs and actions across frames', () => {
+  let f: BrowserFixture;
+  let top: string;
+  let cross: string;
+  let batchNo = 0;
+
+  const run = async (toolUses: ToolUse[]): Promise<BatchResult> => {
+    const { result } = await f.client.batch(`frames${batchNo++}`, toolUses);
+    return assertApiValid(toolUses, result);
+  };
+  const call = async (name: string, input: Record<string, unknown> = {}): Promise<string> => {
+    const r = (await run([use(name, input)])).tool_results[0]!;
+    assert.ok(!r.is_error, `${name} ${JSON.stringify(input)} failed: ${textOf(r)}`);
+    return textOf(r);
+  };
+  const failing = async (name: string, input: Record<string, unknown>): Promise<string> => {
+    const r = (await run([use(name, input)])).tool_results[0]!;
+    assert.equal(r.is_error, true, `${name} should have failed: ${textOf(r)}`);
+    return textOf(r);
+  };
+  /** The requests the server saw for `/hit?…`, as their query strings. */
+  const hits = (): string[] => f.web.requests.filter((r) => r.path.startsWith('/hit?')).map((r) => r.path.slice(5));
+  const hit = (what: string) => until(`the page to report ${what}`, () => hits().includes(what), { seen: hits });
+  const ref = (r: string) => ({ type: 'ref', ref: r });
+
+  before(async () => {
+    f = await startBrowserFixture({ browserSettings: { enable: ['javascript_exec'] } });
+    top = f.web.origin;
+    cross = top.replace('127.0.0.1', 'localhost');
+    // Each button reports a click only when the click's point is on it, so a misplaced click is not counted.
+    const report = (id: string) =>
+      `<script>document.getElementById('${id}').addEventListener('click', (e) => {
+        const r = e.currentTarget.getBoundingClientRect();
+        if (e.clientX >= r.left && e.clientX <= r.right && e.clientY >= r.top && e.clientY <= r.bottom)
+          fetch('/hit?${id}');
+      });</script>`;
+    f.web.route(
+      '/top',
+      `<title>Shop</title><style>body { margin: 0; font: 16px sans-serif }
+        iframe { display: block; border: 7px solid #888; padding: 13px; margin: 10px 30px }</style>
+      <h1>Checkout</h1>
+      <iframe id="login" src="/login" width="400" height="220"></iframe>
+      <main><p>Your order is below.</p>
+        <iframe id="pay" src="${cross}/pay" width="400" height="160"></iframe></main>
+      <div style="height: 2000px"></div>
+      <iframe id="far" src="/far" width="300" height="600"></iframe>`,
+    );
+    f.web.route(
+      '/login',
+      `<style>body { margin: 0 }</style><h2>Sign in</h2>
+      <label>Email <input id="email" name="email"></label>
+      <label><input type="checkbox" id="remember"> Remember me</label>
+      <button id="signin" style="width: 24px; height: 16px; padding: 0">in</button>
+      <iframe src="/inner" width="200" height="60" style="border: 0"></iframe>${report('signin')}`,
+    );
+    f.web.route('/inner', `<style>body { margin: 0 }</style><a href="#help" id="help">Help inside</a>`);
+    f.web.route(
+      '/pay',
+      `<style>body { margin: 0 }</style><p>Card details, from another site.</p>
+      <input aria-label="Card number" id="card">
+      <select aria-label="Expiry year" id="year"><option>2027</option><option>2028</option></select>
+      <button id="paynow" style="margin-left: 150px; width: 30px; height: 18px; padding: 0">Pay now</button>
+      ${report('paynow')}`,
+    );
+    f.web.route(
+      '/far',
+      `<style>body { margin: 0 }</style><div style="height: 450px"></div>
+      <button id="deep" style="width: 40px; height: 20px; padding: 0">Deep</button>${report('deep')}`,
+    );
+    f.web.route(
+      '/many',
+      `<title>Many</title>${Array.from({ length: FRAMES_MAX + 3 }, (_, i) => `<iframe src="/one?${i}" width="60" height="30"></iframe>`).join('')}`,
+    );
+    f.web.route('/one', `<button>One</button>`);
+  });
+
+  after(async () => {
+    await f?.close();
+  });
+
+  test('read_page lists same-origin, nested and cross-site frames under their iframes, with unique refs', async () => {
+    await call('navigate', { url: `${top}/top` });
+    // Frames load on their own after the page; wait until read_page shows the deepest one.
+    const text = await until('read_page to show every frame', async () => {
+      const t = await call('read_page', { filter: 'all' });
+      return t.includes('Help inside') && t.includes('Pay now') && t.includes('"Deep"') ? t : undefined;
+    });
+    const email = lineFor(text, 'textbox', 'Email');
+    const help = lineFor(text, 'link', 'Help inside');
+    const pay = lineFor(text, 'button', 'Pay now');
+    const card = lineFor(text, 'textbox', 'Card number');
+    const signIn = lineFor(text, 'heading', 'Sign in');
+    assert.ok(signIn.indent > 0 && email.indent > 0, `a frame's lines are indented under its iframe:\n${text}`);
+    assert.ok(help.indent > signIn.indent, `a frame in a frame is indented deeper:\n${text}`);
+    assert.ok(pay.indent > 0 && card.indent > 0, `cross-site frame lines are indented under their iframe:\n${text}`);
+    const order = ['Checkout', 'Email', 'Help inside', 'Your order is below.', 'Card number', 'Deep'].map((w) =>
+      text.indexOf(w),
+    );
+    assert.deepEqual(
+      [...order].sort((a, b) => a - b),
+      order,
+      `frames' lines are in their iframes' places:\n${text}`,
+    );
+    const refs = [...text.matchAll(/\[(ref_\d+)\]/g)].map((m) => m[1]);
+    assert.equal(new Set(refs).size, refs.length, `every ref appears once:\n${text}`);
+  });
+
+  test('the default read lists only what is in view, in frames too', async () => {
+    const text = await call('read_page');
+    assert.match(text, /textbox "Email"/);
+    assert.match(text, /button "Pay now"/);
+    assert.doesNotMatch(text, /"Deep"/, 'a frame below the fold is not read');
+    assert.match(text, /elements outside the viewport are not shown/);
+  });
+
+  test('find ranks matches from every frame together; get_page_text includes frames', async () => {
+    const found = await call('find', { query: 'pay now button' });
+    assert.match(found.split('\n')[1]!, /^button "Pay now" \[ref_\d+\]/, found);
+    const text = await call('get_page_text');
+    assert.ok(text.startsWith('Your order is below.'), `main content first:\n${text}`);
+    assert.match(text, /Card details, from another site\./, 'a frame inside main content is main content');
+    for (const words of ['Checkout', 'Sign in', 'Help inside', 'Deep']) assert.ok(text.includes(words), words);
+  });
+
+  test('left_click on refs in a same-origin frame and in a cross-site frame lands on the element', async () => {
+    const text = await call('read_page', { filter: 'all' });
+    await call('left_click', { target: ref(lineFor(text, 'button', 'in').ref) });
+    await hit('signin');
+    await call('left_click', { target: ref(lineFor(text, 'button', 'Pay now').ref) });
+    await hit('paynow');
+  });
+
+  test('form_input sets fields in both kinds of frame', async () => {
+    const text = await call('read_page', { filter: 'all' });
+    await call('form_input', { target: ref(lineFor(text, 'textbox', 'Email').ref), value: 'ann@example.com' });
+    await call('form_input', { target: ref(lineFor(text, 'textbox', 'Card number').ref), value: '4242 4242' });
+    await call('form_input', { target: ref(lineFor(text, 'combobox', 'Expiry year').ref), value: '2028' });
+    await call('form_input', { target: ref(lineFor(text, 'checkbox', 'Remember me').ref), value: true });
+    const after = await call('read_page', { filter: 'all' });
+    assert.match(lineFor(after, 'textbox', 'Email').line, /value="ann@example\.com"/);
+    assert.match(lineFor(after, 'textbox', 'Card number').line, /value="4242 4242"/);
+    assert.match(lineFor(after, 'combobox', 'Expiry year').line, /value="2028"/);
+    assert.match(lineFor(after, 'checkbox', 'Remember me').line, / checked/);
+  });
+
+  test('scroll_to brings an element deep in a frame below the fold into view; a click then lands', async () => {
+    await call('javascript_exec', { text: 'window.scrollTo(0, 0)' });
+    const all = await call('read_page', { filter: 'all' });
+    const deep = lineFor(all, 'button', 'Deep');
+    assert.match(deep.line, / offscreen/);
+    await call('scroll_to', { target: ref(deep.ref) });
+    const seen = await call('read_page');
+    assert.doesNotMatch(lineFor(seen, 'button', 'Deep').line, / offscreen/, seen);
+    await call('left_click', { target: ref(deep.ref) });
+    await hit('deep');
+  });
+
+  test('a ref in a frame that navigated or was removed is refused as stale', async () => {
+    const text = await call('read_page', { filter: 'all' });
+    const help = lineFor(text, 'link', 'Help inside').ref;
+    const pay = lineFor(text, 'button', 'Pay now').ref;
+    await call('javascript_exec', {
+      text: `document.getElementById('login').contentDocument.querySelector('iframe').src = '/inner?again'`,
+    });
+    await until(
+      'the inner frame to load again',
+      async () =>
+        /Help inside/.test(await call('get_page_text')) && f.web.requests.some((r) => r.path === '/inner?again'),
+    );
+    assert.match(await failing('left_click', { target: ref(help) }), /is stale/);
+    await call('javascript_exec', { text: `document.getElementById('pay').remove()` });
+    assert.match(await failing('left_click', { target: ref(pay) }), /is stale/);
+    assert.match(await failing('read_page', { ref: pay }), /is stale/);
+  });
+
+  test(`at most ${FRAMES_MAX} frames are read per call, and the rest are counted`, async () => {
+    await call('navigate', { url: `${top}/many` });
+    const text = await until(`${FRAMES_MAX} frames to be read`, async () => {
+      const t = await call('read_page', { filter: 'all' });
+      return (t.match(/button "One"/g) ?? []).length === FRAMES_MAX ? t : undefined;
+    });
+    assert.match(text, /\[3 more frames were not read \(at most 20 per call\); read one with its iframe's ref\]/);
+    const firstUnread = [...text.matchAll(/^iframe \[(ref_\d+)\]/gm)][FRAMES_MAX]![1]!;
+    assert.match(await call('read_page', { ref: firstUnread }), /button "One"/);
+  });
+});
