@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import type { BetaToolResultBlockParam, BetaToolUseBlock } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { DeskbatchClient, type ToolEvent } from '../src/client/index.ts';
+import { DeskbatchClient, type AgentToolEntry, type ToolEvent } from '../src/client/index.ts';
 import { DeskbatchBrowserToolset, DeskbatchComputerToolset, connectDeskbatchToolsets } from '../src/sdk/index.ts';
 import { assertToolResultValid, assertToolsValid, imageSize } from './helpers/api-rules.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
@@ -38,6 +38,30 @@ async function call(
   const result = await toolset.toolResult(toolUse);
   assertToolResultValid(toolUse, result);
   return result;
+}
+
+/** The same form for both paths: content as blocks (the daemon always sends blocks), no undefined members. */
+const normal = (r: BetaToolResultBlockParam): unknown =>
+  JSON.parse(
+    JSON.stringify({
+      ...r,
+      toolset_name: r.toolset_name ?? undefined,
+      content: typeof r.content === 'string' ? [{ type: 'text', text: r.content }] : r.content,
+    }),
+  );
+
+/** The runner's and the daemon's results for `uses`, the same block for block. */
+function assertSameResults(
+  uses: BetaToolUseBlock[],
+  byRunner: BetaToolResultBlockParam[],
+  byDaemon: BetaToolResultBlockParam[],
+): void {
+  assert.equal(byDaemon.length, uses.length);
+  for (const [i, use] of uses.entries()) {
+    const runner = byRunner.find((r) => r.tool_use_id === use.id);
+    assert.ok(runner, `the runner answered ${use.id}`);
+    assert.deepEqual(normal(byDaemon[i]!), normal(runner), `result ${i} (${use.toolset_name ?? ''}/${use.name})`);
+  }
 }
 
 describe('SDK toolsets forward every call to a deskbatch daemon', () => {
@@ -250,21 +274,7 @@ describe('SDK toolsets forward every call to a deskbatch daemon', () => {
       const byRunner = second.messages.at(-1)!.content;
       const uses = turns[0]!.content.filter((b): b is BetaToolUseBlock => b.type === 'tool_use');
       const { toolResults: byDaemon } = await direct.runBatch(uses);
-      // The same form for both: content as blocks (the daemon always sends blocks), no undefined members.
-      const normal = (r: BetaToolResultBlockParam): unknown =>
-        JSON.parse(
-          JSON.stringify({
-            ...r,
-            toolset_name: r.toolset_name ?? undefined,
-            content: typeof r.content === 'string' ? [{ type: 'text', text: r.content }] : r.content,
-          }),
-        );
-      assert.equal(byDaemon.length, uses.length);
-      for (const [i, use] of uses.entries()) {
-        const runner = byRunner.find((r) => r.tool_use_id === use.id);
-        assert.ok(runner, `the runner answered ${use.id}`);
-        assert.deepEqual(normal(byDaemon[i]!), normal(runner), `result ${i} (${use.toolset_name ?? ''}/${use.name})`);
-      }
+      assertSameResults(uses, byRunner, byDaemon);
       // And they are what the SDK writes (spelled out, so the test names the rule it checks).
       assert.deepEqual(texts(byDaemon[1]!), ['X=300,Y=400']);
       assert.deepEqual(texts(byDaemon[2]!), [
@@ -294,5 +304,87 @@ describe('SDK toolsets forward every call to a deskbatch daemon', () => {
       }),
       /configs enables 'javascript_exec', which this deskbatch daemon does not serve/,
     );
+  });
+});
+
+/**
+ * The differential test for the browser's rows of docs/PROTOCOL.md "Differences from the SDK runner":
+ * a member the agent switched off in its own `configs` (the daemon learns them from `hello.tools`),
+ * `new_tab` reporting only its own tab, and a dismissed dialog reported on the failing call's own
+ * result. Two recorded turns go through the SDK's runner (with the deskbatch/sdk browser toolset)
+ * and, each as one batch on a session of its own, through the daemon's wire path.
+ */
+describe('SDK runner and daemon alike: the browser rows', () => {
+  let web: WebServer;
+  let daemon: TestDaemon;
+
+  before(async () => {
+    web = await startWebServer();
+    web.route('/p', PAGE);
+    daemon = await startTestDaemon({
+      display: undefined,
+      browser: 'headless',
+      browserSettings: { enable: ['javascript_exec'] },
+    });
+  });
+  after(async () => {
+    await daemon?.close();
+    await web?.close();
+  });
+
+  test('find switched off by the agent, new_tab, and a notice on a failed call: the same block for block', async () => {
+    const turns = await loadTurns('browserparity', { PAGE_URL: `${web.origin}/p` });
+    const api = await startMessagesApi({ turns, apiKey: API_KEY });
+    const anthropic = new Anthropic({ apiKey: API_KEY, baseURL: api.baseURL, maxRetries: 0 });
+    const toolsets = await connectDeskbatchToolsets({
+      url: daemon.url,
+      token: TEST_TOKEN,
+      computer: false,
+      browser: { configs: { find: { enabled: false }, javascript_exec: { enabled: true } }, confirm: () => true },
+    });
+    let direct: DeskbatchClient | undefined;
+    try {
+      await anthropic.beta.messages.toolRunner({
+        model: 'claude-opus-5-5',
+        max_tokens: 1024,
+        messages: [{ role: 'user', content: 'What is the secret word?' }],
+        tools: toolsets.tools,
+      });
+      assert.deepEqual(api.violations, [], 'every request followed the API rules');
+      // The agent's tools[] as it sent them to the API, now in hello.tools: find is off for this session too.
+      direct = await DeskbatchClient.connect(daemon.url, {
+        token: TEST_TOKEN,
+        agentTools: JSON.parse(JSON.stringify(toolsets.tools)) as AgentToolEntry[],
+      });
+      const byDaemon: BetaToolResultBlockParam[][] = [];
+      for (const [t, turn] of turns.slice(0, 2).entries()) {
+        const uses = turn.content.filter((b): b is BetaToolUseBlock => b.type === 'tool_use');
+        const sent = api.requests[t + 1]!.body as { messages: { content: BetaToolResultBlockParam[] }[] };
+        const { toolResults } = await direct.runBatch(uses);
+        assertSameResults(uses, sent.messages.at(-1)!.content, toolResults);
+        byDaemon.push(toolResults);
+      }
+      // Spelled out, so the test names the rules it checks.
+      const [[, newTab, find, listTabs], [, failed, notRun]] = byDaemon as [
+        BetaToolResultBlockParam[],
+        BetaToolResultBlockParam[],
+      ];
+      const opened = (newTab!.content as { type: string; state_changes?: { type: string }[] }[])
+        .filter((b) => b.type === 'browser_state')
+        .flatMap((b) => b.state_changes ?? [])
+        .filter((c) => c.type === 'tab_opened');
+      assert.equal(opened.length, 1, 'new_tab reports its own tab_opened only');
+      assert.deepEqual(texts(find!), [
+        "The 'find' action is not permitted by this application's permissions and cannot be used in this session.",
+      ]);
+      assert.equal(find!.is_error, true);
+      assert.equal(listTabs!.is_error, true, 'the refusal halts the browser toolset');
+      assert.deepEqual(texts(failed!), ['The JavaScript threw TypeError.', 'An alert dialog "why" was dismissed.']);
+      assert.equal(notRun!.is_error, true);
+    } finally {
+      await direct?.close();
+      await toolsets.close();
+      await api.close();
+    }
   });
 });

@@ -21,6 +21,7 @@ import {
   CLOSE_SESSION_RESUMED,
   PROTOCOL_PATH,
   ServerMessageSchema,
+  type AgentToolEntry,
   type BatchResult,
   type ErrorMessage,
   type ServerMessage,
@@ -73,6 +74,12 @@ export interface ConnectOptions {
   events?: boolean;
   /** `true` asks for `welcome.legacy_tools`: the `tools[]` entries of the older computer tools. */
   legacyTools?: boolean;
+  /**
+   * The `tools[]` the agent sends to the Messages API (`hello.tools`): the
+   * session then runs only what the model was offered, and refuses a member
+   * the agent's `configs` switched off with the SDK runner's text.
+   */
+  agentTools?: AgentToolEntry[];
   /** Aborting it stops connecting, or closes the client once connected. */
   signal?: AbortSignal;
   /** Limit for the HTTP upgrade and, separately, for the answer to `hello`. Default 10,000 ms. */
@@ -504,6 +511,7 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
                 ...(resume ? { resume_session_id: resume } : {}),
                 ...(this.options.events === false ? { events: false } : {}),
                 ...(this.options.legacyTools ? { legacy_tools: true } : {}),
+                ...(this.options.agentTools ? { tools: this.options.agentTools } : {}),
               };
               ws.send(JSON.stringify(hello));
             }),

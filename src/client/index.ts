@@ -44,6 +44,7 @@ export {
   type OutcomeUnknownReason,
 } from './errors.ts';
 export type {
+  AgentToolEntry,
   BatchResult,
   ErrorCode,
   ErrorInfo,
