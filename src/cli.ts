@@ -28,6 +28,8 @@ Options:
   --screenshot-format FMT  png | jpeg | webp (default ${DEFAULT_CONFIG.screenshot.format})
   --screenshot-quality Q   1-100 for jpeg and webp (default ${DEFAULT_CONFIG.screenshot.quality})
   --screenshot-max-side PX longest screenshot side, at most 2000 recommended (default ${DEFAULT_CONFIG.screenshot.limits.maxSidePx})
+  --max-image-bytes B      base64 bytes one image may take (default ${DEFAULT_CONFIG.screenshot.maxBase64Bytes}, the
+                           Claude API's 10 MB; 5000000 for Amazon Bedrock and Google Cloud Vertex AI)
   --display-size WxH       size of the Xvfb started when DISPLAY is unset (default 1280x800)
   --call-timeout-ms MS     time limit of one call (default ${DEFAULT_CONFIG.callTimeoutMs})
   --max-batch-ms MS        time budget of one batch, from when it gets the desktop; then
@@ -97,6 +99,7 @@ async function serve(argv: string[]): Promise<void> {
       'screenshot-format': { type: 'string' },
       'screenshot-quality': { type: 'string' },
       'screenshot-max-side': { type: 'string' },
+      'max-image-bytes': { type: 'string' },
       'display-size': { type: 'string' },
       'call-timeout-ms': { type: 'string' },
       'max-batch-ms': { type: 'string' },
@@ -161,6 +164,7 @@ async function serve(argv: string[]): Promise<void> {
       format: values['screenshot-format'] as ImageFormat | undefined,
       quality: num(values['screenshot-quality']),
       limits: { maxSidePx: num(values['screenshot-max-side']) },
+      maxBase64Bytes: num(values['max-image-bytes']),
     },
     callTimeoutMs: num(values['call-timeout-ms']),
     limits: { maxBatchMs: num(values['max-batch-ms']) },

@@ -239,6 +239,11 @@ test('a short token, two token sources or a bad --max-batch-ms are refused at st
       await refusal(['--max-batch-ms', '0'], { DESKBATCH_TOKEN: 'a'.repeat(40) }),
       /limits\.maxBatchMs must be a positive integer/,
     );
+    // Bedrock and Vertex take 5 MB per image: an operator may lower the bound, never raise it past the API's.
+    assert.match(
+      await refusal(['--max-image-bytes', '10000001'], { DESKBATCH_TOKEN: 'a'.repeat(40) }),
+      /screenshot\.maxBase64Bytes must be 1–10000000 \(the API's 10 MB per image\), got 10000001/,
+    );
   } finally {
     await rm(home, { recursive: true, force: true });
   }
