@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { FRAMES_MAX } from '../src/browser/snapshot.ts';
+import { FRAMES_MAX, FRAMES_TIME_MS } from '../src/browser/snapshot.ts';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { until } from './helpers/wait.ts';
@@ -104,6 +104,15 @@ describe('iframes: reading, refs and actions across frames', () => {
       `<title>Many</title>${Array.from({ length: FRAMES_MAX + 3 }, (_, i) => `<iframe src="/one?${i}" width="60" height="30"></iframe>`).join('')}`,
     );
     f.web.route('/one', `<button>One</button>`);
+    // A cross-site frame that answers once (so the test knows it loaded), then never again: its script spins.
+    f.web.route(
+      '/spinning',
+      `<title>Spin</title><h1>Above the spinning frame</h1><iframe src="${cross}/spin" width="200" height="80"></iframe>`,
+    );
+    f.web.route(
+      '/spin',
+      `<button>Spinner</button><script>fetch('/hit?spin-loaded').then(() => { for (;;) {} });</script>`,
+    );
   });
 
   after(async () => {
@@ -214,5 +223,29 @@ describe('iframes: reading, refs and actions across frames', () => {
     assert.match(text, /\[3 more frames were not read \(at most 20 per call\); read one with its iframe's ref\]/);
     const firstUnread = [...text.matchAll(/^iframe \[(ref_\d+)\]/gm)][FRAMES_MAX]![1]!;
     assert.match(await call('read_page', { ref: firstUnread }), /button "One"/);
+  });
+
+  // Last: the spinning frame's renderer stays busy until its page goes.
+  test('a frame whose renderer never answers is left out after a bounded time; the rest of the page is read', async () => {
+    await call('navigate', { url: `${top}/spinning` });
+    await hit('spin-loaded');
+    // The frame starts spinning just after it reported; a read that came before that saw it whole.
+    let took = 0;
+    const text = await until(
+      'read_page to leave the spinning frame out',
+      async () => {
+        const started = performance.now();
+        const t = await call('read_page');
+        took = performance.now() - started;
+        return /could not be read/.test(t) ? t : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    assert.match(text, /heading "Above the spinning frame"/);
+    assert.match(text, /\[1 frame could not be read \(loading, removed, or not answering\)\]/);
+    assert.doesNotMatch(text, /Spinner/);
+    // Said, not asserted against the clock: the bound is FRAMES_TIME_MS, the machine may be slow.
+    console.log(`# read_page with a spinning frame: ${Math.round(took)} ms (frames bound ${FRAMES_TIME_MS} ms)`);
+    await call('navigate', { url: `${top}/top` });
   });
 });

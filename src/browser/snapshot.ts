@@ -63,6 +63,13 @@ export interface ReadPageOptions {
 
 /** Most frames (iframes, at any depth) one reading call reads; the rest are counted in a note. */
 export const FRAMES_MAX = 20;
+/**
+ * Time one reading call gives its frames, all together. A frame whose
+ * renderer is busy (a script in an endless loop) never answers; past this
+ * the call goes on without the frames not yet read, so a hostile ad frame
+ * cannot keep the model from reading the page.
+ */
+export const FRAMES_TIME_MS = 5_000;
 
 /** Highest ref number issued by any page of this process (see the header). */
 let highestRef = 0;
@@ -73,7 +80,7 @@ const REF_PATTERN = /^\[?ref_([1-9][0-9]{0,9})\]?$/;
 const framesNote = (n: number): string =>
   `[${n} more frame${n === 1 ? ' was' : 's were'} not read (at most ${FRAMES_MAX} per call); read one with its iframe's ref]`;
 const unreadableNote = (n: number): string =>
-  `[${n} frame${n === 1 ? '' : 's'} could not be read (still loading, or removed)]`;
+  `[${n} frame${n === 1 ? '' : 's'} could not be read (loading, removed, or not answering)]`;
 
 /**
  * The in-page script (page-script/page-script.js: its requests and answers are
@@ -253,9 +260,13 @@ async function childWorld(page: Page, pw: PageWorlds, parent: World, ref: number
   let world = pw.frames.get(frameId);
   if (!world) {
     let cdp: CDPSession | undefined;
+    let contextId: number | undefined;
     try {
-      await parent.cdp.send('Page.createIsolatedWorld', { frameId, worldName: WORLD_NAME });
+      const made = (await parent.cdp.send('Page.createIsolatedWorld', { frameId, worldName: WORLD_NAME })) as {
+        executionContextId: number;
+      };
       cdp = parent.cdp;
+      contextId = made.executionContextId;
     } catch {
       for (const frame of page.frames()) {
         if (frame === page.mainFrame()) continue;
@@ -267,7 +278,7 @@ async function childWorld(page: Page, pw: PageWorlds, parent: World, ref: number
       }
     }
     if (!cdp) return null;
-    world = { cdp, frameId, contextId: undefined };
+    world = { cdp, frameId, contextId };
     pw.frames.set(frameId, world);
     if (pw.frames.size > WORLDS_MAX) {
       const oldest = pw.frames.keys().next().value!;
@@ -384,11 +395,15 @@ function run<T>(page: Page, pw: PageWorlds, world: World, request: Record<string
   return world === pw.main ? inPage<T>(page, request) : inFrame<T>(pw, world, request);
 }
 
-/** The frames one reading call visits: at most FRAMES_MAX, the rest and those that failed counted for a note. */
+/**
+ * The frames one reading call visits: at most FRAMES_MAX within FRAMES_TIME_MS,
+ * the rest and those that failed counted for a note.
+ */
 class FrameVisits {
   private read = 0;
   private skipped = 0;
   private failed = 0;
+  private readonly deadline = performance.now() + FRAMES_TIME_MS;
   constructor(
     private readonly page: Page,
     private readonly pw: PageWorlds,
@@ -401,11 +416,24 @@ class FrameVisits {
       return undefined;
     }
     this.read++;
+    const left = this.deadline - performance.now();
+    let timer: NodeJS.Timeout | undefined;
     try {
-      const world = await childWorld(this.page, this.pw, parent, entry.ref);
-      if (world) return await fn(world);
+      if (left > 0) {
+        const read = (async () => {
+          const world = await childWorld(this.page, this.pw, parent, entry.ref);
+          return world ? { value: await fn(world) } : undefined;
+        })();
+        // A frame that does not answer in time is left behind; its answer, if it ever comes, is dropped.
+        read.catch(() => undefined);
+        const late = new Promise<undefined>((resolve) => (timer = setTimeout(resolve, left, undefined)));
+        const got = await Promise.race([read, late]);
+        if (got) return got.value;
+      }
     } catch {
       // Loading, navigating or removed while it was read: the rest of the page still counts.
+    } finally {
+      clearTimeout(timer);
     }
     this.failed++;
     return undefined;
