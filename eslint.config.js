@@ -34,7 +34,7 @@ const nodeGlobals = Object.fromEntries(
  * Only those it uses: a new one is added here on purpose, so a Node.js name cannot slip into the page.
  */
 const browserGlobals = Object.fromEntries(
-  ['Event', 'document', 'getComputedStyle', 'window'].map((name) => [name, 'readonly']),
+  ['DOMMatrixReadOnly', 'Event', 'document', 'getComputedStyle', 'window'].map((name) => [name, 'readonly']),
 );
 
 /**

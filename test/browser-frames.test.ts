@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { FRAMES_MAX, FRAMES_TIME_MS } from '../src/browser/snapshot.ts';
+import { FRAME_ANSWER_MS, FRAMES_MAX } from '../src/browser/snapshot.ts';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { until } from './helpers/wait.ts';
@@ -85,7 +85,46 @@ describe('iframes: reading, refs and actions across frames', () => {
       <button id="signin" style="width: 24px; height: 16px; padding: 0">in</button>
       <iframe src="/inner" width="200" height="60" style="border: 0"></iframe>${report('signin')}`,
     );
-    f.web.route('/inner', `<style>body { margin: 0 }</style><a href="#help" id="help">Help inside</a>`);
+    f.web.route(
+      '/inner',
+      `<style>body { margin: 0 }</style><a href="#help" id="help">Help inside</a>${report('help')}`,
+    );
+    f.web.route('/inner?again', `<style>body { margin: 0 }</style><a href="#help">Help again</a>`);
+    // A small target in a frame drawn at 1.5 times its size, and the same frame turned.
+    const small = `<style>body { margin: 0 }</style><button id="small"
+      style="position: absolute; left: 200px; top: 60px; width: 20px; height: 14px; padding: 0">S</button>`;
+    f.web.route('/small', `${small}${report('small')}`);
+    f.web.route(
+      '/scaled',
+      `<style>body { margin: 0 }</style><iframe src="/small" width="300" height="120"
+        style="transform: scale(1.5); transform-origin: 0 0; border: 5px solid; padding: 4px; margin: 40px"></iframe>`,
+    );
+    f.web.route(
+      '/turned',
+      `<style>body { margin: 0 }</style><iframe src="/small" width="300" height="120"
+        style="transform: rotate(10deg); margin: 40px"></iframe>`,
+    );
+    f.web.route(
+      '/covered',
+      `<style>body { margin: 0 }</style><iframe src="/small" width="300" height="120"></iframe>
+      <div style="position: fixed; inset: 0; background: rgba(0, 0, 0, 0.4)"></div>`,
+    );
+    // A cross-site frame that stops answering for 8 s, then answers again.
+    f.web.route(
+      '/slow',
+      `<title>Slow</title><h1>Slow frame below</h1><div id="box"></div>
+      <iframe src="${cross}/slowframe" width="300" height="100"></iframe>`,
+    );
+    // Its buttons appear in the task that then blocks (when the test lets /go answer), so the first
+    // evaluation to see them is one the frame answers late.
+    f.web.route(
+      '/slowframe',
+      `<p>Slow frame</p><script>fetch('/go').then(() => {
+        for (let i = 0; i < 5; i++) document.body.append(Object.assign(document.createElement('button'), { textContent: 'Evil ' + i }));
+        const end = Date.now() + 8000;
+        while (Date.now() < end) {}
+      });</script>`,
+    );
     f.web.route(
       '/pay',
       `<style>body { margin: 0 }</style><p>Card details, from another site.</p>
@@ -169,6 +208,9 @@ describe('iframes: reading, refs and actions across frames', () => {
     await hit('signin');
     await call('left_click', { target: ref(lineFor(text, 'button', 'Pay now').ref) });
     await hit('paynow');
+    // A frame in a frame: two iframes' content boxes on the way.
+    await call('left_click', { target: ref(lineFor(text, 'link', 'Help inside').ref) });
+    await hit('help');
   });
 
   test('form_input sets fields in both kinds of frame', async () => {
@@ -203,15 +245,35 @@ describe('iframes: reading, refs and actions across frames', () => {
     await call('javascript_exec', {
       text: `document.getElementById('login').contentDocument.querySelector('iframe').src = '/inner?again'`,
     });
-    await until(
-      'the inner frame to load again',
-      async () =>
-        /Help inside/.test(await call('get_page_text')) && f.web.requests.some((r) => r.path === '/inner?again'),
-    );
+    await until('the inner frame to show its new document', async () => /Help again/.test(await call('get_page_text')));
     assert.match(await failing('left_click', { target: ref(help) }), /is stale/);
     await call('javascript_exec', { text: `document.getElementById('pay').remove()` });
     assert.match(await failing('left_click', { target: ref(pay) }), /is stale/);
     assert.match(await failing('read_page', { ref: pay }), /is stale/);
+  });
+
+  test('a click lands in a scaled frame; a rotated or covered frame is refused, not guessed at', async () => {
+    const smallRef = async (page: string): Promise<string> => {
+      await call('navigate', { url: `${top}${page}` });
+      const text = await until(`the frame of ${page} to be read`, async () => {
+        const t = await call('read_page', { filter: 'all' });
+        return t.includes('button "S"') ? t : undefined;
+      });
+      return lineFor(text, 'button', 'S').ref;
+    };
+    await call('left_click', { target: ref(await smallRef('/scaled')) });
+    await hit('small');
+    const turned = await smallRef('/turned');
+    assert.equal(
+      await failing('left_click', { target: ref(turned) }),
+      `${turned} is inside a rotated or skewed frame, so it cannot be pointed at: use a coordinate from a screenshot.`,
+    );
+    const covered = await smallRef('/covered');
+    assert.equal(
+      await failing('left_click', { target: ref(covered) }),
+      `${covered} is inside a frame that something else on the page covers at that point, so it cannot be pointed at.`,
+    );
+    assert.equal(hits().filter((h) => h === 'small').length, 1, 'only the scaled frame was clicked');
   });
 
   test(`at most ${FRAMES_MAX} frames are read per call, and the rest are counted`, async () => {
@@ -223,6 +285,46 @@ describe('iframes: reading, refs and actions across frames', () => {
     assert.match(text, /\[3 more frames were not read \(at most 20 per call\); read one with its iframe's ref\]/);
     const firstUnread = [...text.matchAll(/^iframe \[(ref_\d+)\]/gm)][FRAMES_MAX]![1]!;
     assert.match(await call('read_page', { ref: firstUnread }), /button "One"/);
+  });
+
+  test('a frame that answers after its call gave up issues refs that collide with nothing', async () => {
+    let go = (): void => {};
+    f.web.route('/go', { body: 'go', until: new Promise<void>((resolve) => (go = resolve)) });
+    await call('navigate', { url: `${top}/slow` });
+    // The frame is read once (its world made), then set going: it adds its buttons and blocks for 8 s.
+    await until('the slow frame to be read', async () => /Slow frame"/.test(await call('read_page')));
+    go();
+    // A read while the frame is busy: it is left behind, its evaluation still queued in the frame.
+    await until(
+      'a read that leaves the busy frame out',
+      async () => /could not be read/.test(await call('read_page')),
+      {
+        timeoutMs: 60_000,
+      },
+    );
+    // New elements in the main frame get refs while the late evaluation is still waiting.
+    await call('javascript_exec', {
+      text: `for (let i = 0; i < 5; i++) {
+        const t = document.createElement('input');
+        t.setAttribute('aria-label', 'New main ' + i);
+        document.getElementById('box').append(t);
+      }`,
+    });
+    const during = await call('read_page');
+    const newMain = lineFor(during, 'textbox', 'New main 0').ref;
+    const after = await until(
+      'the frame to answer again',
+      async () => {
+        const t = await call('read_page');
+        return t.includes('Evil 4') ? t : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    const refs = [...after.matchAll(/\[(ref_\d+)\]/g)].map((m) => m[1]);
+    assert.equal(new Set(refs).size, refs.length, `every ref appears once:\n${after}`);
+    assert.equal(lineFor(after, 'textbox', 'New main 0').ref, newMain);
+    await call('form_input', { target: ref(newMain), value: 'mine' });
+    assert.match(lineFor(await call('read_page'), 'textbox', 'New main 0').line, /value="mine"/);
   });
 
   // Last: the spinning frame's renderer stays busy until its page goes.
@@ -244,8 +346,8 @@ describe('iframes: reading, refs and actions across frames', () => {
     assert.match(text, /heading "Above the spinning frame"/);
     assert.match(text, /\[1 frame could not be read \(loading, removed, or not answering\)\]/);
     assert.doesNotMatch(text, /Spinner/);
-    // Said, not asserted against the clock: the bound is FRAMES_TIME_MS, the machine may be slow.
-    console.log(`# read_page with a spinning frame: ${Math.round(took)} ms (frames bound ${FRAMES_TIME_MS} ms)`);
+    // Said, not asserted against the clock: the bound is FRAME_ANSWER_MS, the machine may be slow.
+    console.log(`# read_page with a spinning frame: ${Math.round(took)} ms (a frame's bound: ${FRAME_ANSWER_MS} ms)`);
     await call('navigate', { url: `${top}/top` });
   });
 });

@@ -21,15 +21,18 @@
  * target), and its lines go where its iframe is, indented under it. Each
  * frame keeps its own registry; a ref says which frame holds it (`issuedBy`),
  * and a point in a frame is lifted to the top-level viewport through each
- * iframe's content box (`liftPoint`), scrolling it into view when needed. At
- * most FRAMES_MAX frames are read per call.
+ * iframe's content box and scale (`liftPoint`), scrolling it into view when
+ * needed. A call reads at most FRAMES_MAX frames, each within FRAME_ANSWER_MS
+ * and all within FRAMES_TIME_MS; a frame still busy with an earlier call is
+ * passed over.
  *
  * Ref numbers come from one counter for the whole process (`highestRef`):
- * each call passes the next free number as a floor and the registry never
- * issues below it. A number therefore names at most one element ever, so a
- * ref from an earlier document or another tab can never resolve to some other
- * element: it is refused. The counter only moves by as many refs as a call can
- * have issued, whatever a page does.
+ * each evaluation reserves a block of REFS_PER_EVAL numbers before it starts
+ * and the registry issues only inside it, and the unused end is given back
+ * when nothing was reserved after it. A number therefore names at most one
+ * element ever, even when a frame answers after its call gave up on it, so a
+ * ref from an earlier document, another frame or another tab can never
+ * resolve to some other element: it is refused.
  *
  * The script is a JavaScript file of its own (page-script/page-script.js,
  * linted with browser globals), evaluated from its text, not a TypeScript
@@ -64,12 +67,13 @@ export interface ReadPageOptions {
 /** Most frames (iframes, at any depth) one reading call reads; the rest are counted in a note. */
 export const FRAMES_MAX = 20;
 /**
- * Time one reading call gives its frames, all together. A frame whose
- * renderer is busy (a script in an endless loop) never answers; past this
- * the call goes on without the frames not yet read, so a hostile ad frame
- * cannot keep the model from reading the page.
+ * Time one frame has to answer, and time one reading call gives its frames,
+ * all together (from the first frame on). A frame whose renderer is busy (a
+ * script in an endless loop) never answers; the call goes on without it, so
+ * a hostile ad frame cannot keep the model from reading the page.
  */
-export const FRAMES_TIME_MS = 5_000;
+export const FRAME_ANSWER_MS = 3_000;
+export const FRAMES_TIME_MS = 10_000;
 
 /** Highest ref number issued by any page of this process (see the header). */
 let highestRef = 0;
@@ -88,9 +92,9 @@ const unreadableNote = (n: number): string =>
  */
 const PAGE_SCRIPT = readFileSync(new URL('./page-script/page-script.js', import.meta.url), 'utf8').trim();
 
-/** The expression that runs PAGE_SCRIPT with one request, issuing refs from `floor`. */
+/** The expression that runs PAGE_SCRIPT with one request, issuing refs within [floor, floor + REFS_PER_EVAL). */
 function script(request: Record<string, unknown>, floor: number): string {
-  return `(${PAGE_SCRIPT})(${JSON.stringify({ ...request, floor })})`;
+  return `(${PAGE_SCRIPT})(${JSON.stringify({ ...request, floor, limit: floor + REFS_PER_EVAL, framesMax: FRAMES_MAX })})`;
 }
 
 /** The name of the isolated world the page script runs in. */
@@ -106,6 +110,8 @@ interface World {
   cdp: CDPSession;
   frameId: string | undefined;
   contextId: number | undefined;
+  /** Evaluations sent and not yet answered. */
+  busy: number;
 }
 
 /** What the driver knows of one page's frames. */
@@ -117,7 +123,7 @@ interface PageWorlds {
   owners: Map<World, { parent: World; ref: number }>;
   /** Ref numbers issued by child frames (the main frame holds every other): [from, to) → world. */
   issuedBy: { from: number; to: number; world: World }[];
-  /** Cross-site frames' own CDP sessions (null: the frame is drawn by its parent's renderer). */
+  /** Cross-site frames' own CDP sessions (null: the frame is drawn by its parent's renderer); reset by `forget`. */
   targets: WeakMap<Frame, Promise<{ cdp: CDPSession; frameId: string } | null>>;
 }
 
@@ -134,7 +140,7 @@ function worldsOf(page: Page): Promise<PageWorlds> {
       .context()
       .newCDPSession(page)
       .then((cdp): PageWorlds => ({
-        main: { cdp, frameId: undefined, contextId: undefined },
+        main: { cdp, frameId: undefined, contextId: undefined, busy: 0 },
         frames: new Map(),
         owners: new Map(),
         issuedBy: [],
@@ -156,6 +162,15 @@ interface Evaluated {
 
 /** Evaluates `expression` in a frame's isolated world (made for the document on first use). */
 async function evaluateIn(world: World, expression: string, byValue = true): Promise<Evaluated['result']> {
+  world.busy++;
+  try {
+    return await evaluateOnce(world, expression, byValue);
+  } finally {
+    world.busy--;
+  }
+}
+
+async function evaluateOnce(world: World, expression: string, byValue: boolean): Promise<Evaluated['result']> {
   for (let attempt = 1; ; attempt++) {
     try {
       if (world.contextId === undefined) {
@@ -185,15 +200,15 @@ async function evaluateIn(world: World, expression: string, byValue = true): Pro
   }
 }
 
-/** Runs a request in one frame, issuing refs above every number issued so far. */
+/** Runs a request in one frame, in a block of ref numbers reserved for it (see the header). */
 async function inFrame<T>(pw: PageWorlds, world: World, request: Record<string, unknown>): Promise<T> {
-  const floor = highestRef + 1;
+  const floor = reserve();
   const value = (await evaluateIn(world, script(request, floor))).value as T;
   const next = (value as { next?: unknown } | null)?.next;
-  if (typeof next === 'number') {
-    issued(next);
+  if (typeof next === 'number' && Number.isInteger(next) && next >= floor && next <= floor + REFS_PER_EVAL) {
+    giveBack(floor, next);
     if (world !== pw.main && next > floor) {
-      pw.issuedBy.push({ from: floor, to: highestRef + 1, world });
+      pw.issuedBy.push({ from: floor, to: next, world });
       if (pw.issuedBy.length > RANGES_MAX) pw.issuedBy.shift();
     }
   }
@@ -278,7 +293,7 @@ async function childWorld(page: Page, pw: PageWorlds, parent: World, ref: number
       }
     }
     if (!cdp) return null;
-    world = { cdp, frameId, contextId };
+    world = { cdp, frameId, contextId, busy: 0 };
     pw.frames.set(frameId, world);
     if (pw.frames.size > WORLDS_MAX) {
       const oldest = pw.frames.keys().next().value!;
@@ -290,19 +305,30 @@ async function childWorld(page: Page, pw: PageWorlds, parent: World, ref: number
   return world;
 }
 
+/**
+ * Drops what is known of a child frame's world after it failed: a frame that
+ * moved to another renderer process (a cross-site navigation) or back needs a
+ * new session and world, and the cached sessions of its page may be wrong.
+ */
+function forget(pw: PageWorlds, world: World): void {
+  if (world === pw.main || world.frameId === undefined) return;
+  if (pw.frames.get(world.frameId) === world) pw.frames.delete(world.frameId);
+  pw.targets = new WeakMap();
+}
+
 /** A point in a frame's viewport, in the top-level viewport: each iframe on the way is scrolled into view if needed. */
 async function liftPoint(pw: PageWorlds, world: World, point: { x: number; y: number }, n: number) {
   let p = point;
   for (let w = world; w !== pw.main;) {
     const owner = pw.owners.get(w);
     if (!owner) throw refError(n, 'frame');
-    const res = await inFrame<{ x: number; y: number } | { error: RefProblem }>(pw, owner.parent, {
-      op: 'lift',
-      ref: owner.ref,
-      x: p.x,
-      y: p.y,
-    });
-    if ('error' in res) throw refError(n, res.error === 'nobox' ? 'nobox' : 'frame');
+    let res: { x: number; y: number } | { error: RefProblem };
+    try {
+      res = await inFrame(pw, owner.parent, { op: 'lift', ref: owner.ref, x: p.x, y: p.y });
+    } catch {
+      throw refError(n, 'frame');
+    }
+    if ('error' in res) throw refError(n, ['nobox', 'turned', 'covered'].includes(res.error) ? res.error : 'frame');
     p = res;
     w = owner.parent;
   }
@@ -321,18 +347,28 @@ async function inHolder<T>(
   try {
     return { value: await inFrame<T>(pw, world, { ...request, ref: n }), pw, world };
   } catch {
+    forget(pw, world);
     throw refError(n, 'frame');
   }
 }
 
-/** Most refs one call can issue: one per element a page can have within the output budget, with room to spare. */
-const REFS_PER_CALL_MAX = 1_000_000;
+/**
+ * Ref numbers reserved per evaluation: more than one can issue (a read's lines
+ * fit its 50,000-character budget, at least 15 characters each; a call lists
+ * at most FRAMES_MAX frames; find shows FIND_MAX matches).
+ */
+const REFS_PER_EVAL = 10_000;
 
-/** Records the refs a call issued (no more than one call can issue), so no later page issues the same numbers. */
-function issued(next: number): void {
+/** Reserves the block of ref numbers one evaluation may issue; returns its first number. */
+function reserve(): number {
   const floor = highestRef + 1;
-  if (!Number.isInteger(next) || next < floor) return;
-  highestRef = Math.min(next, floor + REFS_PER_CALL_MAX) - 1;
+  highestRef = floor + REFS_PER_EVAL - 1;
+  return floor;
+}
+
+/** Gives back the unused end of a block (numbers from `next` on), when no block was reserved after it. */
+function giveBack(floor: number, next: number): void {
+  if (highestRef === floor + REFS_PER_EVAL - 1) highestRef = Math.max(next, floor) - 1;
 }
 
 /** `ref_7` (or `[ref_7]`) → 7; anything else is refused with the allowed form. */
@@ -346,7 +382,7 @@ function refNumber(ref: string): number {
   return Number(m[1]);
 }
 
-type RefProblem = 'navigated' | 'unknown' | 'removed' | 'nobox' | 'frame';
+type RefProblem = 'navigated' | 'unknown' | 'removed' | 'nobox' | 'frame' | 'turned' | 'covered';
 
 /** The message for a ref that no longer (or never) names an element on this page. */
 function refError(n: number, problem: RefProblem): ToolInputError {
@@ -365,6 +401,14 @@ function refError(n: number, problem: RefProblem): ToolInputError {
     case 'nobox':
       return new ToolInputError(
         `ref_${n} names an element that is not displayed (it has no box on the page), so it cannot be pointed at.`,
+      );
+    case 'turned':
+      return new ToolInputError(
+        `ref_${n} is inside a rotated or skewed frame, so it cannot be pointed at: use a coordinate from a screenshot.`,
+      );
+    case 'covered':
+      return new ToolInputError(
+        `ref_${n} is inside a frame that something else on the page covers at that point, so it cannot be pointed at.`,
       );
   }
 }
@@ -390,24 +434,39 @@ interface FrameEntry {
   main: boolean;
 }
 
+/** `promise`'s value, or `fallback` once `ms` have passed; a late rejection is dropped. */
+function orAfter<T, F>(promise: Promise<T>, ms: number, fallback: F): Promise<T | F> {
+  promise.catch(() => undefined);
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<F>((resolve) => (timer = setTimeout(resolve, ms, fallback)));
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 /** Runs a request in the main frame (with its navigation retry) or in a child frame. */
 function run<T>(page: Page, pw: PageWorlds, world: World, request: Record<string, unknown>): Promise<T> {
   return world === pw.main ? inPage<T>(page, request) : inFrame<T>(pw, world, request);
 }
 
 /**
- * The frames one reading call visits: at most FRAMES_MAX within FRAMES_TIME_MS,
- * the rest and those that failed counted for a note.
+ * The frames one reading call visits: at most FRAMES_MAX, each answering
+ * within FRAME_ANSWER_MS and all within FRAMES_TIME_MS of the first; the rest,
+ * and those that failed or were still busy with an earlier call, are counted
+ * for a note.
  */
 class FrameVisits {
   private read = 0;
   private skipped = 0;
   private failed = 0;
-  private readonly deadline = performance.now() + FRAMES_TIME_MS;
+  private deadline: number | undefined;
   constructor(
     private readonly page: Page,
     private readonly pw: PageWorlds,
   ) {}
+
+  /** Frames a page listed beyond the most one answer lists. */
+  more(n: unknown): void {
+    if (typeof n === 'number' && Number.isInteger(n) && n > 0) this.skipped += n;
+  }
 
   /** Reads the frame behind `entry` (an iframe of `parent`) with `fn`; undefined if over the cap or unreadable. */
   async visit<T>(parent: World, entry: FrameEntry, fn: (world: World) => Promise<T>): Promise<T | undefined> {
@@ -416,27 +475,34 @@ class FrameVisits {
       return undefined;
     }
     this.read++;
-    const left = this.deadline - performance.now();
-    let timer: NodeJS.Timeout | undefined;
+    this.deadline ??= performance.now() + FRAMES_TIME_MS;
+    const left = Math.min(FRAME_ANSWER_MS, this.deadline - performance.now());
     try {
-      if (left > 0) {
-        const read = (async () => {
-          const world = await childWorld(this.page, this.pw, parent, entry.ref);
-          return world ? { value: await fn(world) } : undefined;
-        })();
-        // A frame that does not answer in time is left behind; its answer, if it ever comes, is dropped.
-        read.catch(() => undefined);
-        const late = new Promise<undefined>((resolve) => (timer = setTimeout(resolve, left, undefined)));
-        const got = await Promise.race([read, late]);
-        if (got) return got.value;
-      }
+      // A frame that does not answer in time is left behind; its answer, if it ever comes, is dropped
+      // (the refs it issued stay in their own reserved block, so they collide with nothing).
+      const got = left > 0 ? await orAfter(this.attempt(parent, entry, fn), left, undefined) : undefined;
+      if (got) return got.value;
     } catch {
       // Loading, navigating or removed while it was read: the rest of the page still counts.
-    } finally {
-      clearTimeout(timer);
     }
     this.failed++;
     return undefined;
+  }
+
+  /** One frame read; a known world that fails is forgotten and made again once (its frame may have changed process). */
+  private async attempt<T>(parent: World, entry: FrameEntry, fn: (world: World) => Promise<T>) {
+    for (let tries = 1; ; tries++) {
+      const world = await childWorld(this.page, this.pw, parent, entry.ref);
+      if (!world) return undefined;
+      // Still busy with an earlier call (a script that never yields): another request would only queue.
+      if (world.busy > 0) return undefined;
+      try {
+        return { value: await fn(world) };
+      } catch (err) {
+        forget(this.pw, world);
+        if (tries >= 2) throw err;
+      }
+    }
   }
 
   notes(): string[] {
@@ -451,6 +517,7 @@ interface ReadResult {
   deeper: boolean;
   next: number;
   frames: FrameEntry[];
+  framesMore: number;
 }
 
 /** One frame's lines with its frames' lines in their places (each frame read with the depth left). */
@@ -464,6 +531,7 @@ async function readFrame(
 ): Promise<ReadResult | { error: RefProblem }> {
   const res = await run<ReadResult | { error: RefProblem }>(page, pw, world, { op: 'read', ...request, clip });
   if ('error' in res) return res;
+  visits.more(res.framesMore);
   const lines = [...res.lines];
   let shift = 0;
   for (const entry of res.frames) {
@@ -626,12 +694,14 @@ export async function findElements(page: Page, query: string): Promise<string> {
   const matches: { line: string; score: number; order: number }[] = [];
   let total = 0;
   const search = async (world: World): Promise<void> => {
-    const found = await run<{ lines: string[]; scores: number[]; total: number; frames: FrameEntry[] }>(
-      page,
-      pw,
-      world,
-      { op: 'find', ...parsed, max: FIND_MAX },
-    );
+    const found = await run<{
+      lines: string[];
+      scores: number[];
+      total: number;
+      frames: FrameEntry[];
+      framesMore: number;
+    }>(page, pw, world, { op: 'find', ...parsed, max: FIND_MAX });
+    visits.more(found.framesMore);
     total += found.total;
     found.lines.forEach((line, i) => matches.push({ line, score: found.scores[i]!, order: matches.length }));
     for (const entry of found.frames) await visits.visit(world, entry, search);
@@ -658,7 +728,10 @@ export async function pageText(page: Page): Promise<string> {
   const pw = await worldsOf(page);
   const visits = new FrameVisits(page, pw);
   const textOf = async (world: World): Promise<{ main: string; rest: string }> => {
-    const res = await run<{ main: string; rest: string; frames: FrameEntry[] }>(page, pw, world, { op: 'text' });
+    const res = await run<{ main: string; rest: string; frames: FrameEntry[]; framesMore: number }>(page, pw, world, {
+      op: 'text',
+    });
+    visits.more(res.framesMore);
     const main = [res.main];
     const rest = [res.rest];
     for (const entry of res.frames) {
@@ -691,13 +764,23 @@ export async function refElement(page: Page, ref: string): Promise<ElementHandle
   if (marked !== 'ok') throw refError(n, marked);
   const selector = `[data-deskbatch-ref="${token}"]`;
   try {
-    // Only the holder's document has the token; which Playwright frame that is does not matter.
-    const frames = world === pw.main ? [page.mainFrame()] : page.frames();
-    for (const frame of frames) {
-      const handle = await frame.$(selector).catch(() => null);
-      if (handle) return handle;
-    }
-    throw refError(n, 'removed');
+    // Only the holder's document has the token; which Playwright frame that is does not matter. In a
+    // child frame, every frame is asked at once, each for a bounded time, so a busy one cannot hold the call.
+    const found =
+      world === pw.main
+        ? [await page.mainFrame().$(selector)]
+        : await Promise.all(
+            page.frames().map((frame) =>
+              orAfter(
+                frame.$(selector).catch(() => null),
+                FRAME_ANSWER_MS,
+                null,
+              ),
+            ),
+          );
+    const handle = found.find((h) => h !== null);
+    if (!handle) throw refError(n, 'removed');
+    return handle;
   } finally {
     await run(page, pw, world, { op: 'unmark', token }).catch(() => undefined);
   }

@@ -6,14 +6,19 @@
  * function's compiled source, which do not exist in the page. So the file must
  * hold this one function and nothing after it.
  *
+ * Every request carries `floor` and `limit`: new refs are numbered within
+ * [floor, limit), the block the driver reserved for this evaluation, and
+ * `framesMax`, the most frames one answer lists.
+ *
  * Requests:
  * - `{op: 'read', floor, filter, depth, ref, budget, clip, everywhere}` →
- *   `{lines, truncated, offscreen, deeper, next, frames}` or `{error}`;
- * - `{op: 'find', floor, tokens, soft, roles, phrase, max}` → `{lines, scores, total, next, frames}`;
- * - `{op: 'text'}` → `{main, rest, frames}`;
+ *   `{lines, truncated, offscreen, deeper, next, frames, framesMore}` or `{error}`;
+ * - `{op: 'find', floor, tokens, soft, roles, phrase, max}` → `{lines, scores, total, next, frames, framesMore}`;
+ * - `{op: 'text'}` → `{main, rest, frames, framesMore, next}`;
  * - `{op: 'element', floor, ref}` → the element itself (read by reference, not by value), or a problem;
  * - `{op: 'lift', floor, ref, x, y}` → the point (x, y) of the document inside the iframe `ref`, in this
- *   frame's viewport, after scrolling the iframe into view if the point was outside it; or `{error}`;
+ *   frame's viewport, after scrolling the iframe into view if the point was not on it; or `{error}`
+ *   ('turned': the frame is rotated or skewed; 'covered': something else is drawn over that point);
  * - `{op: 'mark', floor, ref, token}` → 'ok' after setting `data-deskbatch-ref=token` on the element, or a problem;
  * - `{op: 'unmark', token}` → removes that attribute;
  * - `{op: 'center', floor, ref}` → `{x, y}` or `{error}`.
@@ -45,16 +50,22 @@ function pageScript(req) {
   }
   if (reg.next < req.floor) reg.next = req.floor;
 
+  // An element's ref number, issued within [floor, limit): the numbers the driver reserved for this
+  // evaluation (null once they are used up, which a read treats as the end of its budget).
   const numberOf = (el) => {
     let n = reg.ids.get(el);
     if (n === undefined) {
+      if (reg.next >= req.limit) return null;
       n = reg.next++;
       reg.ids.set(el, n);
       reg.refs.set(n, new WeakRef(el));
     }
     return n;
   };
-  const refOf = (el) => 'ref_' + numberOf(el);
+  const refOf = (el) => {
+    const n = numberOf(el);
+    return n === null ? null : 'ref_' + n;
+  };
   const resolve = (n) => {
     const el = reg.refs.get(n)?.deref();
     if (el && el.isConnected) return el;
@@ -379,17 +390,39 @@ function pageScript(req) {
 
   // --- frames --------------------------------------------------------------
   const isFrame = (el) => el.tagName === 'IFRAME' || el.tagName === 'FRAME';
-  // The box a frame's document is drawn in (the element's content box), in this viewport's coordinates.
+  // The box a frame's document is drawn in (the element's content box), in this viewport's coordinates,
+  // and its scale (a CSS transform or zoom): a frame's CSS pixel is sx by sy of this viewport's.
   const contentBox = (el) => {
     const r = el.getBoundingClientRect();
+    const sx = el.offsetWidth ? r.width / el.offsetWidth : 1,
+      sy = el.offsetHeight ? r.height / el.offsetHeight : 1;
     const st = getComputedStyle(el);
     const pl = parseFloat(st.paddingLeft) || 0,
       pt = parseFloat(st.paddingTop) || 0;
-    const left = r.left + el.clientLeft + pl,
-      top = r.top + el.clientTop + pt;
-    const right = left + el.clientWidth - pl - (parseFloat(st.paddingRight) || 0);
-    const bottom = top + el.clientHeight - pt - (parseFloat(st.paddingBottom) || 0);
-    return { left, top, right, bottom };
+    const left = r.left + (el.clientLeft + pl) * sx,
+      top = r.top + (el.clientTop + pt) * sy;
+    const right = left + (el.clientWidth - pl - (parseFloat(st.paddingRight) || 0)) * sx;
+    const bottom = top + (el.clientHeight - pt - (parseFloat(st.paddingBottom) || 0)) * sy;
+    return { left, top, right, bottom, sx, sy };
+  };
+  // Whether the element or an ancestor is rotated or skewed: its box is then not a scaled rectangle.
+  const turned = (el) => {
+    for (let a = el; a; a = a.parentElement || a.getRootNode().host || null) {
+      const st = getComputedStyle(a);
+      if (st.rotate && st.rotate !== 'none') return true;
+      if (st.transform && st.transform !== 'none') {
+        const m = new DOMMatrixReadOnly(st.transform);
+        if (m.b !== 0 || m.c !== 0 || !m.is2D) return true;
+      }
+    }
+    return false;
+  };
+  // Frames a call lists, at most req.framesMax; the rest are counted (the driver says how many).
+  let framesMore = 0;
+  const roomForFrame = (list) => {
+    if (list.length < req.framesMax) return true;
+    framesMore++;
+    return false;
   };
   // A frame to read: its ref, and the part of it in view, in the frame's own coordinates (empty: none).
   const frameEntry = (el) => {
@@ -400,7 +433,12 @@ function pageScript(req) {
       bottom = Math.min(box.bottom, view.bottom);
     const seen = right > left && bottom > top;
     const clip = seen
-      ? { left: left - box.left, top: top - box.top, right: right - box.left, bottom: bottom - box.top }
+      ? {
+          left: (left - box.left) / box.sx,
+          top: (top - box.top) / box.sy,
+          right: (right - box.left) / box.sx,
+          bottom: (bottom - box.top) / box.sy,
+        }
       : { left: 0, top: 0, right: 0, bottom: 0 };
     return { ref: numberOf(el), clip, seen };
   };
@@ -434,12 +472,13 @@ function pageScript(req) {
       (role !== null || interactive || ownText);
     return { rect, role, interactive, shown, inSelect };
   };
+  // One element's line, or null when this evaluation's ref numbers are used up.
   const line = (el, d, info) => {
     const role = info.role || 'generic';
     const name = nameOf(el, role);
-    return (
-      '  '.repeat(d) + role + (name ? ' ' + quote(name) : '') + ' [' + refOf(el) + ']' + stateOf(el, role, info.rect)
-    );
+    const ref = refOf(el);
+    if (ref === null) return null;
+    return '  '.repeat(d) + role + (name ? ' ' + quote(name) : '') + ' [' + ref + ']' + stateOf(el, role, info.rect);
   };
 
   if (req.op === 'read') {
@@ -452,7 +491,7 @@ function pageScript(req) {
       offscreen = false,
       deeper = false;
     const emit = (text) => {
-      if (used + text.length + 1 > req.budget) {
+      if (text === null || used + text.length + 1 > req.budget) {
         truncated = true;
         return false;
       }
@@ -477,7 +516,8 @@ function pageScript(req) {
         return;
       }
       const { ref, clip, seen } = frameEntry(el);
-      if (everywhere || seen) frames.push({ ref, clip, at: lines.length, depth: d });
+      if ((everywhere || seen) && ref !== null && roomForFrame(frames))
+        frames.push({ ref, clip, at: lines.length, depth: d });
     };
     const walk = (el, d, underContent) => {
       for (const child of childrenOf(el)) {
@@ -514,7 +554,7 @@ function pageScript(req) {
     } else if (root) {
       walk(root, 0, false);
     }
-    return { lines, truncated, offscreen, deeper, next: reg.next, frames };
+    return { lines, truncated, offscreen, deeper, next: reg.next, frames, framesMore };
   }
 
   if (req.op === 'find') {
@@ -593,15 +633,18 @@ function pageScript(req) {
             matches.push({ el: child, info, score, order: matches.length });
           }
         }
-        if (isFrame(child) && info.shown) frames.push({ ref: numberOf(child) });
+        if (isFrame(child) && info.shown && roomForFrame(frames)) {
+          const ref = numberOf(child);
+          if (ref !== null) frames.push({ ref });
+        }
         walk(child, underContent || (info.shown && coversText(info.role || 'generic')));
       }
     };
     if (document.body) walk(document.body, false);
     matches.sort((a, b) => b.score - a.score || a.order - b.order);
     const best = matches.slice(0, req.max);
-    const lines = best.map((m) => line(m.el, 0, m.info));
-    return { lines, scores: best.map((m) => m.score), total: matches.length, next: reg.next, frames };
+    const lines = best.map((m) => line(m.el, 0, m.info)).filter((l) => l !== null);
+    return { lines, scores: best.map((m) => m.score), total: matches.length, next: reg.next, frames, framesMore };
   }
 
   if (req.op === 'text') {
@@ -639,13 +682,21 @@ function pageScript(req) {
     };
     walk(body);
     // Frames that are drawn, in document order; a frame inside the main content counts as main content.
-    const frames = Array.from(body.querySelectorAll('iframe, frame'))
-      .filter((el) => {
-        const r = el.getBoundingClientRect();
-        return r.width * r.height > 0 && (!el.checkVisibility || el.checkVisibility({ visibilityProperty: true }));
-      })
-      .map((el) => ({ ref: numberOf(el), main: mains.some((m) => m.contains(el)) }));
-    return { main: mainText, rest: clean(rest.map(clean).filter(Boolean).join('\n')), frames };
+    const frames = [];
+    for (const el of body.querySelectorAll('iframe, frame')) {
+      const r = el.getBoundingClientRect();
+      const drawn = r.width * r.height > 0 && (!el.checkVisibility || el.checkVisibility({ visibilityProperty: true }));
+      if (!drawn || !roomForFrame(frames)) continue;
+      const ref = numberOf(el);
+      if (ref !== null) frames.push({ ref, main: mains.some((m) => m.contains(el)) });
+    }
+    return {
+      main: mainText,
+      rest: clean(rest.map(clean).filter(Boolean).join('\n')),
+      frames,
+      framesMore,
+      next: reg.next,
+    };
   }
 
   if (req.op === 'unmark') {
@@ -659,13 +710,16 @@ function pageScript(req) {
     const el = resolve(req.ref);
     if (typeof el === 'string') return { error: el };
     if (!isFrame(el)) return { error: 'unknown' };
+    if (turned(el)) return { error: 'turned' };
     const point = () => {
       const box = contentBox(el);
-      return { x: box.left + req.x, y: box.top + req.y };
+      return { x: box.left + req.x * box.sx, y: box.top + req.y * box.sy };
     };
     const shown = (p) => p.x >= 0 && p.y >= 0 && p.x < window.innerWidth && p.y < window.innerHeight;
+    // On the frame itself, not on something over it (a banner) or beside it (clipped by a scrolled panel).
+    const hits = (p) => shown(p) && document.elementFromPoint(p.x, p.y) === el;
     let p = point();
-    if (!shown(p)) {
+    if (!hits(p)) {
       // Bring the frame into view (any scrolled container too), then the point itself if the frame is larger.
       el.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
       p = point();
@@ -676,7 +730,8 @@ function pageScript(req) {
         p = point();
       }
     }
-    return shown(p) ? p : { error: 'nobox' };
+    if (!shown(p)) return { error: 'nobox' };
+    return hits(p) ? p : { error: 'covered' };
   }
   if (req.op === 'mark' || req.op === 'center') {
     const el = resolve(req.ref);
