@@ -386,3 +386,49 @@ describe('refCenter and refElement, directly with Playwright', () => {
     await assert.rejects(refCenter(page, topRef), failsWith(ToolInputError, earlierPage));
   });
 });
+
+describe('ref numbers across pages read at once', () => {
+  let browser: Browser;
+
+  before(async () => {
+    browser = await chromium.launch({ executablePath: CHROMIUM_PATH, headless: true });
+  });
+  after(async () => {
+    await browser?.close();
+  });
+
+  /**
+   * Page P's read waits (its page is busy) while page Q is read, and P's answer, which numbered
+   * nothing new, comes after Q's. Q's next read must still number Q's new elements: before, Q kept
+   * the `next` of its last block, above every later block, and listed no new element at all.
+   */
+  test('a read that answers after another page was read leaves that page room for new refs', async () => {
+    const context = await browser.newContext();
+    try {
+      const p = await context.newPage();
+      const q = await context.newPage();
+      await p.setContent('<button>P one</button>');
+      await q.setContent('<button>Q one</button>');
+      const ATTEMPTS = 4;
+      for (let attempt = 1; ; attempt++) {
+        await readPage(p, { filter: 'all' });
+        await readPage(q, { filter: 'all' });
+        // P's renderer is busy for a while; the read sent meanwhile waits for it.
+        const spin = p.evaluate('(() => { const end = Date.now() + 1500; while (Date.now() < end) {} })()');
+        let pAnswered = false;
+        const pRead = readPage(p, { filter: 'all' }).finally(() => (pAnswered = true));
+        await readPage(q, { filter: 'all' });
+        const overlapped = !pAnswered;
+        await Promise.all([spin, pRead]);
+        await q.evaluate(`document.body.insertAdjacentHTML('beforeend', '<button>Q new ${attempt}</button>')`);
+        const text = await readPage(q, { filter: 'all' });
+        assert.match(text, new RegExp(`button "Q new ${attempt}" \\[ref_\\d+\\]`), text);
+        if (overlapped) break;
+        // P answered before Q was read: the case was not made; try again.
+        assert.ok(attempt < ATTEMPTS, `P's read never overlapped Q's in ${ATTEMPTS} attempts`);
+      }
+    } finally {
+      await context.close();
+    }
+  });
+});

@@ -48,7 +48,10 @@ function pageScript(req) {
       // The page took the name: refs from this call will not resolve later, which fails safe.
     }
   }
-  if (reg.next < req.floor) reg.next = req.floor;
+  // Every number issued anywhere so far is below this evaluation's floor (the driver's counter never
+  // gives back a number once issued), so the registry starts each evaluation there, whatever it issued
+  // before: keeping a higher `next` from an older block could leave it no room in this one.
+  reg.next = req.floor;
 
   // An element's ref number, issued within [floor, limit): the numbers the driver reserved for this
   // evaluation (null once they are used up, which a read treats as the end of its budget).
