@@ -342,6 +342,19 @@ describe('refCenter and refElement, directly with Playwright', () => {
     }
   });
 
+  test('pointing at refs uses up no ref numbers: a new element gets the next one', async () => {
+    const number = (text: string): number[] => [...text.matchAll(/\[ref_(\d+)\]/g)].map((m) => Number(m[1]));
+    const before = Math.max(...number(await readPage(page, { filter: 'all' })));
+    const ref = await refOf('top');
+    for (let i = 0; i < 5; i++) await refCenter(page, ref);
+    await page.evaluate(`document.body.insertAdjacentHTML('beforeend', '<button id="later">Later</button>')`);
+    const text = await readPage(page, { filter: 'all' });
+    const later = Number(/button "Later" \[ref_(\d+)\]/.exec(text)?.[1]);
+    // Each evaluation reserves a block of numbers; one that numbered nothing gives it all back.
+    assert.ok(later > before && later < before + 100, `ref_${later} after ref_${before}`);
+    await page.evaluate(`document.getElementById('later').remove()`);
+  });
+
   test('a hidden element has no ref; one hidden later has no box', async () => {
     await assert.rejects(refOf('gone'), failsWith(Error, 'no ref for #gone'));
     const ref = await refOf('top');

@@ -203,9 +203,13 @@ async function evaluateOnce(world: World, expression: string, byValue: boolean):
 /** Runs a request in one frame, in a block of ref numbers reserved for it (see the header). */
 async function inFrame<T>(pw: PageWorlds, world: World, request: Record<string, unknown>): Promise<T> {
   const floor = reserve();
+  // A block an evaluation failed in stays used: it may have numbered elements before it failed.
   const value = (await evaluateIn(world, script(request, floor))).value as T;
   const next = (value as { next?: unknown } | null)?.next;
-  if (typeof next === 'number' && Number.isInteger(next) && next >= floor && next <= floor + REFS_PER_EVAL) {
+  if (typeof next !== 'number') {
+    // Only read, find and text number elements (and say so with `next`); the others gave none.
+    giveBack(floor, floor);
+  } else if (Number.isInteger(next) && next >= floor && next <= floor + REFS_PER_EVAL) {
     giveBack(floor, next);
     if (world !== pw.main && next > floor) {
       pw.issuedBy.push({ from: floor, to: next, world });
