@@ -9,7 +9,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
-import type { BetaToolResultBlockParam, BetaToolUseBlock } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import type {
+  BetaMessage,
+  BetaToolResultBlockParam,
+  BetaToolUseBlock,
+} from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { DeskbatchClient, type AgentToolEntry, type ToolEvent } from '../src/client/index.ts';
 import { DeskbatchBrowserToolset, DeskbatchComputerToolset, connectDeskbatchToolsets } from '../src/sdk/index.ts';
 import { assertToolResultValid, assertToolsValid, imageSize } from './helpers/api-rules.ts';
@@ -61,6 +65,40 @@ function assertSameResults(
     const runner = byRunner.find((r) => r.tool_use_id === use.id);
     assert.ok(runner, `the runner answered ${use.id}`);
     assert.deepEqual(normal(byDaemon[i]!), normal(runner), `result ${i} (${use.toolset_name ?? ''}/${use.name})`);
+  }
+}
+
+/** A recorded turn's tool_use blocks. */
+const toolUsesOf = (turn: BetaMessage): BetaToolUseBlock[] =>
+  turn.content.filter((b): b is BetaToolUseBlock => b.type === 'tool_use');
+
+/**
+ * The runner's side of a differential test: the recorded `turns` through the SDK's own tool runner
+ * with `tools`, every request checked against the API's rules; the tool_result blocks it sent back
+ * for each turn that called tools.
+ */
+async function runnerAnswers(
+  turns: BetaMessage[],
+  tools: Parameters<Anthropic['beta']['messages']['toolRunner']>[0]['tools'],
+  prompt: string,
+): Promise<BetaToolResultBlockParam[][]> {
+  const api = await startMessagesApi({ turns, apiKey: API_KEY });
+  try {
+    const anthropic = new Anthropic({ apiKey: API_KEY, baseURL: api.baseURL, maxRetries: 0 });
+    await anthropic.beta.messages.toolRunner({
+      model: 'claude-opus-5-5',
+      max_tokens: 1024,
+      messages: [{ role: 'user', content: prompt }],
+      tools,
+    });
+    assert.deepEqual(api.violations, [], 'every request followed the API rules');
+    // Request t + 1 answers turn t: its last message holds the tool results.
+    return turns.slice(0, -1).map((_, t) => {
+      const sent = api.requests[t + 1]!.body as { messages: { content: BetaToolResultBlockParam[] }[] };
+      return sent.messages.at(-1)!.content;
+    });
+  } finally {
+    await api.close();
   }
 }
 
@@ -255,26 +293,16 @@ describe('SDK toolsets forward every call to a deskbatch daemon', () => {
    */
   test('the SDK runner and the daemon answer the same turn alike, block for block', async () => {
     const turns = await loadTurns('parity', { PAGE_URL: `${web.origin}/p` });
-    const api = await startMessagesApi({ turns, apiKey: API_KEY });
-    const anthropic = new Anthropic({ apiKey: API_KEY, baseURL: api.baseURL, maxRetries: 0 });
     const toolsets = await connectDeskbatchToolsets({
       url: daemon.url,
       token: TEST_TOKEN,
       computer: { confirm: () => true },
     });
     try {
-      await anthropic.beta.messages.toolRunner({
-        model: 'claude-opus-5-5',
-        max_tokens: 1024,
-        messages: [{ role: 'user', content: 'Try everything at once.' }],
-        tools: toolsets.tools,
-      });
-      assert.deepEqual(api.violations, [], 'every request followed the API rules');
-      const second = api.requests[1]!.body as { messages: { content: BetaToolResultBlockParam[] }[] };
-      const byRunner = second.messages.at(-1)!.content;
-      const uses = turns[0]!.content.filter((b): b is BetaToolUseBlock => b.type === 'tool_use');
+      const [byRunner] = await runnerAnswers(turns, toolsets.tools, 'Try everything at once.');
+      const uses = toolUsesOf(turns[0]!);
       const { toolResults: byDaemon } = await direct.runBatch(uses);
-      assertSameResults(uses, byRunner, byDaemon);
+      assertSameResults(uses, byRunner!, byDaemon);
       // And they are what the SDK writes (spelled out, so the test names the rule it checks).
       assert.deepEqual(texts(byDaemon[1]!), ['X=300,Y=400']);
       assert.deepEqual(texts(byDaemon[2]!), [
@@ -290,7 +318,6 @@ describe('SDK toolsets forward every call to a deskbatch daemon', () => {
       assert.deepEqual(texts(byDaemon[8]!), ['Not executed: an earlier action in this turn failed.']);
     } finally {
       await toolsets.close();
-      await api.close();
     }
   });
 
@@ -334,8 +361,6 @@ describe('SDK runner and daemon alike: the browser rows', () => {
 
   test('find switched off by the agent, new_tab, and a notice on a failed call: the same block for block', async () => {
     const turns = await loadTurns('browserparity', { PAGE_URL: `${web.origin}/p` });
-    const api = await startMessagesApi({ turns, apiKey: API_KEY });
-    const anthropic = new Anthropic({ apiKey: API_KEY, baseURL: api.baseURL, maxRetries: 0 });
     const toolsets = await connectDeskbatchToolsets({
       url: daemon.url,
       token: TEST_TOKEN,
@@ -344,24 +369,17 @@ describe('SDK runner and daemon alike: the browser rows', () => {
     });
     let direct: DeskbatchClient | undefined;
     try {
-      await anthropic.beta.messages.toolRunner({
-        model: 'claude-opus-5-5',
-        max_tokens: 1024,
-        messages: [{ role: 'user', content: 'What is the secret word?' }],
-        tools: toolsets.tools,
-      });
-      assert.deepEqual(api.violations, [], 'every request followed the API rules');
+      const byRunner = await runnerAnswers(turns, toolsets.tools, 'What is the secret word?');
       // The agent's tools[] as it sent them to the API, now in hello.tools: find is off for this session too.
       direct = await DeskbatchClient.connect(daemon.url, {
         token: TEST_TOKEN,
         agentTools: JSON.parse(JSON.stringify(toolsets.tools)) as AgentToolEntry[],
       });
       const byDaemon: BetaToolResultBlockParam[][] = [];
-      for (const [t, turn] of turns.slice(0, 2).entries()) {
-        const uses = turn.content.filter((b): b is BetaToolUseBlock => b.type === 'tool_use');
-        const sent = api.requests[t + 1]!.body as { messages: { content: BetaToolResultBlockParam[] }[] };
+      for (const [t, answered] of byRunner.entries()) {
+        const uses = toolUsesOf(turns[t]!);
         const { toolResults } = await direct.runBatch(uses);
-        assertSameResults(uses, sent.messages.at(-1)!.content, toolResults);
+        assertSameResults(uses, answered, toolResults);
         byDaemon.push(toolResults);
       }
       // Spelled out, so the test names the rules it checks.
@@ -384,7 +402,6 @@ describe('SDK runner and daemon alike: the browser rows', () => {
     } finally {
       await direct?.close();
       await toolsets.close();
-      await api.close();
     }
   });
 });
