@@ -12,6 +12,8 @@
  *   retried read would read a blank page and hide the crash), that the circuit
  *   is open (trying again before the cool-down is pointless), or a timeout
  *   (the call's time is spent). Retries run inside the call's one time limit.
+ * - `orAfter`: a promise's value, or a stand-in once a deadline passed (the
+ *   work is left to finish on its own).
  */
 import {
   circuitBreaker,
@@ -26,6 +28,18 @@ import {
 } from 'cockatiel';
 import { isRetryable, ToolTimeoutError } from './errors.ts';
 import type { Logger } from './log.ts';
+
+/**
+ * `work`'s value, or `fallback` once `ms` have passed; `work` is left to
+ * finish on its own, and its late rejection is dropped. The timer is cleared
+ * as soon as either side settles.
+ */
+export function orAfter<T, F>(work: Promise<T>, ms: number, fallback: F): Promise<T | F> {
+  work.catch(() => undefined);
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<F>((resolve) => (timer = setTimeout(resolve, ms, fallback)));
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
 
 export interface BreakerSettings {
   /** Failed starts in a row that open the circuit. */

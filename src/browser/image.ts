@@ -12,6 +12,7 @@ import type { CDPSession, Page } from 'playwright';
 import sharp from 'sharp';
 import type { Rect, Size } from '../geometry.ts';
 import type { CapturedImage, ImageFormat } from '../image.ts';
+import { orAfter } from '../resilience.ts';
 
 export interface ViewportCaptureOptions {
   /** Part of the viewport, in viewport (CSS) pixels; the whole viewport when absent. */
@@ -74,14 +75,11 @@ async function renderScaled(page: Page, clip: Rect, scale: number, timeoutMs: nu
     })) as { data: string };
     return Buffer.from(data, 'base64');
   };
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`zoom capture took longer than ${timeoutMs} ms`)), timeoutMs);
-  });
   try {
-    return await Promise.race([capture(), late]);
+    const shot = await orAfter(capture(), timeoutMs, undefined);
+    if (!shot) throw new Error(`zoom capture took longer than ${timeoutMs} ms`);
+    return shot;
   } finally {
-    clearTimeout(timer);
     await (session as CDPSession | undefined)?.detach().catch(() => undefined);
   }
 }

@@ -47,6 +47,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { CDPSession, ElementHandle, Frame, Page } from 'playwright';
 import { ToolInputError } from '../errors.ts';
+import { orAfter } from '../resilience.ts';
 import { echo } from '../text.ts';
 
 /** Longest text a reading member returns, note included (docs/TOOLSETS.md C2, E). */
@@ -436,14 +437,6 @@ interface FrameEntry {
   depth: number;
   clip: { left: number; top: number; right: number; bottom: number };
   main: boolean;
-}
-
-/** `promise`'s value, or `fallback` once `ms` have passed; a late rejection is dropped. */
-function orAfter<T, F>(promise: Promise<T>, ms: number, fallback: F): Promise<T | F> {
-  promise.catch(() => undefined);
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<F>((resolve) => (timer = setTimeout(resolve, ms, fallback)));
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 /** Runs a request in the main frame (with its navigation retry) or in a child frame. */

@@ -11,6 +11,7 @@
  * state is read.
  */
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
+import { orAfter } from '../resilience.ts';
 
 export type NotReadyReason = 'shutting_down' | 'display_unreachable' | 'display_unresponsive' | 'browser_circuit_open';
 
@@ -70,24 +71,15 @@ export function createReadiness(deps: ReadinessDeps): ReadinessCheck {
   let running: Promise<DisplayCheck> | undefined;
 
   const probeDisplay = async (): Promise<DisplayCheck> => {
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<'late'>((resolve) => {
-      // Not unref'd: it is cleared below, and the probe's caller waits for it.
-      timer = setTimeout(() => resolve('late'), timeoutMs);
-    });
     // No AbortSignal: cancelling a worker op may end with the worker killed. A late answer is left to finish.
     const size = deps.displaySize().then(
       (s) => s,
       () => 'failed' as const,
     );
-    try {
-      const answer = await Promise.race([size, late]);
-      if (answer === 'late') return { ok: false, reason: 'display_unresponsive' };
-      if (answer === 'failed') return { ok: false, reason: 'display_unreachable' };
-      return { ok: true, size: { width: answer.width, height: answer.height } };
-    } finally {
-      clearTimeout(timer);
-    }
+    const answer = await orAfter(size, timeoutMs, 'late' as const);
+    if (answer === 'late') return { ok: false, reason: 'display_unresponsive' };
+    if (answer === 'failed') return { ok: false, reason: 'display_unreachable' };
+    return { ok: true, size: { width: answer.width, height: answer.height } };
   };
 
   const display = (): Promise<DisplayCheck> => {

@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { oneLine } from '../../src/text.ts';
 import { refElement } from '../../src/browser/snapshot.ts';
 import { ToolInputError, ToolRefusedError } from '../../src/errors.ts';
+import { orAfter } from '../../src/resilience.ts';
 import { browserMember, refTarget, tabId } from './context.ts';
 
 /** Longest text a reading member returns, in UTF-16 code units (the read_page convention). */
@@ -80,12 +81,12 @@ export const javascriptExec = browserMember({
   },
 });
 
-function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new ToolInputError(`The JavaScript did not finish within ${ms / 1000} s.`)), ms);
-  });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+const LATE = Symbol('late');
+
+async function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
+  const value = await orAfter(work, ms, LATE);
+  if (value === LATE) throw new ToolInputError(`The JavaScript did not finish within ${ms / 1000} s.`);
+  return value;
 }
 
 export const readConsole = browserMember({
