@@ -39,7 +39,7 @@ const browserGlobals = Object.fromEntries(
 
 /**
  * The layers, top to bottom; an import may only point down (docs/ARCHITECTURE.md):
- *   cli → daemon → ops, viewer → server → executor → toolsets → drivers (desktop, browser) → leaves.
+ *   cli → daemon → ops, viewer → server → executor → toolsets → desktops → drivers (desktop, browser) → leaves.
  * The client library stands apart (the protocol and the leaves only); the SDK classes use the client.
  * `layer(name, files, ...below)` lets the layer's `files` import their own group, the groups named
  * `below` and the leaves; every other group is forbidden.
@@ -51,6 +51,7 @@ const GROUPS = {
   server: ['**/server/**'],
   executor: ['**/executor/**'],
   toolsets: ['**/toolsets/**'],
+  desktops: ['**/desktops/**'],
   desktop: ['**/desktop/**'],
   browser: ['**/browser/**'],
   client: ['**/client/**'],
@@ -120,11 +121,12 @@ export default defineConfig(
   layer('leaves', LEAVES),
   layer('desktop driver', ['src/desktop/**']),
   layer('browser driver', ['src/browser/**']),
-  layer('toolsets', ['toolsets/**'], 'desktop', 'browser'),
-  layer('executor', ['src/executor/**'], 'toolsets'),
-  layer('server', ['src/server/**'], 'executor'),
-  layer('ops and viewer', ['src/ops/**', 'src/viewer/**'], 'server', 'executor', 'toolsets'),
-  layer('daemon', ['src/daemon.ts'], 'ops', 'server', 'executor', 'toolsets', 'desktop', 'browser'),
+  layer('desktops', ['src/desktops/**'], 'desktop', 'browser'),
+  layer('toolsets', ['toolsets/**'], 'desktops', 'desktop', 'browser'),
+  layer('executor', ['src/executor/**'], 'toolsets', 'desktops'),
+  layer('server', ['src/server/**'], 'executor', 'desktops'),
+  layer('ops and viewer', ['src/ops/**', 'src/viewer/**'], 'server', 'executor', 'toolsets', 'desktops'),
+  layer('daemon', ['src/daemon.ts'], 'ops', 'server', 'executor', 'toolsets', 'desktops', 'desktop', 'browser'),
   layer('client library', ['src/client/**']),
   layer('SDK classes', ['src/sdk/**'], 'client'),
 );

@@ -7,7 +7,12 @@
 import type { BatchResult, ToolEvent, ToolUse } from './protocol.ts';
 
 export type Activity =
-  | { type: 'session_opened'; session: string; at: number }
+  | {
+      type: 'session_opened';
+      session: string;
+      at: number;
+      /** Its desktop's id (`shared`, or `d<N>` from a pool). */ desktop?: string;
+    }
   | { type: 'session_closed'; session: string; at: number; reason: 'expired' | 'shutdown' }
   | { type: 'batch_started'; session: string; batch_id: string; tool_uses: readonly ToolUse[]; at: number }
   | { type: 'tool_event'; session: string; event: ToolEvent; at: number }

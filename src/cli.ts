@@ -30,7 +30,17 @@ Options:
   --screenshot-max-side PX longest screenshot side, at most 2000 recommended (default ${DEFAULT_CONFIG.screenshot.limits.maxSidePx})
   --max-image-bytes B      base64 bytes one image may take (default ${DEFAULT_CONFIG.screenshot.maxBase64Bytes}, the
                            Claude API's 10 MB; 5000000 for Amazon Bedrock and Google Cloud Vertex AI)
-  --display-size WxH       size of the Xvfb started when DISPLAY is unset (default 1280x800)
+  --display-size WxH       display size of the desktops started when DISPLAY is unset (default 1280x800)
+  --display-sizes LIST     sizes a session may ask for in hello.desktop.display, comma-separated,
+                           e.g. 1280x800,1024x768 (default: --display-size only); the first is the default
+  --desktops MAX           desktops at most, one per session, when DISPLAY is unset (default for this
+                           machine: ${DEFAULT_CONFIG.desktops.max}, from its cores and memory)
+  --warm N                 desktops kept started and idle, so a new session gets one at once (default ${DEFAULT_CONFIG.desktops.warm})
+  --desktop-queue N        new sessions that may wait for a desktop when all are in use (default ${DEFAULT_CONFIG.desktops.maxWaiting})
+  --desktop-wait-ms MS     how long a new session may wait for one (default ${DEFAULT_CONFIG.desktops.maxWaitMs})
+  --shared-desktop         with DISPLAY unset: start one desktop that every session shares (as with DISPLAY)
+  --resume-window-ms MS    how long a session and its desktop outlive a dropped connection, for resume
+                           (default ${DEFAULT_CONFIG.sessionGraceMs})
   --call-timeout-ms MS     time limit of one call (default ${DEFAULT_CONFIG.callTimeoutMs})
   --max-batch-ms MS        time budget of one batch, from when it gets the desktop; then
                            the rest is cancelled (default ${DEFAULT_CONFIG.limits.maxBatchMs})
@@ -62,7 +72,8 @@ Environment:
   DESKBATCH_TOKEN_FILE
                     a file holding the token instead (read once, at start; surrounding
                     whitespace ignored), e.g. one written per pod (docs/DEPLOY.md)
-  DISPLAY           X display to drive; when unset, deskbatch starts its own Xvfb
+  DISPLAY           X display every session shares; when unset, deskbatch starts a desktop
+                    of its own (Xvfb, openbox, Chromium) for each session, up to --desktops
 `;
 
 /** Generated tokens: 32 random bytes, base64url (token characters only, fit for a subprotocol). */
@@ -79,10 +90,20 @@ async function loadOrCreateToken(path: string): Promise<string> {
   return token;
 }
 
-function parseSize(value: string): { width: number; height: number } {
+function parseSize(value: string, flag = '--display-size'): { width: number; height: number } {
   const m = /^(\d{2,5})x(\d{2,5})$/.exec(value);
-  if (!m) throw new ConfigError(`--display-size must look like 1280x800, got ${value}`);
+  if (!m) throw new ConfigError(`${flag} must look like 1280x800, got ${value}`);
   return { width: Number(m[1]), height: Number(m[2]) };
+}
+
+/** `--display-size` first, then `--display-sizes` (the first of those is the default when the other is absent). */
+function parseSizes(one: string | undefined, list: string | undefined): { width: number; height: number }[] {
+  const sizes = (list ?? '')
+    .split(',')
+    .filter((v) => v.trim())
+    .map((v) => parseSize(v.trim(), '--display-sizes'));
+  const first = one !== undefined ? parseSize(one) : (sizes[0] ?? { width: 1280, height: 800 });
+  return [first, ...sizes.filter((s) => s.width !== first.width || s.height !== first.height)];
 }
 
 async function serve(argv: string[]): Promise<void> {
@@ -101,6 +122,13 @@ async function serve(argv: string[]): Promise<void> {
       'screenshot-max-side': { type: 'string' },
       'max-image-bytes': { type: 'string' },
       'display-size': { type: 'string' },
+      'display-sizes': { type: 'string' },
+      desktops: { type: 'string' },
+      warm: { type: 'string' },
+      'desktop-queue': { type: 'string' },
+      'desktop-wait-ms': { type: 'string' },
+      'shared-desktop': { type: 'boolean' },
+      'resume-window-ms': { type: 'string' },
       'call-timeout-ms': { type: 'string' },
       'max-batch-ms': { type: 'string' },
       'expose-error-messages': { type: 'boolean' },
@@ -153,7 +181,18 @@ async function serve(argv: string[]): Promise<void> {
 
   let display = process.env.DISPLAY || undefined;
   let xvfb: VirtualDisplay | undefined;
+  const sizes = parseSizes(values['display-size'], values['display-sizes']);
+  const pooled = !display && !values['shared-desktop'];
   const config = resolveConfig({
+    desktops: {
+      mode: pooled ? 'pool' : 'shared',
+      max: num(values.desktops),
+      warm: num(values.warm),
+      sizes,
+      maxWaiting: num(values['desktop-queue']),
+      maxWaitMs: num(values['desktop-wait-ms']),
+    },
+    sessionGraceMs: num(values['resume-window-ms']),
     host: values.host,
     port: num(values.port),
     browser: values.browser as BrowserMode | undefined,
@@ -187,9 +226,11 @@ async function serve(argv: string[]): Promise<void> {
     tokenConfigured: Boolean(envToken),
     display,
   });
-  if (!display) {
-    const size = parseSize(values['display-size'] ?? '1280x800');
-    xvfb = await startVirtualDisplay({ ...size, windowManager: true, log: (l, m, f) => log[l](m, f) });
+  if (pooled) {
+    // Each desktop has its own display and X cookie (src/desktops/desktop.ts).
+    config.displayAuth = 'cookie';
+  } else if (!display) {
+    xvfb = await startVirtualDisplay({ ...sizes[0]!, windowManager: true, log: (l, m, f) => log[l](m, f) });
     display = xvfb.display;
     config.display = display;
     config.displayAuth = 'cookie';
@@ -199,7 +240,7 @@ async function serve(argv: string[]): Promise<void> {
   }
 
   const daemon = await startDaemon(config, log);
-  log.info(`deskbatch listening on ${daemon.url}`, { display });
+  log.info(`deskbatch listening on ${daemon.url}`, pooled ? { desktops: 'pool' } : { display });
   log.info(
     tokenFile
       ? `token: from DESKBATCH_TOKEN_FILE ${tokenFile}`

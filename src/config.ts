@@ -3,6 +3,7 @@
  * WebSocketServer): defaults live in one object literal and are spread under
  * the caller's; impossible combinations are refused with an exact message.
  */
+import { availableParallelism, totalmem } from 'node:os';
 import { isIP } from 'node:net';
 import type { ImageFormat, SettleOptions } from './image.ts';
 import type { ScreenshotLimits } from './geometry.ts';
@@ -29,6 +30,8 @@ export interface DaemonConfig {
   allowHostHeaders: string[];
   /** X display to drive, e.g. `:99`. Undefined: no display (computer calls fail until one is set). */
   display: string | undefined;
+  /** Where sessions' desktops come from (src/desktops/pool.ts, docs/PROTOCOL.md "Desktops"). */
+  desktops: DesktopSettings;
   /** 'cookie': the display is the daemon's own Xvfb, which admits only holders of its cookie; 'external': the operator's. */
   displayAuth: 'cookie' | 'external';
   browser: BrowserMode;
@@ -127,6 +130,42 @@ export interface DaemonConfig {
   logLevel: LogLevel;
 }
 
+export interface DesktopSettings {
+  /**
+   * 'pool': each session leases a desktop of its own (own Xvfb, window manager, worker, browser, HOME),
+   * destroyed and replaced after it; 'shared': every session acts on `display`, one batch at a time.
+   */
+  mode: 'pool' | 'shared';
+  /** Desktops the pool holds at most. */
+  max: number;
+  /** Desktops kept started and idle, so a new session gets one at once. */
+  warm: number;
+  /** Display sizes a session may ask for (`hello.desktop.display`); the first is the default. */
+  sizes: { width: number; height: number }[];
+  /** Sessions that may queue for a desktop; more are refused (`no_desktop`). */
+  maxWaiting: number;
+  /** How long a session may queue for a desktop before it is refused, in ms. */
+  maxWaitMs: number;
+}
+
+/** What one desktop costs in memory, for the default cap: measured about 363 MiB PSS (docs/PERFORMANCE.md), plus headroom for real pages. */
+const DESKTOP_BUDGET_BYTES = 512 * 1024 ** 2;
+/** Left to the daemon itself and the system. */
+const HOST_RESERVE_BYTES = 1024 ** 3;
+
+/**
+ * The default `--desktops`: what the memory holds at DESKTOP_BUDGET_BYTES
+ * each, and at most two per core (an agent acting flat out keeps about half
+ * a core busy with input and screenshots); at least one.
+ */
+export function defaultDesktopCap(cores = availableParallelism(), memoryBytes = totalmem()): number {
+  const byMemory = Math.floor((memoryBytes - HOST_RESERVE_BYTES) / DESKTOP_BUDGET_BYTES);
+  return Math.max(1, Math.min(byMemory, 2 * cores));
+}
+
+/** The largest display side a session or the operator may ask for. */
+export const MAX_DISPLAY_SIDE_PX = 4096;
+
 /**
  * The API's limit per image: 10 MB, decimal (10 MiB would pass our check and
  * fail the request). Held for the base64 text, which is longer than the bytes it encodes.
@@ -136,6 +175,14 @@ export const API_IMAGE_MAX_BYTES = 10_000_000;
 export const MANY_IMAGES_MAX_SIDE_PX = 2000;
 
 export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'display'> = {
+  desktops: {
+    mode: 'shared',
+    max: defaultDesktopCap(),
+    warm: 1,
+    sizes: [{ width: 1280, height: 800 }],
+    maxWaiting: 64,
+    maxWaitMs: 120_000,
+  },
   host: '127.0.0.1',
   port: 8765,
   allowOrigins: [],
@@ -352,6 +399,30 @@ export function resolveConfig(
   const { attempts } = config.resilience.retry;
   if (!Number.isInteger(attempts) || attempts < 0 || attempts > 5) {
     throw new ConfigError(`resilience.retry.attempts must be 0–5, got ${attempts}`);
+  }
+  const d = config.desktops;
+  if (d.mode !== 'pool' && d.mode !== 'shared') throw new ConfigError(`desktops.mode must be pool or shared`);
+  for (const [name, value] of [
+    ['--desktops', d.max],
+    ['desktops.maxWaiting', d.maxWaiting],
+    ['desktops.maxWaitMs', d.maxWaitMs],
+  ] as const) {
+    if (!Number.isSafeInteger(value) || value < 1)
+      throw new ConfigError(`${name} must be a positive integer, got ${value}`);
+  }
+  if (d.max > 256) throw new ConfigError(`--desktops must be at most 256, got ${d.max}`);
+  if (d.maxWaitMs > DAY_MS) throw new ConfigError(`desktops.maxWaitMs must be at most ${DAY_MS} ms`);
+  if (!Number.isSafeInteger(d.warm) || d.warm < 0 || d.warm > d.max) {
+    throw new ConfigError(`--warm must be 0–${d.max} (--desktops), got ${d.warm}`);
+  }
+  if (!d.sizes.length) throw new ConfigError('--display-sizes needs at least one size');
+  for (const size of d.sizes) {
+    const ok = (n: number): boolean => Number.isInteger(n) && n >= 64 && n <= MAX_DISPLAY_SIDE_PX;
+    if (!ok(size.width) || !ok(size.height)) {
+      throw new ConfigError(
+        `display sizes must be 64–${MAX_DISPLAY_SIDE_PX} px per side, got ${size.width}x${size.height}`,
+      );
+    }
   }
   const downloadCaps: [string, number][] = [
     ['--max-downloads', config.browserSettings.maxDownloads],

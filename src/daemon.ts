@@ -5,12 +5,10 @@
  */
 import type { AddressInfo } from 'node:net';
 import { ConfigError, configWarnings, type DaemonConfig } from './config.ts';
-import type { DesktopDriver } from './desktop/driver.ts';
 import { WorkerDesktopDriver } from './desktop/worker-driver.ts';
 import { Executor } from './executor/executor.ts';
-import { Lane } from './executor/lane.ts';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { fitSize, type Geometry } from './geometry.ts';
+import { Lane } from './desktops/lane.ts';
+import { fitSize, type Geometry, type Size } from './geometry.ts';
 import type { Logger } from './log.ts';
 import { PROTOCOL_PATH } from './protocol.ts';
 import { ScreenshotStore } from './screenshot-store.ts';
@@ -26,7 +24,10 @@ import { EgressFilter, parsePrivateAllow, startEgressProxy, type EgressProxy } f
 import { browserPolicyState } from './browser/policy.ts';
 import type { Containment } from './ops/health.ts';
 import { DisplayUnavailableError } from './errors.ts';
-import { ResourceBreaker } from './resilience.ts';
+import { orAfter, ResourceBreaker } from './resilience.ts';
+import type { DesktopResources, PartsFactory } from './desktops/desktop.ts';
+import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktops/pool.ts';
+import type { Ops } from './ops/index.ts';
 import { resolve } from 'node:path';
 import { createViewer } from './viewer/index.ts';
 
@@ -35,7 +36,8 @@ export interface Daemon {
   url: string;
   address: AddressInfo;
   server: DeskbatchServer;
-  driver: DesktopDriver;
+  /** Where sessions' desktops come from: a pool, or the one shared display. */
+  desktops: Desktops;
   store: ScreenshotStore;
   /** Sessions, batches and calls as they happen (metrics, the viewer). */
   activity: ActivityHub;
@@ -67,27 +69,9 @@ const WELCOME_GEOMETRY_WAIT_MS = 250;
 export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
   checkDisabled(config.disabledMembers);
   checkEnabled(config.browserSettings.enable);
-  let lastGeometry: Geometry | undefined;
-  const driver = new WorkerDesktopDriver({
-    display: config.display ?? '',
-    log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>
-      log[level](msg, { component: 'desktop', ...fields }),
-    // The driver's own deadline is a backstop that replaces a hung worker; the executor's timeout,
-    // which decides what the model reads, must always fire first.
-    callTimeoutMs: 2 * config.callTimeoutMs,
-    startGuard: new ResourceBreaker(
-      'desktop worker',
-      config.resilience.breaker,
-      (message) => new DisplayUnavailableError(message),
-      log.child({ component: 'desktop' }),
-    ),
-  });
-  // Start the desktop worker now: its first start (tsx, nut-js) takes 1–3 s, which the first batch should not wait for.
-  driver.displaySize().catch((err: unknown) => log.warn('display not reachable at start', { error: String(err) }));
   const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
   await store.init();
   const computer = createComputerToolset({
-    driver,
     screenshots: config.screenshot,
     maxTypeTextLength: config.limits.maxTypeTextLength,
     disabled: config.disabledMembers,
@@ -123,35 +107,49 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   if (config.browser !== 'off' && config.browserSettings.allowPrivateNetworks) {
     log.warn('the browser may reach private, loopback and link-local addresses (--allow-private-networks)');
   }
-  const browserGuard = new ResourceBreaker(
-    'browser',
-    config.resilience.breaker,
-    (message) => new BrowserUnavailableError(message),
-    log.child({ component: 'browser' }),
-  );
-  const manager =
+  // One worker and one browser per desktop, each behind circuit breakers of its own: a desktop whose
+  // worker or browser keeps failing to start fails only its own session's calls.
+  const breaker = (what: string, component: string, error: (message: string) => Error): ResourceBreaker =>
+    new ResourceBreaker(what, config.resilience.breaker, error, log.child({ component }));
+  let lastBrowser: BrowserManager | undefined; // the newest desktop's, for /readyz's sandbox state
+  const makeParts: PartsFactory = ({ id, display, env, downloadsDir }) => ({
+    driver: new WorkerDesktopDriver({
+      display,
+      env,
+      log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>
+        log[level](msg, { component: 'desktop', desktop: id, ...fields }),
+      // The driver's own deadline is a backstop that replaces a hung worker; the executor's timeout,
+      // which decides what the model reads, must always fire first.
+      callTimeoutMs: 2 * config.callTimeoutMs,
+      startGuard: breaker('desktop worker', 'desktop', (message) => new DisplayUnavailableError(message)),
+    }),
+    browser:
+      config.browser === 'off'
+        ? undefined
+        : (lastBrowser = new BrowserManager({
+            mode: config.browser,
+            display,
+            env,
+            executablePath: config.browserSettings.executablePath,
+            downloadsDir,
+            maxDownloads: config.browserSettings.maxDownloads,
+            maxDownloadBytes: config.browserSettings.maxDownloadBytes,
+            exposeDownloadPaths: config.browserSettings.exposeDownloadPaths,
+            viewport: config.browserSettings.viewport,
+            launchTimeoutMs: config.browserSettings.launchTimeoutMs,
+            launchGuard: breaker('browser', 'browser', (message) => new BrowserUnavailableError(message)),
+            proxyServer: egress!.url,
+            urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
+            log: log.child({ component: 'browser', desktop: id }),
+          })),
+  });
+  // The pool reports to the metrics, which are made further down.
+  const reportTo: { metrics?: Ops['metrics'] } = {};
+  const desktops = createDesktops(config, makeParts, log, (event) => reportTo.metrics?.desktopEvent(event));
+  const browser =
     config.browser === 'off'
       ? undefined
-      : new BrowserManager({
-          mode: config.browser,
-          display: config.display,
-          executablePath: config.browserSettings.executablePath,
-          downloadsDir: resolve(config.browserSettings.downloadsDir),
-          maxDownloads: config.browserSettings.maxDownloads,
-          maxDownloadBytes: config.browserSettings.maxDownloadBytes,
-          exposeDownloadPaths: config.browserSettings.exposeDownloadPaths,
-          viewport: config.browserSettings.viewport,
-          launchTimeoutMs: config.browserSettings.launchTimeoutMs,
-          launchGuard: browserGuard,
-          proxyServer: egress!.url,
-          urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
-          log: log.child({ component: 'browser' }),
-        });
-  const browser =
-    manager === undefined
-      ? undefined
       : createBrowserToolset({
-          manager,
           screenshots: config.screenshot,
           urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
           maxTypeTextLength: config.limits.maxTypeTextLength,
@@ -167,7 +165,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     callTimeoutMs: config.callTimeoutMs,
     exposeErrorMessages: config.exposeErrorMessages,
     images: { limits: config.screenshot.limits, maxBase64Bytes: config.screenshot.maxBase64Bytes },
-    lane: new Lane(),
+    lane: new Lane(), // only for batches that name no desktop: a session's batches take their desktop's lane
     retry: config.resilience.retry,
     store,
     log,
@@ -186,9 +184,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const ops = createOps({
     activity,
     executor,
-    driver,
+    desktops,
     status: () => server.status(),
-    browserCircuit: browser ? { open: () => browserGuard.coolingDown } : undefined,
     containment: (): Containment => ({
       browser_policy: policy === undefined ? 'off' : policy.enforced ? 'enforced' : 'missing',
       browser_egress: !egress
@@ -197,45 +194,55 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
           ? 'private_networks_allowed'
           : 'filtered',
       browser_sandbox:
-        manager === undefined
+        config.browser === 'off'
           ? 'off_no_browser'
-          : manager.sandbox === undefined
+          : lastBrowser?.sandbox === undefined
             ? 'not_started'
-            : manager.sandbox
+            : lastBrowser.sandbox
               ? 'on'
               : 'off',
       display_auth: config.displayAuth,
     }),
   });
+  reportTo.metrics = ops.metrics;
   routes.push(...ops.routes);
+  const geometries = new WeakMap<DesktopResources, Geometry>();
   const server: DeskbatchServer = new DeskbatchServer({
     config,
     executor,
+    desktops,
     describeToolsets: describeToolsets(executor.served, executor.plainTool),
     log,
     activity,
     routes,
     sockets,
-    geometry: () => {
+    geometry: (desktop) => {
       // The worker answers one call at a time; a welcome must not wait behind a long hold_key.
-      const fresh = driver.displaySize().then((display) => {
-        lastGeometry = { display, screenshot: fitSize(display, config.screenshot.limits) };
-        return lastGeometry;
+      const fresh = desktop.driver.displaySize().then((display) => {
+        const g = { display, screenshot: fitSize(display, config.screenshot.limits) };
+        geometries.set(desktop, g);
+        return g;
       });
-      if (!lastGeometry) return fresh; // nothing known yet (the worker is starting): wait for it
-      const known = lastGeometry;
-      return Promise.race([fresh, sleep(WELCOME_GEOMETRY_WAIT_MS).then(() => known)]);
+      const known = geometries.get(desktop);
+      if (!known) return fresh; // nothing known yet (the worker is starting): wait for it
+      return orAfter(fresh, WELCOME_GEOMETRY_WAIT_MS, known);
     },
   });
   const address = await server.listen();
   listening.port = address.port;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  log.info(
+    desktops.mode === 'pool'
+      ? `desktops: a pool of up to ${config.desktops.max} (--desktops), ${config.desktops.warm} kept warm (--warm), one per session`
+      : 'desktops: one, shared by every session (DISPLAY given)',
+    { mode: desktops.mode, max: config.desktops.max, warm: config.desktops.warm },
+  );
   let closing: Promise<void> | undefined;
   return {
     url: `ws://${host}:${address.port}${PROTOCOL_PATH}`,
     address,
     server,
-    driver,
+    desktops,
     store,
     activity,
     close() {
@@ -243,11 +250,57 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
         await server.close();
         ops.metrics.close();
         viewer.close();
-        await executor.close();
-        await driver.close();
+        await desktops.close();
         await egress?.close();
       })();
       return closing;
     },
   };
+}
+
+/**
+ * The desktops sessions act on: a pool of their own (src/desktops/pool.ts),
+ * or the one display the operator gave, shared.
+ */
+function createDesktops(
+  config: DaemonConfig,
+  makeParts: PartsFactory,
+  log: Logger,
+  onEvent: (event: PoolEvent) => void,
+): Desktops {
+  const downloadsRoot = resolve(config.browserSettings.downloadsDir);
+  if (config.desktops.mode === 'pool') {
+    const pool = new DesktopPool({
+      ...config.desktops,
+      defaultSize: config.desktops.sizes[0]!,
+      downloadsRoot,
+      makeParts,
+      servesBrowser: config.browser !== 'off',
+      log: log.child({ component: 'desktops' }),
+      onEvent,
+    });
+    pool.start();
+    return pool;
+  }
+  const { driver, browser } = makeParts({
+    id: 'shared',
+    display: config.display ?? '',
+    env: {},
+    downloadsDir: downloadsRoot,
+  });
+  // Start the desktop worker now: its first start (tsx, nut-js) takes 1–3 s, which the first batch should not wait for.
+  let size: Size | undefined;
+  driver.displaySize().then(
+    (s) => (size = s),
+    (err: unknown) => log.warn('display not reachable at start', { error: String(err) }),
+  );
+  return new SharedDesktop(
+    { id: 'shared', driver, browser, lane: new Lane() },
+    () => size,
+    () => ({ worker: driver.pid, browser: browser?.pid }),
+    async () => {
+      await browser?.close();
+      await driver.close();
+    },
+  );
 }

@@ -64,6 +64,17 @@ export const AgentToolEntrySchema = z.looseObject({
 });
 export type AgentToolEntry = z.output<typeof AgentToolEntrySchema>;
 
+const SizeSchema = z.strictObject({ width: z.number().int().positive(), height: z.number().int().positive() });
+
+/** `hello.desktop` (added within v1): what a session wants of its desktop. */
+export const DesktopRequestSchema = z.strictObject({
+  /** When every desktop is in use: queue for one (`desktop_wait` frames tell the place), or be refused at once. */
+  when_busy: z.enum(['wait', 'refuse']).optional(),
+  /** A display size from the operator's list (`--display-sizes`); the first one when absent. */
+  display: SizeSchema.optional(),
+});
+export type DesktopRequest = z.output<typeof DesktopRequestSchema>;
+
 export const HelloSchema = z.strictObject({
   type: z.literal('hello'),
   /** Free-form client identification, for logs. */
@@ -82,6 +93,11 @@ export const HelloSchema = z.strictObject({
    * its `configs` leaves off, is refused with the SDK runner's text.
    */
   tools: z.array(AgentToolEntrySchema).max(256).optional(),
+  /**
+   * What this session wants of its desktop (only a new session's first hello is read). Giving it, even
+   * `{}`, also asks for `welcome.desktop`, `desktop_wait` frames and the `no_desktop` error.
+   */
+  desktop: DesktopRequestSchema.optional(),
 });
 
 export const BatchSchema = z.strictObject({
@@ -261,8 +277,6 @@ export const ToolsetInfoSchema = z.strictObject({
 });
 export type ToolsetInfo = z.output<typeof ToolsetInfoSchema>;
 
-const SizeSchema = z.strictObject({ width: z.number().int().positive(), height: z.number().int().positive() });
-
 /** Fields of a `tools[]` entry for an older computer tool; the display size is the screenshot size. */
 const legacyComputerTool = {
   name: z.literal('computer'),
@@ -295,6 +309,15 @@ export const WelcomeSchema = z.strictObject({
    * asked for them (so a v1 client sees no field it does not know), and only while `screenshot` is known.
    */
   legacy_tools: LegacyComputerToolsSchema.optional(),
+  /** Only when `hello.desktop` was given: which desktop this session acts on. */
+  desktop: z
+    .strictObject({
+      /** `pool`: a desktop of the session's own; `shared`: one desktop every session shares (`DISPLAY` given). */
+      mode: z.enum(['pool', 'shared']),
+      id: z.string(),
+      display: SizeSchema.optional(),
+    })
+    .optional(),
   limits: z.strictObject({
     max_tool_uses: z.number().int().positive(),
     max_payload_bytes: z.number().int().positive(),
@@ -307,6 +330,8 @@ export const WelcomeSchema = z.strictObject({
     /** Bytes of stored results (for replay) per session, and over every session together. */
     result_cache_bytes: z.number().int().positive().optional(),
     result_cache_total_bytes: z.number().int().positive().optional(),
+    /** How long a session (and its desktop) outlives its connection, waiting to be resumed. */
+    resume_window_ms: z.number().int().positive().optional(),
   }),
 });
 export type Welcome = z.output<typeof WelcomeSchema>;
@@ -325,6 +350,8 @@ export const ERROR_CODES = [
   'shutting_down',
   'rate_limited',
   'internal',
+  // Added within v1, sent only to a client whose hello carried `desktop`:
+  'no_desktop',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -333,10 +360,20 @@ export const ErrorMessageSchema = z.strictObject({
   code: z.enum(ERROR_CODES),
   message: z.string(),
   batch_id: z.string().optional(),
+  /** With `no_desktop`: when trying again is worth it. */
+  retry_after_ms: z.number().int().nonnegative().optional(),
 });
 export type ErrorMessage = z.output<typeof ErrorMessageSchema>;
 
 export const PongSchema = z.strictObject({ type: z.literal('pong') });
+
+/** A new session queued for a desktop (only to a client whose hello carried `desktop`): its place, 1 = next. */
+export const DesktopWaitSchema = z.strictObject({
+  type: z.literal('desktop_wait'),
+  position: z.number().int().positive(),
+  waiting: z.number().int().positive(),
+});
+export type DesktopWait = z.output<typeof DesktopWaitSchema>;
 
 export const ServerMessageSchema = z.discriminatedUnion('type', [
   WelcomeSchema,
@@ -344,5 +381,6 @@ export const ServerMessageSchema = z.discriminatedUnion('type', [
   BatchResultSchema,
   ErrorMessageSchema,
   PongSchema,
+  DesktopWaitSchema,
 ]);
 export type ServerMessage = z.output<typeof ServerMessageSchema>;

@@ -73,6 +73,8 @@ export function resetsState(err: unknown): boolean {
 /** What a driver needs of a breaker: run a start unless the circuit is open. */
 export interface StartGuard {
   run<T>(start: () => Promise<T>): Promise<T>;
+  /** Whether starts are refused now (an open circuit). */
+  readonly coolingDown?: boolean;
 }
 
 export class ResourceBreaker implements StartGuard {

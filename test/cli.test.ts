@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { isDisplayReachable } from '../src/desktop/display.ts';
+import { defaultDesktopCap } from '../src/config.ts';
 import type { BatchResult } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { TestClient, computerUse, startedEvent } from './helpers/daemon.ts';
@@ -88,7 +89,7 @@ async function serve(args: string[], env: Record<string, string>): Promise<Start
   return { child, lines, url, exited };
 }
 
-test('serve without DISPLAY starts its own display; SIGTERM answers the running batch and exits', async () => {
+test('serve without DISPLAY gives each session a desktop of its own; SIGTERM answers the running batch and exits', async () => {
   const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
   try {
     const s = await serve(['--screenshots-dir', join(home, 'shots')], { HOME: home });
@@ -100,13 +101,18 @@ test('serve without DISPLAY starts its own display; SIGTERM answers the running 
     assert.equal((await stat(tokenPath)).mode & 0o777, 0o600);
     const token = (await readFile(tokenPath, 'utf8')).trim();
     assert.ok(!s.lines.some((l) => JSON.stringify(l).includes(token)), 'the token is never logged');
-    const display = String(s.lines.find((l) => /listening on/.test(String(l.msg)))?.display);
-    assert.equal(s.lines.find((l) => l.msg === 'virtual display started')?.display, display);
-    assert.ok(await isDisplayReachable(display));
+    // The pool and its size for this machine are said at start.
+    const pool = s.lines.find((l) => String(l.msg).startsWith('desktops: a pool of up to'));
+    assert.ok(pool, 'the pool is announced');
+    assert.equal(pool.max, defaultDesktopCap());
 
     const client = await TestClient.open(s.url, { token });
-    const welcome = await client.hello();
+    const welcome = await client.hello(undefined, { desktop: {} });
     assert.deepEqual(welcome.display, { width: 1280, height: 800 });
+    assert.equal(welcome.desktop?.mode, 'pool');
+    const started = s.lines.find((l) => l.msg === 'virtual display started' && l.desktop === welcome.desktop?.id);
+    const display = String(started?.display);
+    assert.ok(await isDisplayReachable(display), `the session's display ${display} answers`);
     const uses = [computerUse('screenshot'), computerUse('wait', { duration: 60 }), computerUse('cursor_position')];
     client.send({ type: 'batch', batch_id: 'long', tool_uses: uses });
     // SIGTERM while the 60 s wait runs (the screenshot before it is done).
@@ -120,6 +126,9 @@ test('serve without DISPLAY starts its own display; SIGTERM answers the running 
     assert.equal(await within(s.exited, 'the daemon to exit after SIGTERM', 60_000), 0);
     assert.ok(Date.now() - t0 < 12_000, 'within the shutdown deadline');
     assert.equal(await isDisplayReachable(display), false, 'its Xvfb went with it');
+    for (const l of s.lines.filter((x) => x.msg === 'virtual display started')) {
+      assert.equal(await isDisplayReachable(String(l.display)), false, `desktop ${String(l.desktop)} is gone`);
+    }
   } finally {
     await rm(home, { recursive: true, force: true });
   }

@@ -1277,10 +1277,13 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       }
     });
 
-    test('close is idempotent and later calls reject', async () => {
+    test('close is idempotent and later calls reject, as retryable (a pooled desktop replaced under a call)', async () => {
       await driver.close();
       await driver.close();
-      await assert.rejects(driver.displaySize(), failsWith(Error, 'desktop driver is closed'));
+      await assert.rejects(
+        driver.displaySize(),
+        failsWith(DisplayUnavailableError, 'the desktop was closed (shut down, or replaced after its display died)'),
+      );
     });
 
     test('no unhandled rejections', () => {

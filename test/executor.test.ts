@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { z } from 'zod';
 import { Executor } from '../src/executor/executor.ts';
 import { FALLBACK_NOT_EXECUTED_TEXT } from '../toolsets/text.ts';
-import { Lane } from '../src/executor/lane.ts';
+import { Lane } from '../src/desktops/lane.ts';
 import { silentLogger } from '../src/log.ts';
 import type { ToolEvent, ToolUse } from '../src/protocol.ts';
 import { bindMember, type CallContext, type Member, type Toolset } from '../toolsets/types.ts';

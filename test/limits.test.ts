@@ -278,6 +278,7 @@ describe('welcome.limits', () => {
         max_buffered_bytes: 64 * 1024 * 1024,
         result_cache_bytes: 32 * 1024 * 1024,
         result_cache_total_bytes: 256 * 1024 * 1024,
+        resume_window_ms: 120_000,
       });
       // It sticks to the connection, like `events`, and can be turned off again.
       c.send({ type: 'hello', all_limits: false });

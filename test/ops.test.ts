@@ -14,6 +14,9 @@ import { REDACTED, createLogger, formatPretty, type LogFormat } from '../src/log
 import { createReadiness, type Containment } from '../src/ops/health.ts';
 import type { ToolUse } from '../src/protocol.ts';
 import type { ServerStatus } from '../src/server/server.ts';
+import { SharedDesktop } from '../src/desktops/pool.ts';
+import type { DesktopDriver } from '../src/desktop/driver.ts';
+import { Lane } from '../src/desktops/lane.ts';
 import { TEST_TOKEN, TestClient, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
 import { pickFreeDisplay, startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { until, within } from './helpers/wait.ts';
@@ -58,6 +61,12 @@ function value(text: string, name: string, labels: Record<string, string> = {}):
   assert.ok(found.length <= 1, `one sample of ${name} ${want}`);
   return found[0]?.value ?? 0;
 }
+
+/** A /readyz answer without its `desktops` counts (which other tests' sessions move). */
+const reasonOf = (body: Record<string, unknown>): Record<string, unknown> => ({
+  status: body.status,
+  reason: body.reason,
+});
 
 async function readyz(d: TestDaemon): Promise<{ status: number; body: Record<string, unknown>; text: string }> {
   const res = await fetch(httpUrl(d, '/readyz'));
@@ -158,11 +167,21 @@ describe('readiness logic', () => {
     display_auth: 'external',
   };
 
+  // The shared display's desktop, with a driver that answers only displaySize(): all readiness asks of it.
+  const sharedWith = (displaySize: () => Promise<{ width: number; height: number }>): SharedDesktop =>
+    new SharedDesktop(
+      { id: 'shared', driver: { displaySize } as unknown as DesktopDriver, browser: undefined, lane: new Lane() },
+      () => undefined,
+      () => ({}),
+      async () => undefined,
+    );
+  const desktops = { mode: 'shared', max: 1, free: 1, leased: 0, waiting: 0 };
+
   test('one display probe serves every check within the cache time, concurrent ones included', async () => {
     let asked = 0;
     const r = createReadiness({
       status: () => ok,
-      displaySize: async () => (asked++, { width: 10, height: 20 }),
+      desktops: sharedWith(async () => (asked++, { width: 10, height: 20 })),
       cacheMs: 3_600_000,
       containment: () => containment,
     });
@@ -170,29 +189,35 @@ describe('readiness logic', () => {
     results.push(await r.check());
     assert.equal(asked, 1);
     for (const x of results)
-      assert.deepEqual(x, { status: 'ready', display: { width: 10, height: 20 }, browser: 'off', containment });
+      assert.deepEqual(x, {
+        status: 'ready',
+        display: { width: 10, height: 20 },
+        browser: 'off',
+        containment,
+        desktops,
+      });
   });
 
   test('not accepting is shutting_down; a failing display is display_unreachable; a silent one unresponsive', async () => {
     const closing = createReadiness({
       status: () => ({ ...ok, accepting: false }),
-      displaySize: async () => ({ width: 1, height: 1 }),
+      desktops: sharedWith(async () => ({ width: 1, height: 1 })),
       containment: () => containment,
     });
-    assert.deepEqual(await closing.check(), { status: 'not_ready', reason: 'shutting_down' });
+    assert.deepEqual(await closing.check(), { status: 'not_ready', reason: 'shutting_down', desktops });
     const failing = createReadiness({
       status: () => ok,
-      displaySize: () => Promise.reject(new Error('no X')),
+      desktops: sharedWith(() => Promise.reject(new Error('no X'))),
       containment: () => containment,
     });
-    assert.deepEqual(await failing.check(), { status: 'not_ready', reason: 'display_unreachable' });
+    assert.deepEqual(await failing.check(), { status: 'not_ready', reason: 'display_unreachable', desktops });
     const silent = createReadiness({
       status: () => ok,
-      displaySize: () => new Promise(() => undefined),
+      desktops: sharedWith(() => new Promise(() => undefined)),
       timeoutMs: 20,
       containment: () => containment,
     });
-    assert.deepEqual(await silent.check(), { status: 'not_ready', reason: 'display_unresponsive' });
+    assert.deepEqual(await silent.check(), { status: 'not_ready', reason: 'display_unresponsive', desktops });
   });
 });
 
@@ -261,6 +286,8 @@ describe('metrics and readiness on a daemon with a display', () => {
         browser_sandbox: 'off_no_browser',
         display_auth: 'external',
       },
+      // One session (this test's client) on the one shared display.
+      desktops: { mode: 'shared', max: 1, free: 1, leased: 1, waiting: 0 },
     });
   });
 
@@ -434,12 +461,12 @@ describe('metrics and readiness on a daemon with a display', () => {
       // The breaker opened on that failure (failures: 1): readiness reads its state, not later calls.
       const opened = await readyz(b);
       assert.equal(opened.status, 503, opened.text);
-      assert.deepEqual(opened.body, { status: 'not_ready', reason: 'browser_circuit_open' });
+      assert.deepEqual(reasonOf(opened.body), { status: 'not_ready', reason: 'browser_circuit_open' });
       const second = await c.batch('launch-2', uses());
       assert.ok(second.result.failures[0]?.error.retry_after_ms !== undefined, JSON.stringify(second.result.failures));
       const r = await readyz(b);
       assert.equal(r.status, 503);
-      assert.deepEqual(r.body, { status: 'not_ready', reason: 'browser_circuit_open' });
+      assert.deepEqual(reasonOf(r.body), { status: 'not_ready', reason: 'browser_circuit_open' });
     } finally {
       await b.close();
       await rm(dir, { recursive: true, force: true });
@@ -487,7 +514,7 @@ describe('readiness on a daemon whose display is not there', () => {
     try {
       const r = await readyz(d);
       assert.equal(r.status, 503);
-      assert.deepEqual(r.body, { status: 'not_ready', reason: 'display_unreachable' });
+      assert.deepEqual(reasonOf(r.body), { status: 'not_ready', reason: 'display_unreachable' });
       assert.equal((await fetch(httpUrl(d, '/healthz'))).status, 200);
 
       // A client that does not read makes close() wait for its close frame (up to a second), and an
@@ -509,7 +536,7 @@ describe('readiness on a daemon whose display is not there', () => {
       await within(closing, 'daemon.close() to finish', 30_000);
       assert.match(response, /^HTTP\/1\.1 503 /);
       const body = response.slice(response.indexOf('\r\n\r\n') + 4);
-      assert.ok(body.includes('{"status":"not_ready","reason":"shutting_down"}'), response);
+      assert.ok(body.includes('{"status":"not_ready","reason":"shutting_down",'), response);
     } finally {
       sock?.destroy();
       await d.close();

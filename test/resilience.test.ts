@@ -18,7 +18,7 @@ import { z } from 'zod';
 import { BrowserCrashedError } from '../src/browser/manager.ts';
 import { DisplayUnavailableError, DriverCrashedError } from '../src/errors.ts';
 import { Executor } from '../src/executor/executor.ts';
-import { Lane } from '../src/executor/lane.ts';
+import { Lane } from '../src/desktops/lane.ts';
 import { silentLogger } from '../src/log.ts';
 import type { BatchResult, ToolEvent, ToolUse } from '../src/protocol.ts';
 import { ResourceBreaker } from '../src/resilience.ts';

@@ -11,6 +11,7 @@ import type { z } from 'zod';
 import type { CapturedImage, ImageFormat, SettleOptions } from '../src/image.ts';
 import type { ScreenshotLimits, Size } from '../src/geometry.ts';
 import type { BrowserStateBlock, LegacyComputerTools } from '../src/protocol.ts';
+import type { DesktopResources } from '../src/desktops/desktop.ts';
 
 /** Whether a call can change anything (issue 4 retries only `read` members). */
 export type Effect = 'read' | 'write';
@@ -35,6 +36,8 @@ export interface CallContext {
   sessionId: string;
   batchId: string;
   toolUseId: string;
+  /** The session's desktop (src/desktops/): its display, worker and browser. Absent only in executor unit tests. */
+  desktop?: DesktopResources;
   /**
    * Lines the model should read on this call's result if it fails (a
    * dismissed dialog, a refused navigation: often why it failed), after the
@@ -157,7 +160,7 @@ export interface Toolset {
   notExecutedText: string;
   /** Text for calls stopped by cancel or disconnect (docs/PROTOCOL.md, execution rule 7). */
   cancelledText: string;
-  /** Whether its calls act on the one shared desktop, so batches using it take the desktop lane. */
+  /** Whether its calls act on the display, so batches using it take their desktop's lane. */
   usesDesktop: boolean;
   /** Content block types the API accepts in this toolset's results. */
   allowedBlocks: readonly BlockType[];
@@ -169,10 +172,8 @@ export interface Toolset {
   disabledMemberNames: ReadonlySet<string>;
   /** The members this daemon serves and has enabled. */
   members: ReadonlyMap<string, RunnableMember>;
-  /** Releases what a session held (browser contexts); called when the session ends. */
-  closeSession?(sessionId: string): Promise<void>;
-  /** Releases everything at shutdown. */
-  close?(): Promise<void>;
+  /** Releases what a session held on its desktop (browser contexts); called when the session ends. */
+  closeSession?(sessionId: string, desktop: DesktopResources): Promise<void>;
 }
 
 /**
@@ -203,7 +204,7 @@ export interface PlainTool extends Toolset {
  */
 export interface ToolsetDefinition<Ctx> extends Pick<
   Toolset,
-  'type' | 'name' | 'notExecutedText' | 'cancelledText' | 'usesDesktop' | 'allowedBlocks' | 'closeSession' | 'close'
+  'type' | 'name' | 'notExecutedText' | 'cancelledText' | 'usesDesktop' | 'allowedBlocks' | 'closeSession'
 > {
   members: readonly Member<z.ZodType, Ctx>[];
   /** Builds a call's context. */
@@ -251,6 +252,5 @@ export function defineToolset<Ctx>(
     members,
     disabledMemberNames: off,
     ...(def.closeSession ? { closeSession: def.closeSession } : {}),
-    ...(def.close ? { close: def.close } : {}),
   };
 }

@@ -42,6 +42,8 @@ export interface BrowserOptions {
   proxyServer?: string;
   /** Guards launches: after repeated failures, calls fail at once for a cool-down (src/resilience.ts). */
   launchGuard?: StartGuard;
+  /** Variables Chromium gets on top of the daemon's own (a pooled desktop's XAUTHORITY and HOME). */
+  env?: Readonly<Record<string, string>>;
   log: Logger;
 }
 
@@ -125,7 +127,7 @@ export class BrowserManager {
             : []),
         ],
         timeout: launchTimeoutMs,
-        env: { ...process.env, ...(display ? { DISPLAY: display } : {}) },
+        env: { ...process.env, ...this.options.env, ...(display ? { DISPLAY: display } : {}) },
       });
     const asRoot = process.getuid?.() === 0;
     let browser: Browser;

@@ -23,6 +23,7 @@ import {
   ServerMessageSchema,
   type AgentToolEntry,
   type BatchResult,
+  type DesktopWait,
   type ErrorMessage,
   type ServerMessage,
   type ToolEvent,
@@ -80,6 +81,15 @@ export interface ConnectOptions {
    * the agent's `configs` switched off with the SDK runner's text.
    */
   agentTools?: AgentToolEntry[];
+  /**
+   * What the session wants of its desktop (`hello.desktop`): `whenBusy: 'refuse'` fails `connect` at once
+   * with a ConnectError of code `no_desktop` (and `retryAfterMs`) when every desktop is in use; `'wait'`
+   * (the default) queues, each `desktop_wait` frame resetting the hello timeout. It also asks for
+   * `welcome.desktop`.
+   */
+  desktop?: { whenBusy?: 'wait' | 'refuse'; display?: { width: number; height: number } };
+  /** Called with the session's place in the queue for a desktop, while it waits (`desktop_wait`). */
+  onDesktopWait?: (wait: DesktopWait) => void;
   /** Aborting it stops connecting, or closes the client once connected. */
   signal?: AbortSignal;
   /** Limit for the HTTP upgrade and, separately, for the answer to `hello`. Default 10,000 ms. */
@@ -392,6 +402,7 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
         if (msg.session_id === this.lastWelcome?.session_id) this.lastWelcome = msg;
         return;
       case 'pong':
+      case 'desktop_wait': // only while hello waits (openLink)
         return;
     }
   }
@@ -432,7 +443,11 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
       const link = await this.openLink();
       const reply = await link.hello();
       if (reply.type === 'error') {
-        throw new ConnectError(`the daemon answered hello with ${reply.code}: ${reply.message}`, reply.code);
+        throw new ConnectError(
+          `the daemon answered hello with ${reply.code}: ${reply.message}`,
+          reply.code,
+          reply.retry_after_ms !== undefined ? { retryAfterMs: reply.retry_after_ms } : {},
+        );
       }
       if (this.isClosed) throw new ConnectError('closed while connecting');
       this.adopt(link, reply);
@@ -453,11 +468,18 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
       let status: number | undefined;
       let lastError = '';
       let waiter: ((m: Welcome | ErrorMessage) => void) | undefined;
+      let rearm: (() => void) | undefined;
       ws.on('message', (data, isBinary) => {
         const msg = this.parse(data, isBinary);
         if (!msg) return;
         if (waiter && (msg.type === 'welcome' || (msg.type === 'error' && msg.batch_id === undefined))) {
           waiter(msg);
+          return;
+        }
+        if (msg.type === 'desktop_wait') {
+          // The daemon is alive and the session is queued for a desktop: the hello's clock starts again.
+          rearm?.();
+          if (this.options.onDesktopWait) this.callHook(this.options.onDesktopWait, msg);
           return;
         }
         this.route(msg);
@@ -490,16 +512,22 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
                 clearTimeout(timer);
                 ws.off('close', onClose);
                 waiter = undefined;
+                rearm = undefined;
               };
               const onClose = (): void => {
                 done();
                 rej(new ConnectError('the connection closed before the daemon answered hello'));
               };
-              const timer = setTimeout(() => {
+              const expire = (): void => {
                 done();
                 rej(new ConnectError(`no answer to hello within ${this.handshakeTimeoutMs} ms`));
                 ws.terminate();
-              }, this.handshakeTimeoutMs);
+              };
+              let timer = setTimeout(expire, this.handshakeTimeoutMs);
+              rearm = () => {
+                clearTimeout(timer);
+                timer = setTimeout(expire, this.handshakeTimeoutMs);
+              };
               ws.once('close', onClose);
               waiter = (m) => {
                 done();
@@ -512,6 +540,14 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
                 ...(this.options.events === false ? { events: false } : {}),
                 ...(this.options.legacyTools ? { legacy_tools: true } : {}),
                 ...(this.options.agentTools ? { tools: this.options.agentTools } : {}),
+                ...(this.options.desktop
+                  ? {
+                      desktop: {
+                        ...(this.options.desktop.whenBusy ? { when_busy: this.options.desktop.whenBusy } : {}),
+                        ...(this.options.desktop.display ? { display: this.options.desktop.display } : {}),
+                      },
+                    }
+                  : {}),
               };
               ws.send(JSON.stringify(hello));
             }),
@@ -695,7 +731,7 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     }
   }
 
-  private callHook(hook: (event: ToolEvent) => void, event: ToolEvent): void {
+  private callHook<E>(hook: (event: E) => void, event: E): void {
     try {
       hook(event);
     } catch (err) {

@@ -38,10 +38,14 @@ export class ConnectError extends DeskbatchError {
     message: string,
     /** The daemon's `error` code, when it answered hello with one. */
     readonly code?: ErrorCode,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; retryAfterMs?: number },
   ) {
     super(message, options);
+    if (options?.retryAfterMs !== undefined) this.retryAfterMs = options.retryAfterMs;
   }
+
+  /** With `no_desktop`: when the daemon expects a desktop to be free again. */
+  readonly retryAfterMs?: number;
 }
 
 /**

@@ -45,6 +45,8 @@ export interface WorkerDesktopDriverOptions {
    * repeated failures, calls fail at once for a cool-down (src/resilience.ts).
    */
   startGuard?: StartGuard;
+  /** Variables the worker gets on top of the daemon's own (a pooled desktop's XAUTHORITY and HOME). */
+  env?: Readonly<Record<string, string>>;
 }
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
@@ -94,6 +96,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
   private readonly log: DriverLog;
   private readonly callTimeoutMs: number;
   private readonly startGuard: StartGuard | undefined;
+  private readonly env: Readonly<Record<string, string>>;
   private child: Child | undefined;
   /** Serialises ops: each waits for the previous op's slot to be freed. */
   private tail: Promise<void> = Promise.resolve();
@@ -106,6 +109,13 @@ export class WorkerDesktopDriver implements DesktopDriver {
     this.log = options.log ?? (() => {});
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.startGuard = options.startGuard;
+    this.env = options.env ?? {};
+  }
+
+  /** The running worker's pid, if one runs (memory accounting, fault tests). */
+  get pid(): number | undefined {
+    const child = this.child;
+    return child && !child.dead ? child.proc.pid : undefined;
   }
 
   /**
@@ -208,7 +218,10 @@ export class WorkerDesktopDriver implements DesktopDriver {
     signal: AbortSignal | undefined,
     extraMs = 0,
   ): Promise<OpResult<N>> {
-    if (this.closed) return Promise.reject(new Error('desktop driver is closed'));
+    if (this.closed)
+      return Promise.reject(
+        new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)'),
+      );
     if (signal?.aborted) return Promise.reject(cancelledBy(signal));
     return new Promise<OpResult<N>>((resolve, reject) => {
       let settled = false;
@@ -231,7 +244,8 @@ export class WorkerDesktopDriver implements DesktopDriver {
       void prev
         .then(async () => {
           if (settled) return; // aborted while queued: never sent
-          if (this.closed) throw new Error('desktop driver is closed');
+          if (this.closed)
+            throw new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)');
           const child = await this.ensureChild();
           if (settled) return;
           const result = await this.request(child, op, args, this.callTimeoutMs + extraMs, (cancel) => {
@@ -353,14 +367,15 @@ export class WorkerDesktopDriver implements DesktopDriver {
     if (child) await child.exited;
     this.child = undefined;
     if (!reachable) throw new DisplayUnavailableError(`X display ${this.display} is not reachable`);
-    if (this.closed) throw new Error('desktop driver is closed');
+    if (this.closed)
+      throw new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)');
     const fresh = this.spawn(socketId);
     this.child = fresh;
     await fresh.ready;
     if (this.closed) {
       // close() ran while this child was starting and did not see it.
       this.kill(fresh, 'desktop driver closed');
-      throw new Error('desktop driver is closed');
+      throw new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)');
     }
     return fresh;
   }
@@ -372,7 +387,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       // No compile cache: the worker is started again after a crash, and code it would load from a
       // writable cache folder (/tmp/tsx-<uid>) is code anyone who can write there chooses (docs/SECURITY.md).
-      env: { ...process.env, DISPLAY: this.display, TSX_DISABLE_CACHE: '1' },
+      env: { ...process.env, ...this.env, DISPLAY: this.display, TSX_DISABLE_CACHE: '1' },
     });
     this.log('info', 'desktop worker started', { pid: proc.pid, display: this.display });
     let markReady!: () => void;

@@ -73,6 +73,11 @@ export interface VirtualDisplay {
   env: { DISPLAY: string; XAUTHORITY: string };
   /** PID of openbox, when it was started. */
   windowManagerPid?: number;
+  /**
+   * Calls `listener` once if Xvfb or openbox exits other than through stop()
+   * (killed, crashed): the desktop is then broken and its owner rebuilds it.
+   */
+  onUnexpectedExit(listener: (what: 'Xvfb' | 'openbox') => void): void;
   /** Stops openbox and Xvfb (SIGTERM, SIGKILL after STOP_DEADLINE_MS) and waits for both to exit. Idempotent. */
   stop(): Promise<void>;
 }
@@ -576,13 +581,20 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     return stopping;
   };
 
-  // A display that dies on its own is worth a warning (tests then fail in confusing ways).
-  xvfbChild.once('exit', (code, signal) => {
-    if (!stopping) log('warn', 'Xvfb exited unexpectedly', { display, code, signal });
-  });
-  openboxChild?.once('exit', (code, signal) => {
-    if (!stopping) log('warn', 'openbox exited unexpectedly', { display, code, signal });
-  });
+  // A display that dies on its own is worth a warning (tests then fail in confusing ways), and its owner hears of it.
+  const exitListeners: ((what: 'Xvfb' | 'openbox') => void)[] = [];
+  let exitedUnasked = false;
+  const watch = (child: ChildProcess, what: 'Xvfb' | 'openbox'): void => {
+    child.once('exit', (code, signal) => {
+      if (stopping) return;
+      log('warn', `${what} exited unexpectedly`, { display, code, signal });
+      if (exitedUnasked) return;
+      exitedUnasked = true;
+      for (const listener of exitListeners) listener(what);
+    });
+  };
+  watch(xvfbChild, 'Xvfb');
+  if (openboxChild) watch(openboxChild, 'openbox');
 
   log('info', 'virtual display started', {
     display,
@@ -599,6 +611,7 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     xauthority,
     env: { DISPLAY: display, XAUTHORITY: xauthority },
     ...(openboxChild?.pid !== undefined ? { windowManagerPid: openboxChild.pid } : {}),
+    onUnexpectedExit: (listener) => void exitListeners.push(listener),
     stop,
   };
 }

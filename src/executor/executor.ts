@@ -2,7 +2,8 @@
  * The batch executor: the batch rules live here and nowhere else
  * (docs/PROTOCOL.md "Execution rules", docs/TOOLSETS.md A5).
  *
- * - One lane: calls run one at a time, in the listed order.
+ * - One lane per desktop: a batch that touches the display waits for its
+ *   desktop's lane; calls run one at a time, in the listed order.
  * - Halting is per toolset: after a failure of toolset T, every later call of
  *   T is answered with T's exact not-executed text; other toolsets go on.
  * - Every tool_use gets exactly one result, on every path: success, failure,
@@ -27,7 +28,8 @@ import type { Logger } from '../log.ts';
 import type { ScreenshotStore } from '../screenshot-store.ts';
 import type { CallContext, MemberOutput, PlainTool, RunnableMember, Toolset } from '../../toolsets/types.ts';
 import { errorInfo, modelErrorText } from './failure.ts';
-import type { Lane } from './lane.ts';
+import type { Lane } from '../desktops/lane.ts';
+import type { DesktopResources } from '../desktops/desktop.ts';
 import { ContractViolationError, errorResult, successResult, type ImageRules } from './results.ts';
 import { describeZodError } from '../zod-text.ts';
 import { REPEAT_ADVICE, REPEAT_THRESHOLD, type RepeatTracker } from './repeats.ts';
@@ -50,7 +52,7 @@ export interface ExecutorOptions {
   /** Operator opt-in: the model also reads messages of errors not written for it. */
   exposeErrorMessages: boolean;
   images: ImageRules;
-  /** The desktop lane shared by every session. */
+  /** The lane of batches that name no desktop (executor unit tests); a session's batches use its desktop's. */
   lane: Lane;
   /** Automatic retries of members that change nothing, on retryable errors (src/resilience.ts). */
   retry?: RetrySettings;
@@ -74,6 +76,8 @@ export interface BatchRequest {
   maxBatchMs?: number;
   /** What the agent's own `tools[]` (hello.tools) leaves off; everything served is offered when absent. */
   offer?: AgentOffer;
+  /** The session's desktop (src/desktops/): its calls act on it, and its lane orders them. */
+  desktop?: DesktopResources;
 }
 
 /** Per served toolset: `'none'` when the agent did not declare it, else the members its `configs` leaves off. */
@@ -113,14 +117,9 @@ export class Executor {
     this.readRetry = options.retry && options.retry.attempts > 0 ? readRetry(options.retry) : undefined;
   }
 
-  /** A session ended: its toolsets release what they held for it (browser contexts). */
-  async closeSession(sessionId: string): Promise<void> {
-    for (const t of this.toolsets.values()) await t.closeSession?.(sessionId).catch(() => undefined);
-  }
-
-  /** Shutdown: every toolset releases everything. */
-  async close(): Promise<void> {
-    for (const t of this.toolsets.values()) await t.close?.().catch(() => undefined);
+  /** A session ended: its toolsets release what they held for it on its desktop (browser contexts). */
+  async closeSession(sessionId: string, desktop: DesktopResources): Promise<void> {
+    for (const t of this.toolsets.values()) await t.closeSession?.(sessionId, desktop).catch(() => undefined);
   }
 
   /** The toolsets this daemon serves, by `toolset_name`. */
@@ -204,7 +203,8 @@ export class Executor {
     let release: (() => void) | undefined;
     try {
       if (req.toolUses.some((tu) => this.usesDesktop(tu))) {
-        release = await this.options.lane.acquire(req.signal).catch(() => undefined);
+        const lane = req.desktop?.lane ?? this.options.lane;
+        release = await lane.acquire(req.signal).catch(() => undefined);
       }
       startBudget();
       for (const [index, tu] of req.toolUses.entries()) {
@@ -365,6 +365,7 @@ export class Executor {
       sessionId: req.sessionId,
       batchId: req.batchId,
       toolUseId: tu.id,
+      ...(req.desktop ? { desktop: req.desktop } : {}),
       noteOnFailure: (lines) => void notes.push(...lines),
     };
     let attempts = 0;

@@ -3,7 +3,11 @@
  * No token and nothing secret in the answer: load balancers and container
  * runtimes probe it.
  *
- * Ready means: the server accepts sessions, the desktop worker answers
+ * Ready means: the server accepts sessions, and a new session would get a
+ * desktop now. With a pool (src/desktops/pool.ts) that is a free desktop (a
+ * warm one, or room to start one): a full pool is not ready, so a load
+ * balancer sends new sessions elsewhere (sessions already here reach it by
+ * its own address). With the shared display: the desktop worker answers
  * `displaySize()` within a short bound, and, when the browser is served, its
  * launch circuit is not open. The desktop answer is cached briefly and only
  * one probe runs at a time, so probes cannot load the desktop worker; the
@@ -12,8 +16,16 @@
  */
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
 import { orAfter } from '../resilience.ts';
+import { SharedDesktop, type Capacity, type DesktopPool, type Desktops } from '../desktops/pool.ts';
+import type { DesktopResources } from '../desktops/desktop.ts';
 
-export type NotReadyReason = 'shutting_down' | 'display_unreachable' | 'display_unresponsive' | 'browser_circuit_open';
+type DesktopDriver = Pick<DesktopResources['driver'], 'displaySize'>;
+
+export type NotReadyReason =
+  'shutting_down' | 'display_unreachable' | 'display_unresponsive' | 'browser_circuit_open' | 'no_free_desktop';
+
+/** The desktops' capacity, in every answer: what a router needs to pick a host with room. */
+export type DesktopCapacity = Pick<Capacity, 'mode' | 'max' | 'free' | 'leased' | 'waiting'>;
 
 /**
  * What holds the model in (docs/SECURITY.md), said in /readyz so an operator
@@ -36,20 +48,14 @@ export type Readiness =
       display: { width: number; height: number };
       browser: 'off' | 'ok';
       containment: Containment;
+      desktops: DesktopCapacity;
     }
-  | { status: 'not_ready'; reason: NotReadyReason };
-
-/** The browser's launch circuit (src/resilience.ts ResourceBreaker): open means launches are refused now. */
-export interface BrowserCircuitView {
-  open(): boolean;
-}
+  | { status: 'not_ready'; reason: NotReadyReason; desktops: DesktopCapacity };
 
 export interface ReadinessDeps {
   status: () => ServerStatus;
-  /** The desktop driver's displaySize(); asked at most once per `cacheMs`. */
-  displaySize: () => Promise<{ width: number; height: number }>;
-  /** Undefined when the daemon serves no browser. */
-  browser?: BrowserCircuitView;
+  /** The shared desktop's driver is asked displaySize() at most once per `cacheMs`; a pool's capacity is read. */
+  desktops: Desktops;
   containment: () => Containment;
   /** How long the display may take to answer, in ms. Default 1000. */
   timeoutMs?: number;
@@ -70,9 +76,14 @@ export function createReadiness(deps: ReadinessDeps): ReadinessCheck {
   let cached: { at: number; value: DisplayCheck } | undefined;
   let running: Promise<DisplayCheck> | undefined;
 
-  const probeDisplay = async (): Promise<DisplayCheck> => {
+  const shared = deps.desktops instanceof SharedDesktop ? deps.desktops.desktop : undefined;
+  const capacity = (): DesktopCapacity => {
+    const { mode, max, free, leased, waiting } = deps.desktops.capacity();
+    return { mode, max, free, leased, waiting };
+  };
+  const probeDisplay = async (driver: DesktopDriver): Promise<DisplayCheck> => {
     // No AbortSignal: cancelling a worker op may end with the worker killed. A late answer is left to finish.
-    const size = deps.displaySize().then(
+    const size = driver.displaySize().then(
       (s) => s,
       () => 'failed' as const,
     );
@@ -82,10 +93,10 @@ export function createReadiness(deps: ReadinessDeps): ReadinessCheck {
     return { ok: true, size: { width: answer.width, height: answer.height } };
   };
 
-  const display = (): Promise<DisplayCheck> => {
+  const display = (driver: DesktopDriver): Promise<DisplayCheck> => {
     const now = performance.now();
     if (cached && now - cached.at < cacheMs) return Promise.resolve(cached.value);
-    running ??= probeDisplay()
+    running ??= probeDisplay(driver)
       .then((value) => {
         cached = { at: performance.now(), value };
         return value;
@@ -95,13 +106,33 @@ export function createReadiness(deps: ReadinessDeps): ReadinessCheck {
   };
 
   const check = async (): Promise<Readiness> => {
-    if (!deps.status().accepting) return { status: 'not_ready', reason: 'shutting_down' };
-    const d = await display();
-    if (!d.ok) return { status: 'not_ready', reason: d.reason };
-    if (deps.browser?.open()) return { status: 'not_ready', reason: 'browser_circuit_open' };
+    // Every answer, ready or not, says what the desktops hold: a drain waits for leased and waiting to reach 0.
+    const notReady = (reason: NotReadyReason): Readiness => ({ status: 'not_ready', reason, desktops: capacity() });
+    if (!deps.status().accepting) return notReady('shutting_down');
+    if (!shared) {
+      const pool = deps.desktops as DesktopPool;
+      const desktops = capacity();
+      if (desktops.free === 0) return notReady('no_free_desktop');
+      return {
+        status: 'ready',
+        display: pool.defaultSize,
+        browser: pool.servesBrowser ? 'ok' : 'off',
+        containment: deps.containment(),
+        desktops,
+      };
+    }
+    const d = await display(shared.driver);
+    if (!d.ok) return notReady(d.reason);
+    if (shared.browser?.options.launchGuard?.coolingDown) return notReady('browser_circuit_open');
     // Shutdown may have begun while the display answered.
-    if (!deps.status().accepting) return { status: 'not_ready', reason: 'shutting_down' };
-    return { status: 'ready', display: d.size, browser: deps.browser ? 'ok' : 'off', containment: deps.containment() };
+    if (!deps.status().accepting) return notReady('shutting_down');
+    return {
+      status: 'ready',
+      display: d.size,
+      browser: shared.browser ? 'ok' : 'off',
+      containment: deps.containment(),
+      desktops: capacity(),
+    };
   };
 
   return {

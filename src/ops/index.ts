@@ -5,17 +5,16 @@
 import type { ActivityHub } from '../activity.ts';
 import type { Executor } from '../executor/executor.ts';
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
-import { createReadiness, type BrowserCircuitView, type Containment } from './health.ts';
+import { createReadiness, type Containment } from './health.ts';
+import type { Desktops } from '../desktops/pool.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
 
 export interface OpsDeps {
   activity: ActivityHub;
   executor: Pick<Executor, 'served' | 'plainTool'>;
-  driver: { displaySize(): Promise<{ width: number; height: number }> };
+  desktops: Desktops;
   /** The server's status(); read lazily, so the server may be built after the routes. */
   status: () => ServerStatus;
-  /** The browser's launch circuit; undefined when the daemon serves no browser. */
-  browserCircuit: BrowserCircuitView | undefined;
   containment: () => Containment;
 }
 
@@ -30,11 +29,11 @@ export function createOps(deps: OpsDeps): Ops {
     served: deps.executor.served,
     ...(deps.executor.plainTool ? { plainToolName: deps.executor.plainTool.toolName } : {}),
     status: deps.status,
+    desktops: deps.desktops,
   });
   const readiness = createReadiness({
     status: deps.status,
-    displaySize: () => deps.driver.displaySize(),
-    browser: deps.browserCircuit,
+    desktops: deps.desktops,
     containment: deps.containment,
   });
   return { metrics, routes: [metrics.route, readiness.route] };

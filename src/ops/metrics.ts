@@ -15,6 +15,8 @@ import type { BatchResult, ToolEvent } from '../protocol.ts';
 import { PROTOCOL_VERSION } from '../protocol.ts';
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
 import type { Toolset } from '../../toolsets/types.ts';
+import { DESKTOP_STATES, type Desktops, type PoolEvent } from '../desktops/pool.ts';
+import { treePssBytes } from './memory.ts';
 
 /** Error types the daemon, its drivers and toolsets raise (docs/PROTOCOL.md "Results"); others read "other". */
 export const KNOWN_ERROR_TYPES: ReadonlySet<string> = new Set([
@@ -57,15 +59,26 @@ export interface MetricsDeps {
   status: () => ServerStatus;
   /** deskbatch's version, for deskbatch_build_info; default: package.json's. */
   version?: string;
+  /** The desktops, read at scrape time. */
+  desktops?: Pick<Desktops, 'capacity' | 'list'>;
 }
 
 export interface Metrics {
   registry: Registry;
   /** `GET /metrics`, behind the bearer token. */
   route: HttpRoute;
+  /** What the desktop pool reports (lease waits, starts, teardowns). */
+  desktopEvent(event: PoolEvent): void;
   /** Stops observing the activity stream and empties the registry. */
   close(): void;
 }
+
+/** Lease waits and desktop starts and teardowns: from a warm lease (under a millisecond) to minutes in the queue. */
+export const DESKTOP_SECONDS_BUCKETS = [
+  0.001, 0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+] as const;
+/** How long a per-desktop memory reading is reused: reading /proc for every process costs a few ms. */
+const DESKTOP_MEMORY_CACHE_MS = 10_000;
 
 function packageVersion(): string {
   try {
@@ -206,6 +219,79 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     s.accepting ? 1 : 0,
   );
 
+  const desktops = deps.desktops;
+  if (desktops) {
+    new Gauge({
+      name: 'deskbatch_desktops',
+      help: 'Desktops by state: starting, warm (idle, ready), leased, recycling (being torn down), broken.',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const { states } = desktops.capacity();
+        for (const state of DESKTOP_STATES) this.set({ state }, states[state]);
+      },
+    });
+    new Gauge({
+      name: 'deskbatch_desktops_max',
+      help: 'Desktops this daemon may hold at once (--desktops; 1 when the display is shared).',
+      registers,
+      collect() {
+        this.set(desktops.capacity().max);
+      },
+    });
+    new Gauge({
+      name: 'deskbatch_desktop_waiting_sessions',
+      help: 'New sessions queued for a desktop.',
+      registers,
+      collect() {
+        this.set(desktops.capacity().waiting);
+      },
+    });
+    let memory: { at: number; values: Map<string, number> } | undefined;
+    new Gauge({
+      name: 'deskbatch_desktop_memory_bytes',
+      help: "Memory of each desktop's processes (Xvfb, openbox, worker, browser), PSS: shared pages counted once.",
+      labelNames: ['desktop'],
+      registers,
+      async collect() {
+        if (!memory || performance.now() - memory.at > DESKTOP_MEMORY_CACHE_MS) {
+          const values = new Map<string, number>();
+          for (const d of desktops.list()) {
+            const pids = Object.values(d.processes).filter((p): p is number => p !== undefined);
+            if (pids.length) values.set(d.id, await treePssBytes(pids));
+          }
+          memory = { at: performance.now(), values };
+        }
+        this.reset();
+        for (const [desktop, bytes] of memory.values) this.set({ desktop }, bytes);
+      },
+    });
+  }
+  const leaseWait = new Histogram({
+    name: 'deskbatch_desktop_lease_wait_seconds',
+    help: 'Time a new session waited for its desktop (a warm one: at once; else a start, or the queue).',
+    buckets: [...DESKTOP_SECONDS_BUCKETS],
+    registers,
+  });
+  const desktopStart = new Histogram({
+    name: 'deskbatch_desktop_start_seconds',
+    help: 'Time to start a desktop: Xvfb, openbox, the worker and the browser, ready for a session.',
+    buckets: [...DESKTOP_SECONDS_BUCKETS],
+    registers,
+  });
+  const desktopRecycle = new Histogram({
+    name: 'deskbatch_desktop_recycle_seconds',
+    help: "Time to tear down a session's desktop (every process ended, its folders removed); a fresh one then starts.",
+    buckets: [...DESKTOP_SECONDS_BUCKETS],
+    registers,
+  });
+  const desktopFaults = new Counter({
+    name: 'deskbatch_desktop_faults_total',
+    help: 'Desktop starts that failed, and leased desktops rebuilt after their display died.',
+    labelNames: ['kind'],
+    registers,
+  });
+
   const onToolEvent = (event: ToolEvent): void => {
     if (event.phase === 'started') return;
     const toolset = toolsetLabel(event.toolset_name, event.name);
@@ -264,6 +350,19 @@ export function createMetrics(deps: MetricsDeps): Metrics {
         const body = `${await registry.metrics()}\n${await processRegistry().metrics()}`;
         res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' }).end(body);
       },
+    },
+    desktopEvent(event) {
+      switch (event.kind) {
+        case 'leased':
+          return leaseWait.observe(event.waitedMs / 1000);
+        case 'started':
+          return desktopStart.observe(event.ms / 1000);
+        case 'recycled':
+          return desktopRecycle.observe(event.ms / 1000);
+        case 'start_failed':
+        case 'rebuilt':
+          return desktopFaults.inc({ kind: event.kind });
+      }
     },
     close() {
       unsubscribe();

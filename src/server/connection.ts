@@ -15,17 +15,36 @@ import {
   ClientMessageSchema,
   type AgentToolEntry,
   type BatchMessage,
+  type DesktopRequest,
   type ErrorCode,
   type HelloMessage,
   type ServerMessage,
   type Welcome,
 } from '../protocol.ts';
 import { describeZodError } from '../zod-text.ts';
-import type { Session } from './session.ts';
+import { Session } from './session.ts';
 import { TokenBucket } from './rate-limit.ts';
 
+/** What a new session's hello asks of its desktop, and how the connection hears of its wait. */
+export interface OpenRequest {
+  desktop?: DesktopRequest;
+  /** Aborts when the connection goes away: a queued session leaves the queue. */
+  signal: AbortSignal;
+  onQueue?: (position: number, waiting: number) => void;
+}
+
+/** Why no session was opened, as the error frame says it. */
+export interface SessionRefusal {
+  code: ErrorCode;
+  message: string;
+  retryAfterMs?: number;
+}
+
 export interface SessionRegistry {
-  createSession(): Session | undefined;
+  /** A new session with its desktop (this may wait for one), or why there is none. */
+  openSession(request: OpenRequest): Promise<Session | SessionRefusal>;
+  /** Ends a session whose connection went away before it was welcomed. */
+  abandonSession(session: Session): void;
   findSession(id: string): Session | undefined;
   releaseSession(session: Session, owner: object): void;
   welcome(session: Session, resumed: boolean, options?: WelcomeOptions): Promise<Welcome>;
@@ -42,6 +61,8 @@ export interface WelcomeOptions {
   legacyTools?: boolean;
   /** `hello.all_limits`: the limits added within v1 too. */
   allLimits?: boolean;
+  /** `hello.desktop` was given: the welcome says which desktop. */
+  desktop?: boolean;
 }
 
 export interface ConnectionDeps {
@@ -74,6 +95,8 @@ export class Connection {
   private welcomeOptions: WelcomeOptions = {};
   /** Messages are handled one at a time, so a hello is answered before a batch sent right after it. */
   private inbox: Promise<void> = Promise.resolve();
+  /** Aborts when the socket closes: a hello queued for a desktop stops waiting. */
+  private readonly gone = new AbortController();
 
   constructor(
     private readonly ws: WebSocket,
@@ -100,6 +123,7 @@ export class Connection {
     });
     ws.on('close', () => {
       this.done = true;
+      this.gone.abort();
       if (this.session) this.deps.sessions.releaseSession(this.session, this);
       this.session = undefined;
     });
@@ -156,8 +180,14 @@ export class Connection {
     void this.close(CLOSE_SEND_BUFFER_FULL, 'send buffer full: the client is not reading', OVERFLOW_CLOSE_WAIT_MS);
   }
 
-  private error(code: ErrorCode, message: string, batchId?: string): void {
-    this.send({ type: 'error', code, message, ...(batchId ? { batch_id: batchId } : {}) });
+  private error(code: ErrorCode, message: string, batchId?: string, retryAfterMs?: number): void {
+    this.send({
+      type: 'error',
+      code,
+      message,
+      ...(batchId ? { batch_id: batchId } : {}),
+      ...(retryAfterMs !== undefined ? { retry_after_ms: retryAfterMs } : {}),
+    });
   }
 
   private async onMessage(data: RawData, isBinary: boolean): Promise<void> {
@@ -205,8 +235,9 @@ export class Connection {
     if (msg.events !== undefined) this.events = msg.events;
     if (msg.legacy_tools !== undefined) this.welcomeOptions = { ...this.welcomeOptions, legacyTools: msg.legacy_tools };
     if (msg.all_limits !== undefined) this.welcomeOptions = { ...this.welcomeOptions, allLimits: msg.all_limits };
-    const refuse = (code: ErrorCode, message: string): false => {
-      this.error(code, message);
+    if (msg.desktop !== undefined) this.welcomeOptions = { ...this.welcomeOptions, desktop: true };
+    const refuse = (code: ErrorCode, message: string, retryAfterMs?: number): false => {
+      this.error(code, message, undefined, retryAfterMs);
       return false;
     };
     let session = this.session;
@@ -223,8 +254,22 @@ export class Connection {
       resumed = true;
     } else {
       if (!this.deps.sessions.accepting()) return refuse('shutting_down', 'the daemon is shutting down');
-      session = this.deps.sessions.createSession();
-      if (!session) return refuse('too_many_sessions', 'the daemon holds its maximum number of sessions');
+      const wantsDesktop = msg.desktop !== undefined;
+      const opened = await this.deps.sessions.openSession({
+        ...(msg.desktop ? { desktop: msg.desktop } : {}),
+        signal: this.gone.signal,
+        // Only a client that asked about desktops meets this frame (a v1 client that parses strictly never does).
+        ...(wantsDesktop
+          ? { onQueue: (position: number, waiting: number) => this.send({ type: 'desktop_wait', position, waiting }) }
+          : {}),
+      });
+      if (!(opened instanceof Session)) return refuse(opened.code, opened.message, opened.retryAfterMs);
+      if (this.done) {
+        // The socket closed while the desktop was being found: nobody will use this session.
+        this.deps.sessions.abandonSession(opened);
+        return false;
+      }
+      session = opened;
       this.attach(session);
     }
     this.send(await this.deps.sessions.welcome(session, resumed, this.welcomeOptions));

@@ -19,8 +19,10 @@ import {
   type Welcome,
 } from '../protocol.ts';
 import { isAuthorized, isHostAllowed, isOriginAllowed, isSameOrigin } from './auth.ts';
-import { Connection, type WelcomeOptions } from './connection.ts';
-import { ResultBudget, Session } from './session.ts';
+import { Connection, type OpenRequest, type SessionRefusal, type WelcomeOptions } from './connection.ts';
+import type { DesktopResources } from '../desktops/desktop.ts';
+import { NoDesktopError, type DesktopLease, type Desktops } from '../desktops/pool.ts';
+import { newSessionId, ResultBudget, Session } from './session.ts';
 import { HandshakeLimiter } from './rate-limit.ts';
 import { RepeatTracker } from '../executor/repeats.ts';
 import type { Geometry, Size } from '../geometry.ts';
@@ -63,9 +65,11 @@ export interface ServerStatus {
 export interface ServerDeps {
   config: DaemonConfig;
   executor: Executor;
+  /** Where each new session gets its desktop (src/desktops/pool.ts). */
+  desktops: Desktops;
   log: Logger;
-  /** The display and screenshot sizes now, or undefined while the display is unreachable. */
-  geometry: () => Promise<Geometry | undefined>;
+  /** A desktop's display and screenshot sizes now, or undefined while its display is unreachable. */
+  geometry: (desktop: DesktopResources) => Promise<Geometry | undefined>;
   /** The served tools as `welcome` describes them (toolsets/describe.ts; the daemon wires it). */
   describeToolsets: (options: { legacyTools?: boolean; screenshot?: Size }) => {
     toolsets: ToolsetInfo[];
@@ -83,6 +87,8 @@ export class DeskbatchServer {
   private readonly http: HttpServer;
   private readonly wss: WebSocketServer;
   private readonly sessions = new Map<string, Session>();
+  /** Sessions being opened: waiting for their desktop. */
+  private opening = 0;
   private readonly connections = new Set<Connection>();
   private heartbeat: NodeJS.Timeout | undefined;
   private state: State = 'idle';
@@ -258,9 +264,62 @@ export class DeskbatchServer {
 
   // ---- session registry, used by connections
 
-  createSession(): Session | undefined {
+  /**
+   * A new session, once it has its desktop: at once from a warm pool or the shared display, else after a
+   * desktop starts or frees up (in FIFO order), unless the client asked to be refused when none is free.
+   */
+  async openSession(request: OpenRequest): Promise<Session | SessionRefusal> {
+    const { config, log } = this.deps;
+    if (this.sessions.size + this.opening >= config.limits.maxSessions) {
+      return { code: 'too_many_sessions', message: 'the daemon holds its maximum number of sessions' };
+    }
+    const size = request.desktop?.display;
+    const pooled = this.deps.desktops.mode === 'pool';
+    if (size && pooled && !config.desktops.sizes.some((s) => s.width === size.width && s.height === size.height)) {
+      const allowed = config.desktops.sizes.map((s) => `${s.width}x${s.height}`).join(', ');
+      return { code: 'invalid_message', message: `hello.desktop.display must be one of: ${allowed}` };
+    }
+    const id = newSessionId();
+    let lease: DesktopLease;
+    this.opening++;
+    try {
+      lease = await this.deps.desktops.lease({
+        sessionId: id,
+        ...(size ? { size } : {}),
+        whenBusy: request.desktop?.when_busy ?? 'wait',
+        signal: request.signal,
+        ...(request.onQueue ? { onQueue: request.onQueue } : {}),
+      });
+    } catch (err) {
+      if (!(err instanceof NoDesktopError)) throw err;
+      log.info('no desktop for a new session', { reason: err.message, retry_after_ms: err.retryAfterMs });
+      // A client that did not ask for desktops knows only the v1 codes.
+      return request.desktop
+        ? { code: 'no_desktop', message: `no desktop is free: ${err.message}`, retryAfterMs: err.retryAfterMs }
+        : { code: 'too_many_sessions', message: `no desktop is free: ${err.message}; try again later` };
+    } finally {
+      this.opening--;
+    }
+    if (!this.accepting()) {
+      lease.release();
+      return { code: 'shutting_down', message: 'the daemon is shutting down' };
+    }
+    if (size && !pooled) {
+      const g = await this.deps.geometry(lease.desktop).catch(() => undefined);
+      if (!g || g.display.width !== size.width || g.display.height !== size.height) {
+        lease.release();
+        const now = g ? `${g.display.width}x${g.display.height}` : 'not known now';
+        return {
+          code: 'invalid_message',
+          message: `this daemon's one display is shared by every session and cannot change size (it is ${now})`,
+        };
+      }
+    }
+    return this.createSession(id, lease);
+  }
+
+  private createSession(id: string, lease: DesktopLease): Session {
     const { config, executor, log } = this.deps;
-    if (this.sessions.size >= config.limits.maxSessions) return undefined;
     const repeats = new RepeatTracker();
     const activity = this.activity;
     const session: Session = new Session(
@@ -270,7 +329,6 @@ export class DeskbatchServer {
         sharedCache: this.storedResults,
       },
       async (batchId, toolUses, signal) => {
-        const id = session.id;
         if (activity.observed) {
           activity.publish({
             type: 'batch_started',
@@ -294,16 +352,36 @@ export class DeskbatchServer {
           repeats,
           maxBatchMs: config.limits.maxBatchMs,
           ...(session.offer ? { offer: session.offer } : {}),
+          desktop: lease.desktop,
         });
         logBatch(log.child({ session: id }), result, toolUses, notExecuted);
         if (activity.observed) activity.publish({ type: 'batch_finished', session: id, result, at: Date.now() });
         return result;
       },
+      id,
     );
+    session.desktop = lease;
     this.sessions.set(session.id, session);
-    log.info('session opened', { session: session.id });
-    this.activity.publish({ type: 'session_opened', session: session.id, at: Date.now() });
+    log.info('session opened', { session: session.id, desktop: lease.desktop.id });
+    this.activity.publish({ type: 'session_opened', session: session.id, desktop: lease.desktop.id, at: Date.now() });
     return session;
+  }
+
+  /** A session is gone: what its toolsets held on its desktop is released, then the desktop goes back. */
+  private async endSession(session: Session): Promise<void> {
+    session.close();
+    const lease = session.desktop;
+    if (!lease) return;
+    session.desktop = undefined;
+    await this.deps.executor.closeSession(session.id, lease.desktop);
+    lease.release();
+  }
+
+  /** A session whose connection went away before its welcome: ended at once. */
+  abandonSession(session: Session): void {
+    this.sessions.delete(session.id);
+    void this.endSession(session);
+    this.activity.publish({ type: 'session_closed', session: session.id, at: Date.now(), reason: 'expired' });
   }
 
   findSession(id: string): Session | undefined {
@@ -318,8 +396,7 @@ export class DeskbatchServer {
   releaseSession(session: Session, owner: object): void {
     session.detach(owner, this.deps.config.sessionGraceMs, () => {
       this.sessions.delete(session.id);
-      session.close();
-      void this.deps.executor.closeSession(session.id);
+      void this.endSession(session);
       this.deps.log.info('session expired', { session: session.id });
       this.activity.publish({ type: 'session_closed', session: session.id, at: Date.now(), reason: 'expired' });
     });
@@ -327,7 +404,8 @@ export class DeskbatchServer {
 
   async welcome(session: Session, resumed: boolean, options: WelcomeOptions = {}): Promise<Welcome> {
     const { config } = this.deps;
-    const geometry = await this.deps.geometry().catch(() => undefined);
+    const desktop = session.desktop?.desktop;
+    const geometry = desktop ? await this.deps.geometry(desktop).catch(() => undefined) : undefined;
     const described = this.deps.describeToolsets({
       legacyTools: options.legacyTools,
       ...(geometry ? { screenshot: geometry.screenshot } : {}),
@@ -340,6 +418,15 @@ export class DeskbatchServer {
       toolsets: described.toolsets,
       ...(geometry ? { display: geometry.display, screenshot: geometry.screenshot } : {}),
       ...(described.legacy_tools ? { legacy_tools: described.legacy_tools } : {}),
+      ...(options.desktop && desktop
+        ? {
+            desktop: {
+              mode: this.deps.desktops.mode,
+              id: desktop.id,
+              ...(geometry ? { display: geometry.display } : {}),
+            },
+          }
+        : {}),
       limits: {
         max_tool_uses: config.limits.maxToolUsesPerBatch,
         max_payload_bytes: config.limits.maxPayloadBytes,
@@ -350,6 +437,7 @@ export class DeskbatchServer {
               max_buffered_bytes: config.limits.maxBufferedBytes,
               result_cache_bytes: config.resultCache.maxBytes,
               result_cache_total_bytes: config.resultCache.maxTotalBytes,
+              resume_window_ms: config.sessionGraceMs,
             }
           : {}),
       },
@@ -378,7 +466,7 @@ export class DeskbatchServer {
       deadline,
     ]);
     for (const s of this.sessions.values()) {
-      s.close();
+      await this.endSession(s);
       this.activity.publish({ type: 'session_closed', session: s.id, at: Date.now(), reason: 'shutdown' });
     }
     this.sessions.clear();

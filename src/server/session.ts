@@ -8,6 +8,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { BatchResult, ToolEvent, ToolUse } from '../protocol.ts';
 import { canonicalJson } from '../text.ts';
 import type { AgentOffer } from '../executor/executor.ts';
+import type { DesktopLease } from '../desktops/pool.ts';
 
 export interface SessionLimits {
   maxQueuedBatches: number;
@@ -106,6 +107,8 @@ export class Session {
   emit: ((event: ToolEvent) => void) | undefined;
   /** What the agent's own tools[] offers its model (hello.tools); everything served when unset. */
   offer: AgentOffer | undefined;
+  /** The session's desktop, held until the session ends (src/desktops/pool.ts). */
+  desktop: DesktopLease | undefined;
   /** The attached connection, and how to drop it when another resumes the session. */
   private owner: { id: object; evict: () => void } | undefined;
   private readonly batches = new Map<string, StoredBatch>();

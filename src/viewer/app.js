@@ -294,6 +294,7 @@ function renderSession(group) {
   node.dataset.closed = String(session.closed_at !== undefined);
   const header = el('header');
   header.append(el('span', 'session-id', `session ${session.id}`));
+  if (session.desktop) header.append(el('span', 'session-desktop', `desktop ${session.desktop}`));
   if (session.opened_at) header.append(el('time', null, `opened ${time(session.opened_at)}`));
   if (session.closed_at) header.append(el('time', null, `closed ${time(session.closed_at)} (${session.close_reason})`));
   node.append(header);

@@ -63,6 +63,8 @@ export const DEFAULT_VIEWER_LIMITS: ViewerLimits = {
 
 export interface SessionView {
   id: string;
+  /** The desktop it acts on: `shared`, or a pooled desktop's `d<N>` (its screenshots show that desktop only). */
+  desktop?: string;
   opened_at: number;
   closed_at?: number;
   close_reason?: 'expired' | 'shutdown';
@@ -356,7 +358,11 @@ export class ViewerFeed {
   private onActivity(activity: Activity): void {
     switch (activity.type) {
       case 'session_opened':
-        return this.sessionChanged({ id: activity.session, opened_at: activity.at });
+        return this.sessionChanged({
+          id: activity.session,
+          opened_at: activity.at,
+          ...(activity.desktop ? { desktop: activity.desktop } : {}),
+        });
       case 'session_closed': {
         const known = this.sessions.get(activity.session) ?? { id: activity.session, opened_at: activity.at };
         for (const key of this.running.keys()) if (key.startsWith(`${activity.session}\n`)) this.running.delete(key);

@@ -9,14 +9,25 @@ import { join } from 'node:path';
 import { resolveConfig, type DaemonConfig } from '../../src/config.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { createLogger } from '../../src/log.ts';
-import type { BatchResult, ErrorMessage, ServerMessage, ToolEvent, ToolUse, Welcome } from '../../src/protocol.ts';
+import type {
+  BatchResult,
+  ErrorMessage,
+  HelloMessage,
+  ServerMessage,
+  ToolEvent,
+  ToolUse,
+  Welcome,
+} from '../../src/protocol.ts';
 import { newLogDir } from './artifacts.ts';
 import { HandshakeError, RecordingClient, type OpenOptions } from './ws-client.ts';
 
 export const TEST_TOKEN = 'test-token-0123456789abcdef-0123456789';
 
 /** Config overrides; nested settings may be partial (resolveConfig merges them over the defaults). */
-type Overrides = Partial<Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience'>> & {
+type Overrides = Partial<
+  Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience' | 'desktops'>
+> & {
+  desktops?: Partial<DaemonConfig['desktops']>;
   screenshot?: Partial<DaemonConfig['screenshot']>;
   resilience?: {
     breaker?: Partial<DaemonConfig['resilience']['breaker']>;
@@ -94,8 +105,13 @@ export class TestClient extends RecordingClient {
     return new TestClient(ws, { onInvalid: 'throw', keep: true });
   }
 
-  async hello(resume?: string): Promise<Welcome> {
-    this.send({ type: 'hello', client: 'deskbatch-tests/1', ...(resume ? { resume_session_id: resume } : {}) });
+  async hello(resume?: string, extra: Partial<HelloMessage> = {}): Promise<Welcome> {
+    this.send({
+      type: 'hello',
+      client: 'deskbatch-tests/1',
+      ...(resume ? { resume_session_id: resume } : {}),
+      ...extra,
+    });
     return this.next((m): m is Welcome => m.type === 'welcome');
   }
 

@@ -11,11 +11,11 @@ import type { UrlPolicy } from '../../src/browser/url-policy.ts';
 import type { EgressFilter } from '../../src/browser/egress.ts';
 import type { Point } from '../../src/geometry.ts';
 import { ToolInputError } from '../../src/errors.ts';
+import { BrowserUnavailableError } from '../../src/browser/failures.ts';
 import { fitSize, isInside, toDisplay, type Geometry } from '../../src/geometry.ts';
 import type { CallContext, Member, ScreenshotSettings } from '../types.ts';
 
 export interface BrowserDeps {
-  manager: BrowserManager;
   screenshots: ScreenshotSettings;
   urlPolicy: UrlPolicy;
   /** Longest `type` text accepted, in UTF-16 code units. */
@@ -27,6 +27,8 @@ export interface BrowserDeps {
 }
 
 export interface BrowserCallContext extends CallContext, BrowserDeps {
+  /** The browser of the session's desktop. */
+  manager: BrowserManager;
   session: BrowserSession;
   /**
    * Ends this call's own work now (its `signal` aborts), e.g. when the browser
@@ -49,19 +51,22 @@ export interface BrowserCallContext extends CallContext, BrowserDeps {
 }
 
 export function createBrowserContext(deps: BrowserDeps, call: CallContext): BrowserCallContext {
-  const session = deps.manager.session(call.sessionId);
+  const manager = call.desktop?.browser;
+  if (!manager) throw new BrowserUnavailableError('this session has no browser');
+  const session = manager.session(call.sessionId);
   // The call's own signal: it follows the executor's (cancel, timeout, shutdown) and can also be stopped here.
   const local = new AbortController();
   const follow = (): void => local.abort(call.signal.reason);
   if (call.signal.aborted) follow();
   else call.signal.addEventListener('abort', follow, { once: true });
   const geometry = (page: Page): Geometry => {
-    const display = page.viewportSize() ?? deps.manager.options.viewport;
+    const display = page.viewportSize() ?? manager.options.viewport;
     return { display, screenshot: fitSize(display, deps.screenshots.limits) };
   };
   return {
     ...call,
     ...deps,
+    manager,
     signal: local.signal,
     stop: (reason) => local.abort(reason),
     release: () => call.signal.removeEventListener('abort', follow),

@@ -167,8 +167,7 @@ export function createBrowserToolset(options: BrowserToolsetOptions): Toolset {
       members: BROWSER_MEMBERS as readonly Member<z.ZodType, BrowserCallContext>[],
       context: (call: CallContext) => createBrowserContext(deps, call),
       around: aroundCall,
-      closeSession: (sessionId) => deps.manager.closeSession(sessionId),
-      close: () => deps.manager.close(),
+      closeSession: async (sessionId, desktop) => desktop.browser?.closeSession(sessionId),
     },
     { enabled, disabled },
   );

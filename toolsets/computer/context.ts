@@ -7,18 +7,19 @@ import { z } from 'zod';
 import type { DesktopDriver } from '../../src/desktop/driver.ts';
 import type { Point } from '../../src/geometry.ts';
 import { parseModifierKeys } from '../../src/desktop/keys.ts';
-import { ToolInputError } from '../../src/errors.ts';
+import { DisplayUnavailableError, ToolInputError } from '../../src/errors.ts';
 import { fitSize, isInside, toDisplay, type Geometry } from '../../src/geometry.ts';
 import type { CallContext, Member, ScreenshotSettings } from '../types.ts';
 
 export interface ComputerDeps {
-  driver: DesktopDriver;
   screenshots: ScreenshotSettings;
   /** Longest `type` text accepted, in UTF-16 code units. */
   maxTypeTextLength: number;
 }
 
 export interface ComputerContext extends CallContext, ComputerDeps {
+  /** The session's desktop's driver. */
+  driver: DesktopDriver;
   /** The display and screenshot sizes now. */
   geometry(): Promise<Geometry>;
   /** Maps a model coordinate to display pixels, refusing one outside the screenshot. */
@@ -28,13 +29,16 @@ export interface ComputerContext extends CallContext, ComputerDeps {
 }
 
 export function createComputerContext(deps: ComputerDeps, call: CallContext): ComputerContext {
+  if (!call.desktop) throw new DisplayUnavailableError('this session has no desktop');
+  const driver = call.desktop.driver;
   const geometry = async (): Promise<Geometry> => {
-    const display = await deps.driver.displaySize(call.signal);
+    const display = await driver.displaySize(call.signal);
     return { display, screenshot: fitSize(display, deps.screenshots.limits) };
   };
   return {
     ...call,
     ...deps,
+    driver,
     geometry,
     async toDisplayPoint(coordinate, field) {
       const g = await geometry();
