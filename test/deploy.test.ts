@@ -6,25 +6,46 @@
  * outlive the daemon's shutdown deadline, each derive a token of their own from
  * the fleet key in an init container (the daemon's container never mounts the
  * key) and are reachable only from the orchestrator's namespace; the Compose desktop is
- * published on the host's 127.0.0.1 only; no token is written anywhere; the
- * kustomization lists every manifest.
+ * published on the host's 127.0.0.1 only; no token is written anywhere; every
+ * kustomization lists every manifest of its folder.
+ *
+ * Each pod is a pool of desktops (`--desktops N --warm M`, no DISPLAY), with
+ * requests sized from the measured cost of a desktop; it leaves the routing
+ * Service when full (readiness) but keeps its per-pod name (resume); its
+ * preStop hook waits for its leased desktops within the grace period (run
+ * here against a stand-in /readyz); the PodDisruptionBudget lets drains go
+ * one pod at a time; the optional KEDA autoscaler (deploy/k8s-autoscale)
+ * scales the StatefulSet on leased and waiting desktops, scales down slowly
+ * and owns the replica count; the router's Role only reads.
  *
  * There is no cluster and no Docker engine on the machine these tests run on:
  * these checks are all the validation the files get here. The last test breaks
  * each promise on a copy and shows that its check fails.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { readFile, readdir } from 'node:fs/promises';
-import { join, relative, sep } from 'node:path';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join, posix, relative, sep } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { parseAllDocuments } from 'yaml';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { DEFAULT_CONFIG, isLoopback } from '../src/config.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const DEPLOY = join(ROOT, 'deploy');
 const PORT = DEFAULT_CONFIG.port;
+
+/**
+ * The measured cost of one pool desktop on the machine that wrote these files (1280x800 Xvfb, openbox, the
+ * desktop worker, headful Chromium with one page; PSS), and of the daemon itself (docs/DEPLOY.md, "Sizing").
+ * A pod's memory request must cover at least these.
+ */
+const DESKTOP_PSS_MIB = 363;
+const DAEMON_MIB = 190;
 
 // ---------------------------------------------------------------- the model
 
@@ -103,7 +124,9 @@ async function load(): Promise<Deploy> {
 interface HttpProbe {
   httpGet?: { path?: string; port?: number | string };
   periodSeconds?: number;
+  timeoutSeconds?: number;
   failureThreshold?: number;
+  successThreshold?: number;
 }
 interface SecurityContext {
   runAsNonRoot?: boolean;
@@ -133,6 +156,7 @@ interface Container {
   resources?: { requests?: Record<string, string | number>; limits?: Record<string, string | number> };
   securityContext?: SecurityContext;
   volumeMounts?: { name: string; mountPath: string; readOnly?: boolean }[];
+  lifecycle?: { preStop?: { exec?: { command?: string[] }; httpGet?: unknown; sleep?: unknown } };
 }
 interface PodSpec {
   containers: Container[];
@@ -158,10 +182,14 @@ interface K8sObject {
   data?: unknown;
   stringData?: unknown;
   resources?: unknown;
+  rules?: PolicyRule[];
+  roleRef?: { kind?: string; name?: string };
 }
 interface StatefulSet extends K8sObject {
   spec: {
     serviceName?: string;
+    replicas?: number;
+    updateStrategy?: { type?: string };
     selector?: { matchLabels?: Labels };
     template: { metadata?: { labels?: Labels; annotations?: Record<string, string> }; spec: PodSpec };
   };
@@ -178,6 +206,45 @@ interface NetworkPolicy extends K8sObject {
     ingress?: { from?: NetworkPeer[]; ports?: { port?: number | string }[] }[];
     egress?: { to?: NetworkPeer[]; ports?: { port?: number | string }[] }[];
   };
+}
+interface Service extends K8sObject {
+  spec: { clusterIP?: string; publishNotReadyAddresses?: boolean; selector?: Labels };
+}
+interface PodDisruptionBudget extends K8sObject {
+  spec: {
+    maxUnavailable?: number | string;
+    minAvailable?: number | string;
+    unhealthyPodEvictionPolicy?: string;
+    selector?: { matchLabels?: Labels };
+  };
+}
+interface HpaPolicy {
+  type?: string;
+  value?: number;
+  periodSeconds?: number;
+}
+interface ScaledObject extends K8sObject {
+  spec: {
+    scaleTargetRef?: { apiVersion?: string; kind?: string; name?: string };
+    minReplicaCount?: number;
+    maxReplicaCount?: number;
+    advanced?: {
+      horizontalPodAutoscalerConfig?: {
+        behavior?: { scaleDown?: { stabilizationWindowSeconds?: number; policies?: HpaPolicy[] } };
+      };
+    };
+    triggers?: { type?: string; metricType?: string; metadata?: Record<string, string> }[];
+  };
+}
+interface Kustomization extends K8sObject {
+  namespace?: string;
+  resources?: string[];
+  patches?: { target?: { group?: string; kind?: string; name?: string }; patch?: string }[];
+}
+interface PolicyRule {
+  apiGroups?: string[];
+  resources?: string[];
+  verbs?: string[];
 }
 interface ComposeService {
   image?: string;
@@ -204,7 +271,8 @@ interface Compose {
   volumes?: Record<string, unknown>;
 }
 
-const k8sFiles = (d: Deploy) => d.files.filter((f) => f.path.startsWith('k8s/'));
+/** The Kubernetes files: the fleet (deploy/k8s) and its optional autoscaler overlay (deploy/k8s-autoscale). */
+const k8sFiles = (d: Deploy) => d.files.filter((f) => /^k8s(-[a-z]+)?\//.test(f.path));
 const k8sObjects = (d: Deploy) => k8sFiles(d).flatMap((f) => f.docs as K8sObject[]);
 
 function one<T extends K8sObject = K8sObject>(d: Deploy, kind: string): T {
@@ -276,15 +344,32 @@ const shutdownMs = (d: Deploy) => DEFAULT_CONFIG.shutdownDeadlineMs + d.hardExit
 
 // ---------------------------------------------------------------- the checks
 
+/** Every folder of Kubernetes files has a kustomization that lists each of its manifests; bases it names exist. */
 function checkKustomization(d: Deploy): void {
-  const k = d.files.find((f) => f.path === 'k8s/kustomization.yaml');
-  assert.ok(k, 'deploy/k8s/kustomization.yaml exists');
-  const listed = ((k.docs[0] as K8sObject).resources ?? []) as string[];
-  assert.equal(new Set(listed).size, listed.length, 'no manifest is listed twice');
-  const manifests = k8sFiles(d)
-    .map((f) => f.path.slice('k8s/'.length))
-    .filter((p) => p !== 'kustomization.yaml');
-  assert.deepEqual([...listed].sort(), manifests.sort(), 'the kustomization lists every manifest, and only those');
+  const kustomizations = k8sFiles(d).filter((f) => posix.basename(f.path) === 'kustomization.yaml');
+  assert.ok(
+    kustomizations.some((k) => k.path === 'k8s/kustomization.yaml'),
+    'deploy/k8s/kustomization.yaml exists',
+  );
+  const folders = new Set(kustomizations.map((k) => posix.dirname(k.path)));
+  for (const f of k8sFiles(d)) assert.ok(folders.has(posix.dirname(f.path)), `${f.path} has a kustomization beside it`);
+  for (const k of kustomizations) {
+    const folder = posix.dirname(k.path);
+    const listed = (k.docs[0] as Kustomization).resources ?? [];
+    assert.equal(new Set(listed).size, listed.length, `${k.path}: no resource is listed twice`);
+    const files = listed.filter((r) => /\.ya?ml$/.test(r));
+    for (const base of listed.filter((r) => !files.includes(r))) {
+      assert.ok(folders.has(posix.join(folder, base)), `${k.path}: ${base} is a folder with a kustomization`);
+    }
+    const manifests = k8sFiles(d)
+      .filter((f) => f !== k && posix.dirname(f.path) === folder)
+      .map((f) => posix.basename(f.path));
+    assert.deepEqual(
+      [...files].sort(),
+      manifests.sort(),
+      `${k.path} lists every manifest of its folder, and only those`,
+    );
+  }
 }
 
 function checkProbes(d: Deploy): void {
@@ -501,6 +586,164 @@ function checkCompose(d: Deploy): void {
   assert.match(probe, new RegExp(`http://127\\.0\\.0\\.1:${PORT}/(readyz|healthz)\\b`), 'it asks the daemon');
 }
 
+const flag = (argv: string[], name: string) => (argv.includes(name) ? argv[argv.indexOf(name) + 1] : undefined);
+
+/**
+ * Each pod is a pool: `--desktops N` given (the computed default sees the node's cores and memory, not the pod's),
+ * `--warm M` at most N, no DISPLAY (with one the daemon falls back to one shared desktop), and memory for N
+ * desktops as measured, with /dev/shm full to its limit.
+ */
+function checkPool(d: Deploy): void {
+  const { pod, container } = desktop(d);
+  const argv = [...(container.command ?? []), ...(container.args ?? [])];
+  const n = Number(flag(argv, '--desktops'));
+  const m = Number(flag(argv, '--warm'));
+  assert.ok(Number.isInteger(n) && n >= 1, `--desktops N is given: ${n}`);
+  assert.ok(Number.isInteger(m) && m >= 0 && m <= n, `--warm M with 0 <= M <= N: ${m}`);
+  assert.ok(!(container.env ?? []).some((e) => e.name === 'DISPLAY'), 'no DISPLAY: every session gets its own desktop');
+  const mib = 2 ** 20;
+  const measured = (DAEMON_MIB + n * DESKTOP_PSS_MIB) * mib;
+  const request = quantity(container.resources?.requests?.memory, 'requests.memory');
+  const limit = quantity(container.resources?.limits?.memory, 'limits.memory');
+  assert.ok(request >= measured, `the memory request covers the daemon and ${n} desktops as measured`);
+  const shmMount = container.volumeMounts?.find((v) => v.mountPath === '/dev/shm');
+  const shm = pod.volumes?.find((v) => v.name === shmMount?.name)?.emptyDir?.sizeLimit;
+  assert.ok(
+    limit - quantity(shm, '/dev/shm sizeLimit') >= measured,
+    'a full /dev/shm leaves the desktops their memory',
+  );
+  const disk = (pod.volumes ?? []).filter((v) => v.emptyDir && v.emptyDir.medium !== 'Memory');
+  const onDisk = disk.reduce((sum, v) => sum + quantity(v.emptyDir?.sizeLimit, `${v.name} sizeLimit`), 0);
+  assert.ok(
+    quantity(container.resources?.limits?.['ephemeral-storage'], 'limits.ephemeral-storage') > onDisk,
+    'the ephemeral-storage limit holds the disk volumes full, and logs beside them',
+  );
+}
+
+/**
+ * Two Services: the StatefulSet's own gives each pod a name that resolves whatever its readiness (a full or
+ * draining pod's sessions reconnect and resume through it); another lists only Ready pods, those with a free
+ * desktop, for new sessions. Both headless. Readiness notices a full pod within 10 s.
+ */
+function checkServices(d: Deploy): void {
+  const { set, container } = desktop(d);
+  const labels = set.spec.template.metadata?.labels;
+  const services = k8sObjects(d).filter((o) => o.kind === 'Service') as Service[];
+  const perPod = services.find((s) => s.metadata?.name === set.spec.serviceName);
+  assert.ok(perPod, `the Service ${set.spec.serviceName} named by serviceName exists`);
+  assert.equal(perPod.spec.publishNotReadyAddresses, true, 'per-pod names resolve whatever the readiness (resume)');
+  const routing = services.filter((s) => s !== perPod && subset(s.spec.selector, labels));
+  assert.ok(routing.length > 0, 'another Service selects the desktops, for new sessions');
+  for (const s of routing) {
+    assert.notEqual(s.spec.publishNotReadyAddresses, true, `${s.metadata?.name} lists only pods with a free desktop`);
+    assert.equal(s.spec.clusterIP, 'None', `${s.metadata?.name} is headless: no virtual IP places sessions at random`);
+  }
+  const r = container.readinessProbe;
+  const lag = (r?.periodSeconds ?? 10) * (r?.failureThreshold ?? 3);
+  assert.ok(lag <= 10, `a full pod is unready within 10 s (period × failureThreshold = ${lag} s)`);
+}
+
+/** The drain: a preStop hook that waits on the daemon's leased desktops and waiting sessions, within the grace. */
+function preStopScript(d: Deploy): { command: string[]; script: string } {
+  const command = desktop(d).container.lifecycle?.preStop?.exec?.command ?? [];
+  assert.equal(command[0], 'node', 'the preStop hook runs node (the image has no curl)');
+  return { command, script: command.at(-1) ?? '' };
+}
+
+function checkDrain(d: Deploy): void {
+  const { set, pod } = desktop(d);
+  const { script } = preStopScript(d);
+  assert.ok(script.includes(`http://127.0.0.1:${PORT}/readyz`), "it asks the daemon's /readyz");
+  assert.match(script, /\.leased\b[^\n]*\.waiting\b/, 'it waits on leased desktops and waiting sessions');
+  const drain = Number(/\bdrainSeconds = (\d+)/.exec(script)?.[1]);
+  assert.ok(drain > 0, 'the drain has a budget');
+  const longest = DEFAULT_CONFIG.limits.maxBatchMs + DEFAULT_CONFIG.sessionGraceMs;
+  assert.ok(drain * 1000 >= longest, "the drain outlasts a batch at its longest and a session's resume window");
+  const grace = pod.terminationGracePeriodSeconds ?? 30;
+  assert.ok(drain * 1000 + shutdownMs(d) < grace * 1000, `the drain and the daemon's shutdown fit in ${grace} s`);
+  const a = set.spec.template.metadata?.annotations ?? {};
+  assert.equal(a['cluster-autoscaler.kubernetes.io/safe-to-evict'], 'false', 'no node consolidation evicts a pod');
+}
+
+/** Evictions take one pod at a time and never block forever; not-Ready (full) pods only within the budget. */
+function checkDisruptionBudget(d: Deploy): void {
+  const pdb = one<PodDisruptionBudget>(d, 'PodDisruptionBudget');
+  assert.equal(pdb.spec.minAvailable, undefined, 'maxUnavailable, which follows the replica count');
+  assert.equal(pdb.spec.maxUnavailable, 1, 'one pod at a time (0 would block every node drain)');
+  assert.equal(pdb.spec.unhealthyPodEvictionPolicy, 'IfHealthyBudget', 'full (not Ready) pods only within the budget');
+}
+
+/**
+ * The optional autoscaler: KEDA's Prometheus scaler on the StatefulSet, on leased desktops and waiting sessions
+ * per pod's desktops, never to zero, holding the count when metrics are lost, scaling down one pod at a time
+ * after a window; the overlay that adds it removes the StatefulSet's replicas, so that applying never fights it.
+ */
+function checkAutoscaler(d: Deploy): void {
+  const { set } = desktop(d);
+  const file = k8sFiles(d).find((f) => f.docs.some((o) => (o as K8sObject).kind === 'ScaledObject'));
+  assert.ok(file, 'a ScaledObject exists');
+  assert.ok(!file.path.startsWith('k8s/'), 'outside deploy/k8s: applying it without KEDA would fail');
+  const so = one<ScaledObject>(d, 'ScaledObject');
+  const ref = so.spec.scaleTargetRef;
+  assert.deepEqual([ref?.apiVersion, ref?.kind, ref?.name], ['apps/v1', 'StatefulSet', set.metadata?.name]);
+  const min = so.spec.minReplicaCount ?? 0;
+  assert.ok(min >= 1 && (so.spec.maxReplicaCount ?? 0) >= min, 'never to zero; max at least min');
+  assert.equal(so.spec.triggers?.length, 1, 'one trigger');
+  const t = so.spec.triggers[0]!;
+  assert.equal(t.type, 'prometheus');
+  assert.equal(t.metricType ?? 'AverageValue', 'AverageValue', 'replicas = ceil(demand / threshold)');
+  const query = t.metadata?.query ?? '';
+  for (const part of [
+    /deskbatch_desktops\{[^}]*state="leased"/,
+    /deskbatch_desktop_waiting_sessions\b/,
+    /\/\s*avg\(deskbatch_desktops_max\b/,
+  ]) {
+    assert.match(query, part, 'demand in pods: (leased + waiting) / desktops per pod');
+  }
+  const threshold = Number(t.metadata?.threshold);
+  assert.ok(threshold > 0 && threshold < 1, 'the target leaves desktops free: a fraction of a pod');
+  assert.equal(t.metadata?.ignoreNullValues, 'false', 'lost metrics hold the count instead of scaling down');
+  const down = so.spec.advanced?.horizontalPodAutoscalerConfig?.behavior?.scaleDown;
+  assert.ok((down?.stabilizationWindowSeconds ?? 0) >= 300, 'scale-down waits out short lulls');
+  const policies = down?.policies ?? [];
+  assert.ok(
+    policies.length > 0 && policies.every((p) => p.type === 'Pods' && p.value === 1),
+    'one pod removed at a time: each removal drains a pod',
+  );
+  const overlay = d.files.find((f) => f.path === posix.join(posix.dirname(file.path), 'kustomization.yaml'));
+  const k = overlay?.docs[0] as Kustomization | undefined;
+  assert.ok(k, "the ScaledObject's folder has a kustomization");
+  assert.ok(k.resources?.includes('../k8s'), 'the overlay builds on deploy/k8s');
+  assert.equal(k.namespace, 'deskbatch', "the overlay's objects go to the desktops' namespace");
+  const ops = (k.patches ?? [])
+    .filter((p) => p.target?.kind === 'StatefulSet' && p.target.name === set.metadata?.name)
+    .flatMap((p) => parseYaml(p.patch ?? '[]') as { op?: string; path?: string }[]);
+  assert.ok(
+    ops.some((o) => o.op === 'remove' && o.path === '/spec/replicas'),
+    "the overlay removes the StatefulSet's replicas: KEDA owns the count",
+  );
+}
+
+/** The router's Role reads pods and EndpointSlices in this namespace, nothing else. */
+function checkRouterRole(d: Deploy): void {
+  const roles = k8sObjects(d).filter((o) => o.kind === 'Role' || o.kind === 'ClusterRole');
+  assert.ok(roles.length > 0, 'a Role for the router');
+  for (const role of roles) {
+    assert.equal(role.kind, 'Role', `${role.metadata?.name}: namespaced`);
+    for (const rule of role.rules ?? []) {
+      for (const v of rule.verbs ?? []) assert.ok(['get', 'list', 'watch'].includes(v), `read only, not ${v}`);
+      for (const r of rule.resources ?? []) assert.ok(['pods', 'endpointslices'].includes(r), `not ${r}`);
+    }
+  }
+  for (const b of k8sObjects(d).filter((o) => o.kind === 'RoleBinding' || o.kind === 'ClusterRoleBinding')) {
+    assert.equal(b.kind, 'RoleBinding', `${b.metadata?.name}: namespaced`);
+    assert.ok(
+      roles.some((r) => r.metadata?.name === b.roleRef?.name && b.roleRef?.kind === 'Role'),
+      'it binds that Role',
+    );
+  }
+}
+
 /**
  * Strings that look like a token (16+ of its characters, half the daemon's minimum of 32, to catch a pasted
  * part too) and look random: digits and letters mixed.
@@ -529,6 +772,12 @@ const CHECKS: Record<string, (d: Deploy) => void> = {
   checkPrometheus,
   checkCompose,
   checkNoToken,
+  checkPool,
+  checkServices,
+  checkDrain,
+  checkDisruptionBudget,
+  checkAutoscaler,
+  checkRouterRole,
 };
 
 // ---------------------------------------------------------------- the tests
@@ -567,6 +816,95 @@ test('selectors, the per-pod Service, the NetworkPolicy and the metrics annotati
   checkSelectors(d);
   checkNetworkPolicy(d);
   checkPrometheus(d);
+});
+
+test('each pod is a pool of desktops, sized for them as measured, with no DISPLAY', async () => {
+  checkPool(await load());
+});
+
+test('per-pod names resolve whatever the readiness; new sessions go only to pods with a free desktop', async () => {
+  checkServices(await load());
+});
+
+test('leased desktops finish: a preStop drain within the grace, one eviction at a time, no consolidation', async () => {
+  const d = await load();
+  checkDrain(d);
+  checkDisruptionBudget(d);
+});
+
+test('the optional KEDA autoscaler: leased and waiting desktops, never to zero, slow scale-down, owns the count', async () => {
+  checkAutoscaler(await load());
+});
+
+test("the router's Role only reads pods and EndpointSlices", async () => {
+  checkRouterRole(await load());
+});
+
+test('the preStop hook waits while a desktop is leased or a session waits, and stops when none is or the daemon is gone', async () => {
+  const d = await load();
+  const { command, script } = preStopScript(d);
+  const pollSleep = 'setTimeout(resolve, 5000)';
+  const url = `http://127.0.0.1:${PORT}/readyz`;
+  assert.ok(script.includes(pollSleep) && script.includes(url), 'the script polls /readyz every 5 s');
+  // A stand-in /readyz with what the pool answers (docs/OPERATIONS.md): 503 no_free_desktop when all are leased.
+  const pool = (leased: number, waiting: number) => ({
+    status: leased < 4 ? 'ready' : 'not_ready',
+    ...(leased < 4 ? {} : { reason: 'no_free_desktop' }),
+    desktops: { mode: 'pool', max: 4, free: 4 - leased, leased, waiting },
+  });
+  let answer: unknown = pool(4, 1);
+  let asked = 0;
+  const server = createServer((_req, res) => {
+    asked += 1;
+    const ready = (answer as { status?: string }).status === 'ready';
+    res.writeHead(ready ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify(answer));
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  const fast = script.replace(url, `http://127.0.0.1:${port}/readyz`).replace(pollSleep, 'setTimeout(resolve, 20)');
+  const run = () => {
+    const child = spawn(process.execPath, [...command.slice(1, -1), fast], { stdio: 'inherit' });
+    const state = { exited: false };
+    const code = once(child, 'exit').then(([c]) => ((state.exited = true), c as number | null));
+    return { state, code };
+  };
+  // Waits until the script has asked /readyz `n` more times (so it has seen the current answer), or has ended.
+  const pollsLater = async (script: { exited: boolean }, n: number) => {
+    const target = asked + n;
+    const deadline = Date.now() + 20_000;
+    while (asked < target && !script.exited && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.ok(asked >= target || script.exited, `the script asked /readyz ${n} more times, or ended`);
+  };
+  try {
+    const busy = run();
+    await pollsLater(busy.state, 3);
+    assert.ok(!busy.state.exited, 'it waits while every desktop is leased');
+    answer = pool(1, 0);
+    await pollsLater(busy.state, 3);
+    assert.ok(!busy.state.exited, 'it waits while one desktop is leased');
+    answer = pool(0, 1);
+    await pollsLater(busy.state, 3);
+    assert.ok(!busy.state.exited, 'it waits while a session waits');
+    answer = pool(0, 0);
+    assert.equal(await busy.code, 0, 'it ends when no desktop is leased and no session waits');
+
+    answer = { status: 'ready', display: { width: 1280, height: 800 }, browser: 'ok' };
+    assert.equal(await run().code, 0, 'a daemon without a pool has nothing to drain');
+
+    answer = pool(4, 0);
+    const gone = run();
+    await pollsLater(gone.state, 3);
+    assert.ok(!gone.state.exited, 'it waits');
+    server.closeAllConnections();
+    server.close();
+    assert.equal(await gone.code, 0, 'it ends when the daemon no longer answers');
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
 });
 
 test('compose: host 127.0.0.1 only, the token required, /dev/shm, read-only, a health check and a restart policy', async () => {
@@ -720,6 +1058,127 @@ test('each check fails on a copy that breaks its promise', async () => {
       'checkPrometheus',
       (c) => {
         desktop(c).set.spec.template.metadata!.annotations!['prometheus.io/port'] = '9090';
+      },
+    ],
+    [
+      'no --desktops: the default sees the node',
+      'checkPool',
+      (c) => {
+        const { container } = desktop(c);
+        const i = container.args!.indexOf('--desktops');
+        container.args!.splice(i, 2);
+      },
+    ],
+    [
+      'more warm desktops than desktops',
+      'checkPool',
+      (c) => {
+        const args = desktop(c).container.args!;
+        args[args.indexOf('--warm') + 1] = String(Number(args[args.indexOf('--desktops') + 1]) + 1);
+      },
+    ],
+    [
+      'a DISPLAY: one shared desktop again',
+      'checkPool',
+      (c) => {
+        desktop(c).container.env!.push({ name: 'DISPLAY', value: ':0' });
+      },
+    ],
+    [
+      'a memory request of one desktop',
+      'checkPool',
+      (c) => {
+        desktop(c).container.resources!.requests!.memory = '1Gi';
+      },
+    ],
+    [
+      'per-pod names only while Ready: a full pod cannot be resumed on',
+      'checkServices',
+      (c) => {
+        for (const s of k8sObjects(c) as Service[])
+          if (s.metadata?.name === desktop(c).set.spec.serviceName) s.spec.publishNotReadyAddresses = false;
+      },
+    ],
+    [
+      'the routing Service lists full pods',
+      'checkServices',
+      (c) => {
+        for (const s of k8sObjects(c) as Service[]) if (s.kind === 'Service') s.spec.publishNotReadyAddresses = true;
+      },
+    ],
+    [
+      'readiness that notices a full pod after 30 s',
+      'checkServices',
+      (c) => {
+        Object.assign(desktop(c).container.readinessProbe!, { periodSeconds: 10, failureThreshold: 3 });
+      },
+    ],
+    [
+      'no preStop drain',
+      'checkDrain',
+      (c) => {
+        delete desktop(c).container.lifecycle;
+      },
+    ],
+    [
+      'a drain longer than the grace period',
+      'checkDrain',
+      (c) => {
+        desktop(c).pod.terminationGracePeriodSeconds = 600;
+      },
+    ],
+    [
+      'node consolidation may evict a pod',
+      'checkDrain',
+      (c) => {
+        delete desktop(c).set.spec.template.metadata!.annotations!['cluster-autoscaler.kubernetes.io/safe-to-evict'];
+      },
+    ],
+    [
+      'a budget of 0 blocks every drain',
+      'checkDisruptionBudget',
+      (c) => {
+        one<PodDisruptionBudget>(c, 'PodDisruptionBudget').spec.maxUnavailable = 0;
+      },
+    ],
+    [
+      'lost metrics read as 0 and scale the fleet down',
+      'checkAutoscaler',
+      (c) => {
+        one<ScaledObject>(c, 'ScaledObject').spec.triggers![0]!.metadata!.ignoreNullValues = 'true';
+      },
+    ],
+    [
+      'scale-down by 4 pods at once',
+      'checkAutoscaler',
+      (c) => {
+        const down = one<ScaledObject>(c, 'ScaledObject').spec.advanced!.horizontalPodAutoscalerConfig!.behavior!
+          .scaleDown!;
+        down.policies = [{ type: 'Pods', value: 4, periodSeconds: 60 }];
+      },
+    ],
+    [
+      'scaling to zero',
+      'checkAutoscaler',
+      (c) => {
+        one<ScaledObject>(c, 'ScaledObject').spec.minReplicaCount = 0;
+      },
+    ],
+    [
+      'the overlay keeps the replica count',
+      'checkAutoscaler',
+      (c) => {
+        for (const f of c.files)
+          for (const o of f.docs as Kustomization[]) if (o.kind === 'Kustomization') delete o.patches;
+      },
+    ],
+    [
+      'a router Role that reads Secrets',
+      'checkRouterRole',
+      (c) => {
+        k8sObjects(c)
+          .find((o) => o.kind === 'Role')!
+          .rules!.push({ apiGroups: [''], resources: ['secrets'], verbs: ['get'] });
       },
     ],
     [
