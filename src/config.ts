@@ -153,12 +153,18 @@ const DESKTOP_BUDGET_BYTES = 512 * 1024 ** 2;
 /** Left to the daemon itself and the system. */
 const HOST_RESERVE_BYTES = 1024 ** 3;
 
+/** The memory this process may use: the container's limit (cgroup) when one is set, else the machine's. */
+function memoryLimit(): number {
+  const limit = process.constrainedMemory?.() ?? 0;
+  return limit > 0 && limit < totalmem() ? limit : totalmem();
+}
+
 /**
  * The default `--desktops`: what the memory holds at DESKTOP_BUDGET_BYTES
  * each, and at most two per core (an agent acting flat out keeps about half
  * a core busy with input and screenshots); at least one.
  */
-export function defaultDesktopCap(cores = availableParallelism(), memoryBytes = totalmem()): number {
+export function defaultDesktopCap(cores = availableParallelism(), memoryBytes = memoryLimit()): number {
   const byMemory = Math.floor((memoryBytes - HOST_RESERVE_BYTES) / DESKTOP_BUDGET_BYTES);
   return Math.max(1, Math.min(byMemory, 2 * cores));
 }

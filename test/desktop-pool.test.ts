@@ -69,6 +69,26 @@ async function windowTitles(info: DesktopInfo): Promise<string[]> {
   return titles.filter(Boolean);
 }
 
+async function readyz(d: TestDaemon): Promise<{ status: number; body: Record<string, unknown> }> {
+  const res = await fetch(d.url.replace('ws:', 'http:').replace('/v1', '/readyz'));
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+async function metrics(d: TestDaemon): Promise<string> {
+  const res = await fetch(d.url.replace('ws:', 'http:').replace('/v1', '/metrics'), {
+    headers: { authorization: `Bearer ${TEST_TOKEN}` },
+  });
+  assert.equal(res.status, 200);
+  return res.text();
+}
+
+/** One sample's value, by its name and labels as the exposition writes them. */
+function metric(text: string, sample: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${sample} `));
+  assert.ok(line, `no sample ${sample}`);
+  return Number(line.slice(sample.length + 1));
+}
+
 function desktopOf(d: TestDaemon, id: string): DesktopInfo {
   const info = d.daemon.desktops.list().find((x) => x.id === id);
   assert.ok(info, `no desktop ${id}; the pool holds ${JSON.stringify(d.daemon.desktops.list().map((x) => x.id))}`);
@@ -257,8 +277,26 @@ describe('a full pool', () => {
   after(() => d?.close());
 
   test('refuses at once with retry_after_ms, or queues first come first served, as each session asked', async () => {
+    await until('the warm desktop', () => d.daemon.desktops.capacity().states.warm === 1, { timeoutMs: START_MS });
+    const ready = await readyz(d);
+    assert.equal(ready.status, 200);
+    assert.deepEqual(ready.body.desktops, { mode: 'pool', max: 1, free: 1, leased: 0, waiting: 0 });
     const holder = await openSession(d);
     assert.ok(holder.welcome.desktop);
+    // Full: a load balancer sends new sessions elsewhere; the metrics say why.
+    const full = await readyz(d);
+    assert.equal(full.status, 503);
+    assert.deepEqual(full.body, {
+      status: 'not_ready',
+      reason: 'no_free_desktop',
+      desktops: { mode: 'pool', max: 1, free: 0, leased: 1, waiting: 0 },
+    });
+    const text = await metrics(d);
+    assert.equal(metric(text, 'deskbatch_desktops{state="leased"}'), 1);
+    assert.equal(metric(text, 'deskbatch_desktops_max'), 1);
+    assert.equal(metric(text, 'deskbatch_desktop_lease_wait_seconds_count'), 1);
+    const memory = metric(text, `deskbatch_desktop_memory_bytes{desktop="${holder.welcome.desktop.id}"}`);
+    assert.ok(memory > 10 * 1024 ** 2, `the desktop's PSS: ${memory} bytes`);
 
     const refused = await d.connect();
     refused.send({ type: 'hello', desktop: { when_busy: 'refuse' } });
