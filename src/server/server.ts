@@ -292,6 +292,7 @@ export class DeskbatchServer {
       });
     } catch (err) {
       if (!(err instanceof NoDesktopError)) throw err;
+      if (!this.accepting()) return { code: 'shutting_down', message: 'the daemon is shutting down' };
       log.info('no desktop for a new session', { reason: err.message, retry_after_ms: err.retryAfterMs });
       // A client that did not ask for desktops knows only the v1 codes.
       return request.desktop
