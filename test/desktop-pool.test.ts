@@ -3,7 +3,8 @@
  * never cross, observed from each display and by the pages themselves, not
  * from the daemon's word; a recycled desktop keeps nothing of its last
  * session; a full pool queues in order or refuses, as each session asked; one
- * desktop's faults stay on it; resume returns a session to its own desktop.
+ * desktop's faults stay on it; resume returns a session to its own desktop;
+ * with a display given, every session shares it and welcome says so.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -16,6 +17,7 @@ import type { DesktopWait, ErrorMessage, ServerMessage, ToolUse, Welcome } from 
 import { assertApiValid } from './helpers/api-rules.ts';
 import { ConnectError, DeskbatchClient } from '../src/client/index.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from './helpers/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { until, within } from './helpers/wait.ts';
 import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
 
@@ -438,5 +440,34 @@ describe('faults stay on their desktop', () => {
     assert.equal(ra.failures.length, 0, `A failed after B's browser died: ${JSON.stringify(ra.failures)}`);
     a.client.close();
     b.client.close();
+  });
+});
+
+describe('a shared display (DISPLAY given)', () => {
+  let display: VirtualDisplay;
+  let d: TestDaemon;
+  before(async () => {
+    display = await startTestDisplay({ width: 800, height: 600, windowManager: false });
+    d = await startTestDaemon({ display: display.display, browser: 'off' });
+  });
+  after(async () => {
+    await d?.close();
+    await display?.stop();
+  });
+
+  test('welcome says the mode; every session gets the one desktop; another size is refused', async () => {
+    const a = await openSession(d);
+    const b = await openSession(d);
+    assert.deepEqual(a.welcome.desktop, { mode: 'shared', id: 'shared', display: { width: 800, height: 600 } });
+    assert.deepEqual(b.welcome.desktop, a.welcome.desktop);
+    const c = await d.connect();
+    c.send({ type: 'hello', desktop: { display: { width: 1024, height: 768 } } });
+    const error = await within(
+      c.next((m): m is ErrorMessage => m.type === 'error'),
+      'the refusal',
+    );
+    assert.equal(error.code, 'invalid_message');
+    assert.match(error.message, /shared by every session/);
+    for (const x of [a.client, b.client, c]) x.close();
   });
 });
