@@ -58,14 +58,15 @@
 #   images no longer get security fixes. Debian 13 (trixie) ships nodejs
 #   20.19. BASE names another Debian 13 base (a mirror, or a root file system
 #   made locally with debootstrap and imported) where docker.io is not reachable.
-ARG BASE=debian:trixie-slim
+ARG BASE=docker.io/library/debian:trixie-slim
 FROM ${BASE}
+ARG BASE
 
 LABEL org.opencontainers.image.title="deskbatch" \
       org.opencontainers.image.description="Desktop (Xvfb, openbox, Chromium) with the deskbatch daemon: batches of Claude computer and browser toolset calls over WebSocket" \
       org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.licenses="MIT" \
-      org.opencontainers.image.base.name="docker.io/library/debian:trixie-slim"
+      org.opencontainers.image.base.name="${BASE}"
 
 # The ONE package list, shared with scripts/setup.sh; tini, nodejs and npm are
 # container-only (setup.sh checks the machine's own Node.js instead).
@@ -87,7 +88,13 @@ RUN useradd --create-home --uid 10001 --user-group --shell /bin/bash deskbatch \
 # Playwright downloads no browser: it drives /usr/bin/chromium.
 WORKDIR /opt/deskbatch
 COPY package.json package-lock.json ./
-RUN PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund \
+# Behind a proxy that re-signs TLS, npm needs that proxy's CA: pass a PEM bundle
+# as the build secret npm_ca (`docker build --secret id=npm_ca,src=FILE`, the
+# same flag for podman). It is mounted for this step only, never stored in a
+# layer; without it the step uses the system's CA roots.
+RUN --mount=type=secret,id=npm_ca \
+    if [ -s /run/secrets/npm_ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npm_ca; fi \
+ && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund \
  && npm cache clean --force
 
 # The sources (.dockerignore keeps out tests, docs, deploy/, node_modules,
