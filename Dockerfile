@@ -59,6 +59,31 @@
 #   20.19. BASE names another Debian 13 base (a mirror, or a root file system
 #   made locally with debootstrap and imported) where docker.io is not reachable.
 ARG BASE=docker.io/library/debian:trixie-slim
+
+# Stage 1: node_modules, installed by Debian's npm. npm stays in this stage: it
+# brings about 400 packages (its own JavaScript dependencies, C headers,
+# node-gyp) that the daemon never runs.
+FROM ${BASE} AS deps
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nodejs npm ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+# tsx (which runs the TypeScript sources) is a runtime dependency, so
+# --omit=dev keeps everything needed. Playwright downloads no browser: it
+# drives /usr/bin/chromium. sharp's and nut-js's native parts come prebuilt
+# in npm packages for linux-x64 and glibc, which this stage shares with the
+# next (the same BASE).
+WORKDIR /opt/deskbatch
+COPY package.json package-lock.json ./
+# Behind a proxy that re-signs TLS, npm needs that proxy's CA: pass a PEM bundle
+# as the build secret npm_ca (`docker build --secret id=npm_ca,src=FILE`, the
+# same flag for podman). It is mounted for this step only, never stored in a
+# layer; without it the step uses the system's CA roots.
+RUN --mount=type=secret,id=npm_ca \
+    if [ -s /run/secrets/npm_ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npm_ca; fi \
+ && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund
+
+# Stage 2: the image.
 FROM ${BASE}
 ARG BASE
 
@@ -68,13 +93,13 @@ LABEL org.opencontainers.image.title="deskbatch" \
       org.opencontainers.image.licenses="MIT" \
       org.opencontainers.image.base.name="${BASE}"
 
-# The ONE package list, shared with scripts/setup.sh; tini, nodejs and npm are
+# The ONE package list, shared with scripts/setup.sh; tini and nodejs are
 # container-only (setup.sh checks the machine's own Node.js instead).
 ARG DEBIAN_FRONTEND=noninteractive
 COPY scripts/system-packages.txt /tmp/system-packages.txt
 RUN apt-get update \
  && sed -e 's/#.*//' /tmp/system-packages.txt \
-    | xargs apt-get install -y --no-install-recommends tini nodejs npm \
+    | xargs apt-get install -y --no-install-recommends tini nodejs \
  && rm -rf /var/lib/apt/lists/* /tmp/system-packages.txt \
  && mkdir -p /tmp/.X11-unix && chmod 1777 /tmp/.X11-unix
 COPY scripts/chromium-policy.json /etc/chromium/policies/managed/deskbatch.json
@@ -83,19 +108,9 @@ RUN useradd --create-home --uid 10001 --user-group --shell /bin/bash deskbatch \
  && mkdir -p /home/deskbatch/data/screenshots /home/deskbatch/data/downloads \
  && chown -R deskbatch:deskbatch /home/deskbatch/data
 
-# Dependencies first, for layer caching. tsx (which runs the TypeScript
-# sources) is a runtime dependency, so --omit=dev keeps everything needed.
-# Playwright downloads no browser: it drives /usr/bin/chromium.
+# Dependencies first, for layer caching; the sources after them.
 WORKDIR /opt/deskbatch
-COPY package.json package-lock.json ./
-# Behind a proxy that re-signs TLS, npm needs that proxy's CA: pass a PEM bundle
-# as the build secret npm_ca (`docker build --secret id=npm_ca,src=FILE`, the
-# same flag for podman). It is mounted for this step only, never stored in a
-# layer; without it the step uses the system's CA roots.
-RUN --mount=type=secret,id=npm_ca \
-    if [ -s /run/secrets/npm_ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npm_ca; fi \
- && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund \
- && npm cache clean --force
+COPY --from=deps /opt/deskbatch/node_modules ./node_modules
 
 # The sources (.dockerignore keeps out tests, docs, deploy/, node_modules,
 # artifacts). Owned by root and read-only for the daemon's user.
