@@ -199,7 +199,9 @@ if [[ -n $npm_ca && -r $npm_ca ]]; then build_flags+=(--secret "id=npm_ca,src=$n
 say "podman build ${build_flags[*]} . (log: $build_log)"
 t0=$(now_ms)
 set +e
-podman build "${build_flags[@]}" . 2>&1 | tee "$build_log" | grep --line-buffered -E '^STEP [0-9]+/' >&2
+# A multi-stage build prefixes each step with its stage: "[1/2] STEP 3/6: RUN …".
+step_re='^(\[[0-9]+/[0-9]+\] )?STEP [0-9]+/[0-9]+: '
+podman build "${build_flags[@]}" . 2>&1 | tee "$build_log" | grep --line-buffered -E "$step_re" >&2
 build_status=${PIPESTATUS[0]}
 set -e
 build_ms=$(($(now_ms) - t0))
@@ -211,7 +213,7 @@ if ((build_status != 0)); then
 fi
 # Every STEP but a FROM either runs or says "Using cache".
 cached_steps=$(grep -c -- '--> Using cache' "$build_log" || true)
-total_steps=$(grep -E '^STEP [0-9]+/' "$build_log" | grep -vc -E '^STEP [0-9]+/[0-9]+: FROM ' || true)
+total_steps=$(grep -E "$step_re" "$build_log" | grep -vc -E "${step_re}FROM " || true)
 reuse="$cached_steps of $total_steps steps reused from the layer cache"
 result PASS "podman build: $(seconds "$build_ms") ($reuse)"
 
