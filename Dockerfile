@@ -8,9 +8,11 @@
 #     -p 127.0.0.1:8765:8765 -v deskbatch-data:/home/deskbatch/data deskbatch:0.1.0
 #
 # docs/DEPLOY.md has the whole story (one desktop, Compose, a Kubernetes fleet);
-# deploy/ has the files. This Dockerfile has never been built on the machine
-# that wrote it (no Docker engine there): test/dockerfile.test.ts checks its
-# promises as text.
+# deploy/ has the files. The machine that wrote it has no Docker engine:
+# `npm run image:test` (scripts/image-test.sh) builds it there with podman on a
+# Debian 13 base made with debootstrap, and runs the image's file system in a
+# chroot (docs/DEPLOY.md, "Building and trying the image without Docker");
+# test/dockerfile.test.ts checks its promises as text on every `npm test`.
 #
 # - DESKBATCH_TOKEN is REQUIRED: the container binds 0.0.0.0 (so the published
 #   port reaches it), and the daemon refuses to bind a non-loopback address

@@ -127,9 +127,11 @@ if ((makes_base)); then
     fi
     # What debian:trixie-slim has and debootstrap does not write: the updates
     # and security suites (Chromium's fixes reach Debian 13 through
-    # trixie-security), and dpkg's excludes of documentation, manuals and
-    # translations (the list of docker-library's debuerreotype, .slimify-excludes),
-    # for this root and for every package the Dockerfile installs.
+    # trixie-security), the updates themselves, and dpkg's excludes of
+    # documentation, manuals and translations, for this root and for every
+    # package the Dockerfile installs (the lists scripts/.slimify-excludes and
+    # .slimify-includes of github.com/debuerreotype/debuerreotype, which makes
+    # Docker's official Debian images).
     rm -f "$rootfs/etc/apt/sources.list"
     cat >"$rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
 Types: deb
