@@ -79,17 +79,21 @@ const pageUrl = `http://127.0.0.1:${(page.address() as AddressInfo).port}/`;
 
 let client: DeskbatchClient | undefined;
 try {
+  const connecting = Date.now();
   client = await DeskbatchClient.connect(`ws://127.0.0.1:${daemonPort}/v1`, {
     token,
     clientName: 'image-smoke',
     reconnect: false,
+    // hello.desktop (docs/PROTOCOL.md "Desktops") asks for welcome.desktop; a daemon without a pool ignores it.
+    desktop: {},
+    // In a pool, welcome waits for the session's desktop, which may still be starting.
+    handshakeTimeoutMs: 60_000,
   });
   const welcome = client.welcome as typeof client.welcome & { desktop?: unknown };
   report(
     true,
-    `hello answered by welcome: session ${welcome.session_id}, toolsets ${client.toolsetNames.join(', ')}, display ${JSON.stringify(welcome.display)}`,
+    `hello answered by welcome after ${Date.now() - connecting} ms: session ${welcome.session_id}, toolsets ${client.toolsetNames.join(', ')}, display ${JSON.stringify(welcome.display)}`,
   );
-  // The desktop pool (issue 15) adds welcome.desktop = {mode, id, display}; older daemons have none.
   console.log(`INFO welcome.desktop ${welcome.desktop === undefined ? 'absent' : JSON.stringify(welcome.desktop)}`);
 
   const uses = [
@@ -128,8 +132,8 @@ try {
   const files = result.screenshots.map((s) => s.path);
   console.log(`INFO screenshot files ${JSON.stringify(files)}`);
   // Now that the browser has started, /readyz says whether Chromium got its renderer sandbox.
-  const after = (await (await fetch(`${base}/readyz`)).json()) as { containment?: unknown };
-  console.log(`INFO containment after the batch ${JSON.stringify(after.containment)}`);
+  const after = await fetch(`${base}/readyz`);
+  console.log(`INFO /readyz after the batch: ${after.status} ${(await after.text()).slice(0, 400)}`);
 } catch (err) {
   report(false, `the session failed: ${(err as Error).name}: ${(err as Error).message}`);
 } finally {

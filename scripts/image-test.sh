@@ -336,9 +336,12 @@ for i in "${!args[@]}"; do
 done
 daemon+=("${args[@]}" --port "$port" --allow-private "127.0.0.1:$page_port")
 # Where the daemon has the desktop pool (issue 15), try it with two desktops, one warm.
+pool_flags=""
+desktop_info="absent"
 if "${in_image[@]}" "${cmd[@]:0:2}" serve --help 2>/dev/null | grep -q -- '--desktops'; then
+  pool_flags="--desktops 2 --warm 1"
   daemon+=(--desktops 2 --warm 1)
-  pool="pool flags: --desktops 2 --warm 1"
+  pool="a pool: $pool_flags"
 else
   pool="this daemon has no --desktops flag: shared desktop"
 fi
@@ -394,9 +397,20 @@ if init_pid="$(child_of "$daemon_pid")" && wait_comm "$init_pid" "$(basename "${
   while IFS= read -r line; do
     case $line in
       PASS\ * | FAIL\ *) result "${line%% *}" "${line#* }" ;;
+      INFO\ welcome.desktop\ *)
+        desktop_info="${line#INFO welcome.desktop }"
+        say "welcome.desktop: $desktop_info"
+        ;;
       INFO\ *) say "${line#INFO }" ;;
     esac
   done <"$smoke_out"
+  if [[ -n $pool_flags ]]; then
+    if [[ $desktop_info == *'"mode":"pool"'* ]]; then
+      result PASS "the session got a desktop of the pool: welcome.desktop $desktop_info"
+    else
+      result FAIL "started with $pool_flags, but welcome.desktop is $desktop_info"
+    fi
+  fi
   if ((smoke_status != 0)) && ! grep -q '^FAIL ' "$smoke_out"; then
     tail -n 20 "$smoke_out" >&2
     result FAIL "the smoke client exited $smoke_status"
@@ -472,7 +486,7 @@ printf '\n== deskbatch image test ==\n'
 printf 'base        %s\n' "$base_note"
 printf 'image       %s, %s (base %s)\n' "$image" "$size" "$base_size"
 printf 'build time  %s (%s)\n' "$(seconds "$build_ms")" "$reuse"
-printf 'desktops    %s\n' "$pool"
+printf 'desktops    %s; welcome.desktop %s\n' "$pool" "$desktop_info"
 printf '%s\n' "${summary[@]}"
 if ((failed)); then
   printf 'result: FAIL\n'
