@@ -233,12 +233,14 @@ mapfile -t cmd < <(inspect '{{range .Config.Cmd}}{{println .}}{{end}}')
 mapfile -t image_env < <(inspect '{{range .Config.Env}}{{println .}}{{end}}')
 mapfile -t healthcheck < <(inspect '{{if .Config.Healthcheck}}{{range .Config.Healthcheck.Test}}{{println .}}{{end}}{{end}}')
 workdir="$(inspect '{{.Config.WorkingDir}}')"
+# shellcheck disable=SC2016 # a Go template's variables, not the shell's
+volume="$(inspect '{{range $path, $_ := .Config.Volumes}}{{println $path}}{{end}}' | head -n 1)"
 user="$(inspect '{{.Config.User}}')"
 uid="${user%%:*}"
 gid="${user#*:}"
 [[ $user == *:* ]] || gid="$uid"
-if [[ ! $uid =~ ^[1-9][0-9]*$ || ! $gid =~ ^[1-9][0-9]*$ ]]; then
-  result FAIL "the image's USER is '$user', not a numeric non-root uid:gid"
+if [[ ! $uid =~ ^[1-9][0-9]*$ || ! $gid =~ ^[1-9][0-9]*$ || -z $volume ]]; then
+  result FAIL "the image's USER is '$user' (a numeric non-root uid:gid is needed), its VOLUME '$volume'"
   printf '%s\n' "${summary[@]}"
   exit 1
 fi
@@ -261,7 +263,7 @@ trap 'exit 130' INT TERM
 
 mnt="$(podman image mount "$image")"
 # A fresh named volume starts as a copy of the image's folder, owners included.
-cp -a "$mnt/home/deskbatch/data/." "$data/"
+cp -a "$mnt$volume/." "$data/"
 home="$(awk -F: -v u="$uid" '$3 == u { print $6 }' "$mnt/etc/passwd")"
 [[ -n $home ]] || home=/
 # The token is made here for this run and reaches the processes through the
@@ -276,8 +278,8 @@ export DESKBATCH_TOKEN
 # shellcheck disable=SC2016 # expanded by the inner bash
 in_image_setup='
 set -euo pipefail
-root=$1 data=$2 wd=$3 uid=$4 gid=$5
-shift 5
+root=$1 data=$2 volume=$3 wd=$4 uid=$5 gid=$6
+shift 6
 envs=()
 while [[ $1 != -- ]]; do envs+=("$1"); shift; done
 shift
@@ -300,7 +302,7 @@ mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=1g shm "$root/dev/shm"
 mount --rbind /sys "$root/sys"
 mount -o remount,bind,ro,nosuid,nodev,noexec "$root/sys"
 mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=1g tmpfs "$root/tmp"
-mount --bind "$data" "$root/home/deskbatch/data"
+mount --bind "$data" "$root$volume"
 # The environment is the image'"'"'s ENV, HOME from its passwd, and the token.
 for name in $(compgen -e); do
   [[ $name == DESKBATCH_TOKEN ]] || unset "$name" 2>/dev/null || true
@@ -310,7 +312,7 @@ exec /usr/bin/unshare --root="$root" --wd="$wd" /usr/bin/setpriv --reuid="$uid" 
   --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"
 '
 in_image=(unshare --mount --pid --fork --kill-child --propagation private --
-  bash -c "$in_image_setup" in-image "$mnt" "$data" "${workdir:-/}" "$uid" "$gid"
+  bash -c "$in_image_setup" in-image "$mnt" "$data" "$volume" "${workdir:-/}" "$uid" "$gid"
   "${image_env[@]}" "HOME=$home" --)
 
 free_port() { # a loopback port nothing listens on now
