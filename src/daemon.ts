@@ -112,7 +112,17 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const breaker = (what: string, component: string, error: (message: string) => Error): ResourceBreaker =>
     new ResourceBreaker(what, config.resilience.breaker, error, log.child({ component }));
   let lastBrowser: BrowserManager | undefined; // the newest desktop's, for /readyz's sandbox state
-  const makeParts: PartsFactory = ({ id, display, env, downloadsDir }) => ({
+  const makeParts: PartsFactory = (spec) => {
+    const known = lastBrowser;
+    const parts = newParts(spec);
+    // Where the kernel refused Chromium its sandbox once, it will again: later desktops launch without trying.
+    if (parts.browser && known?.sandbox === false) {
+      parts.browser.sandbox = false;
+      parts.browser.sandboxOffReason = known.sandboxOffReason;
+    }
+    return parts;
+  };
+  const newParts: PartsFactory = ({ id, display, env, downloadsDir }) => ({
     driver: new WorkerDesktopDriver({
       display,
       env,

@@ -261,7 +261,8 @@ export class DesktopPool implements Desktops {
       states[d.state]++;
       if (d.session !== undefined) leased++;
     }
-    const free = Math.max(0, states.warm + this.room() - this.waiters.length);
+    // Starting desktops no session waits for count as free: a new session takes the first one ready.
+    const free = Math.max(0, states.warm + states.starting + this.room() - this.waiters.length);
     return { mode: 'pool', max: this.options.max, free, leased, waiting: this.waiters.length, states };
   }
 
