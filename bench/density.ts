@@ -53,12 +53,13 @@ const LEASES = positiveInt(process.env.DENSITY_LEASES, 8);
 /** Seconds of K-agent load per mode and K, cut into SEGMENTS alternating segments. */
 const AGENT_SECONDS = positiveInt(process.env.DENSITY_SECONDS, 24);
 const SEGMENTS = 4;
-/** The K agents runs (the default cap is added); DENSITY_KS=1,2 shortens a trial run. */
-const agentCounts = (): number[] =>
-  (process.env.DENSITY_KS ?? '1,2,4,8')
-    .split(',')
-    .map((v) => positiveInt(v.trim(), 0))
-    .filter((v) => v > 0);
+/** The K agents runs: 1, 2, 4, 8 and the default cap; DENSITY_KS=1,2 runs only those (a shorter trial). */
+const agentCounts = (cap: number): number[] =>
+  process.env.DENSITY_KS
+    ? process.env.DENSITY_KS.split(',')
+        .map((v) => positiveInt(v.trim(), 0))
+        .filter((v) => v > 0)
+    : [1, 2, 4, 8, cap];
 /** Seconds the warm desktops sit idle while their CPU is counted. */
 const REST_SECONDS = positiveInt(process.env.DENSITY_REST_S, 10);
 /** After the last desktop is warm, before the rest is counted: Chromium's own start-up work settles. */
@@ -83,7 +84,7 @@ const PAGE = `<!doctype html><title>density</title>
 <h1>Density bench</h1>
 <p>An agent's page: it clicks into the text area below, types a few characters and takes a screenshot, in a loop.
 Each session has a page of its own; on the pool each page is on a desktop of its own.</p>
-<textarea autofocus style="width:90vw;height:60vh;font-size:20px"></textarea>`;
+<textarea autofocus style="width:90vw;height:60vh;font-size:20px;caret-color:transparent"></textarea>`;
 
 export type Part = 'xvfb' | 'openbox' | 'worker' | 'chromium';
 export const PARTS: readonly Part[] = ['xvfb', 'openbox', 'worker', 'chromium'];
@@ -158,6 +159,10 @@ export interface ModeRun {
   machine_busy_cores: number;
   /** CPU time of the daemon and its desktops per batch. */
   daemon_cpu_ms_per_batch: number;
+  /** The same by part: the daemon process itself, and its desktops' Xvfb, openbox, worker and Chromium. */
+  cpu_ms_per_batch: Record<'daemon' | Part, number>;
+  /** Mean time of each call in the batch, as the daemon times it (deskbatch_call_duration_seconds). */
+  call_ms: Record<'left_click' | 'type' | 'screenshot', number>;
 }
 
 export interface AgentsRow {
@@ -603,28 +608,32 @@ async function openAgents(d: Daemon, k: number, pageUrl: string): Promise<Agent[
   }
 }
 
+type CpuPart = 'daemon' | Part;
+const CPU_PARTS: readonly CpuPart[] = ['daemon', ...PARTS];
+const MEMBERS = ['left_click', 'type', 'screenshot'] as const;
+type Member = (typeof MEMBERS)[number];
+
 interface Segment {
   times: number[];
   images: number[];
   errors: number;
   elapsedMs: number;
-  /** CPU seconds over the segment: the daemon with all its desktops, this bench process (the K clients), the machine. */
-  cpu: { daemon: number; bench: number; machineBusy: number; machineTotal: number };
+  /** CPU seconds over the segment: the daemon and its desktops by part, this bench process (the K clients), the machine. */
+  cpu: { parts: Record<CpuPart, number>; bench: number; machineBusy: number; machineTotal: number };
+  /** The daemon's call durations over the segment (deskbatch_call_duration_seconds): seconds and calls by member. */
+  calls: Record<Member, { seconds: number; count: number }>;
 }
 
-/** utime + stime of `root` and every process under it now, in seconds (a process that exited meanwhile is lost). */
-async function treeCpuSeconds(root: number): Promise<Map<number, number>> {
-  const all = await processes();
-  const children = new Map<number, number[]>();
-  for (const p of all.values()) children.set(p.ppid, [...(children.get(p.ppid) ?? []), p.pid]);
-  const out = new Map<number, number>();
-  const todo = [root];
-  while (todo.length) {
-    const pid = todo.pop()!;
+/** utime + stime, in seconds, of each process of the daemon and its desktops now, with the part it belongs to. */
+async function cpuByProcess(daemonPid: number): Promise<Map<number, { part: CpuPart; seconds: number }>> {
+  const { desktops, daemon } = await desktopProcesses(daemonPid);
+  const out = new Map<number, { part: CpuPart; seconds: number }>();
+  const add = async (pid: number, part: CpuPart): Promise<void> => {
     const t = await cpuTicks(pid);
-    if (t !== undefined) out.set(pid, t / ticksPerSecond());
-    todo.push(...(children.get(pid) ?? []));
-  }
+    if (t !== undefined) out.set(pid, { part, seconds: t / ticksPerSecond() });
+  };
+  for (const pid of daemon) await add(pid, 'daemon');
+  for (const d of desktops) for (const part of PARTS) for (const pid of d.parts[part]) await add(pid, part);
   return out;
 }
 
@@ -636,12 +645,28 @@ async function machineCpu(): Promise<{ busy: number; total: number }> {
   return { busy: (total - v[3]! - v[4]!) / ticksPerSecond(), total: total / ticksPerSecond() };
 }
 
+async function callDurations(d: Daemon): Promise<Record<Member, { seconds: number; count: number }>> {
+  const text = await metrics(d);
+  const read = (member: Member, what: 'sum' | 'count'): number => {
+    const m = new RegExp(
+      `^deskbatch_call_duration_seconds_${what}\\{(?=[^}]*toolset="computer")(?=[^}]*member="${member}")[^}]*\\} (\\S+)$`,
+      'm',
+    ).exec(text);
+    return m ? Number(m[1]) : 0;
+  };
+  const out = {} as Record<Member, { seconds: number; count: number }>;
+  for (const member of MEMBERS) out[member] = { seconds: read(member, 'sum'), count: read(member, 'count') };
+  return out;
+}
+
 /** Every agent loops its batch until `ms` have passed; the batch in flight at the deadline still counts. */
-async function segment(daemonPid: number, agents: readonly Agent[], ms: number): Promise<Segment> {
+async function segment(d: Daemon, agents: readonly Agent[], ms: number): Promise<Segment> {
   const times: number[] = [];
   const images: number[] = [];
   let errors = 0;
-  const [tree0, machine0] = [await treeCpuSeconds(daemonPid), await machineCpu()];
+  const calls0 = await callDurations(d);
+  const cpu0 = await cpuByProcess(d.proc.pid);
+  const machine0 = await machineCpu();
   const bench0 = process.cpuUsage();
   const t0 = performance.now();
   const deadline = t0 + ms;
@@ -662,20 +687,28 @@ async function segment(daemonPid: number, agents: readonly Agent[], ms: number):
   );
   const elapsedMs = performance.now() - t0;
   const bench = process.cpuUsage(bench0);
-  const [tree1, machine1] = [await treeCpuSeconds(daemonPid), await machineCpu()];
-  let daemon = 0;
-  for (const [pid, s] of tree1) daemon += s - (tree0.get(pid) ?? s);
+  const machine1 = await machineCpu();
+  const cpu1 = await cpuByProcess(d.proc.pid);
+  const calls1 = await callDurations(d);
+  const parts = Object.fromEntries(CPU_PARTS.map((p) => [p, 0])) as Record<CpuPart, number>;
+  // A process there at both ends only: one that started or ended within the segment is not counted.
+  for (const [pid, now] of cpu1) parts[now.part] += now.seconds - (cpu0.get(pid)?.seconds ?? now.seconds);
+  const calls = {} as Segment['calls'];
+  for (const m of MEMBERS) {
+    calls[m] = { seconds: calls1[m].seconds - calls0[m].seconds, count: calls1[m].count - calls0[m].count };
+  }
   return {
     times,
     images,
     errors,
     elapsedMs,
     cpu: {
-      daemon,
+      parts,
       bench: (bench.user + bench.system) / 1e6,
       machineBusy: machine1.busy - machine0.busy,
       machineTotal: machine1.total - machine0.total,
     },
+    calls,
   };
 }
 
@@ -684,6 +717,8 @@ function modeRun(segments: readonly Segment[]): ModeRun {
   const images = segments.flatMap((s) => s.images);
   const elapsed = segments.reduce((a, s) => a + s.elapsedMs, 0) / 1000;
   const cpu = (pick: (s: Segment) => number): number => segments.reduce((a, s) => a + pick(s), 0);
+  const daemonCpu = cpu((s) => CPU_PARTS.reduce((a, p) => a + s.cpu.parts[p], 0));
+  const n = Math.max(1, times.length);
   return {
     batches: times.length,
     errors: segments.reduce((a, s) => a + s.errors, 0),
@@ -692,11 +727,27 @@ function modeRun(segments: readonly Segment[]): ModeRun {
     p50_ms: round2(median(times)),
     p95_ms: round2(percentile(times, 0.95)),
     image_bytes: Math.round(images.reduce((a, b) => a + b, 0) / Math.max(1, images.length)),
-    daemon_cores: round2(cpu((s) => s.cpu.daemon) / elapsed),
+    daemon_cores: round2(daemonCpu / elapsed),
     bench_cores: round2(cpu((s) => s.cpu.bench) / elapsed),
     // /proc/stat counts every CPU: its total over the time is cores × seconds.
     machine_busy_cores: round2((cpu((s) => s.cpu.machineBusy) / cpu((s) => s.cpu.machineTotal)) * os.cpus().length),
-    daemon_cpu_ms_per_batch: round2((cpu((s) => s.cpu.daemon) / Math.max(1, times.length)) * 1000),
+    daemon_cpu_ms_per_batch: round2((daemonCpu / n) * 1000),
+    cpu_ms_per_batch: Object.fromEntries(
+      CPU_PARTS.map((p) => [p, round2((cpu((s) => s.cpu.parts[p]) / n) * 1000)]),
+    ) as Record<CpuPart, number>,
+    call_ms: Object.fromEntries(
+      MEMBERS.map((m) => [
+        m,
+        round2(
+          (cpu((s) => s.calls[m].seconds) /
+            Math.max(
+              1,
+              cpu((s) => s.calls[m].count),
+            )) *
+            1000,
+        ),
+      ]),
+    ) as Record<Member, number>,
   };
 }
 
@@ -837,14 +888,9 @@ async function agentsRow(
       for (let i = 0; i < SEGMENTS; i++) {
         // ABBA: pool first in segments 0 and 3, shared first in 1 and 2.
         const order = i === 1 || i === 2 ? (['shared', 'pool'] as const) : (['pool', 'shared'] as const);
-        for (const mode of order)
-          runs[mode].push(
-            await segment(
-              mode === 'pool' ? pool.proc.pid : shared.proc.pid,
-              mode === 'pool' ? onPool : onShared,
-              segMs,
-            ),
-          );
+        for (const mode of order) {
+          runs[mode].push(await segment(mode === 'pool' ? pool : shared, mode === 'pool' ? onPool : onShared, segMs));
+        }
       }
       report.after_run.push(await measureDesktops(pool, 'leased_after_run', k));
       const row: AgentsRow = {
@@ -945,7 +991,7 @@ export async function densityRun(): Promise<DensityReport> {
   const started = performance.now();
   const load = os.loadavg();
   const cap = defaultDesktopCap();
-  const ks = [...new Set([...agentCounts(), cap])].sort((a, b) => a - b);
+  const ks = [...new Set(agentCounts(cap))].sort((a, b) => a - b);
   const report: DensityReport = {
     machine: machine(load),
     source: await sourceState(),

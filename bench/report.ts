@@ -3,7 +3,7 @@
  * target and whether it was met (bench/ratios.ts), memory, and the density
  * section (bench/density.ts).
  */
-import type { DensityReport, ModeRun, RestReport, Series } from './density.ts';
+import type { DensityReport, RestReport, Series } from './density.ts';
 import type { MemoryReport } from './memory.ts';
 import type { Ratio } from './ratios.ts';
 import type { Figure } from './stats.ts';
@@ -172,22 +172,36 @@ export function densityTable(r: DensityReport): string {
   lines.push(
     '   (* the default cap)',
     '',
-    'CPU during those runs: cores used on average by the daemon with all its desktops, by this bench (the K',
-    'clients), and on the whole machine (other jobs included); CPU ms per batch in the daemon and its desktops',
-    '   K  | pool: daemon   bench  machine  ms/batch | shared: daemon   bench  machine  ms/batch',
+    'Where a batch goes: mean ms per call as the daemon times it (deskbatch_call_duration_seconds); CPU ms per',
+    'batch by process (the daemon itself, and its desktops: Xvfb, openbox, worker, Chromium); cores used on',
+    'average by the daemon with its desktops, by this bench (the K clients), and by the whole machine (other jobs too)',
+    '   K  mode   | click    type  screenshot | CPU ms: daemon   Xvfb  openbox  worker  Chromium   total | cores: daemon  bench  machine',
   );
-  const cpuCells = (m: ModeRun, first: number): string[] => [
-    num(m.daemon_cores, first),
-    num(m.bench_cores, 7),
-    num(m.machine_busy_cores, 8),
-    num(m.daemon_cpu_ms_per_batch, 9),
-  ];
   for (const a of r.agents) {
-    lines.push(
-      [`${a.k}${a.cap ? '*' : ''}`.padStart(4), ' |', ...cpuCells(a.pool, 12), ' |', ...cpuCells(a.shared, 14)].join(
-        ' ',
-      ),
-    );
+    for (const mode of ['pool', 'shared'] as const) {
+      const m = a[mode];
+      const c = m.cpu_ms_per_batch;
+      lines.push(
+        [
+          `${a.k}${a.cap ? '*' : ''}`.padStart(4),
+          ` ${mode.padEnd(6)} |`,
+          num(m.call_ms.left_click, 5),
+          num(m.call_ms.type, 7),
+          num(m.call_ms.screenshot, 11),
+          ' |',
+          num(c.daemon, 14),
+          num(c.xvfb, 6),
+          num(c.openbox, 8),
+          num(c.worker, 7),
+          num(c.chromium, 9),
+          num(m.daemon_cpu_ms_per_batch, 7),
+          ' |',
+          num(m.daemon_cores, 13),
+          num(m.bench_cores, 6),
+          num(m.machine_busy_cores, 8),
+        ].join(' '),
+      );
+    }
   }
   lines.push('', ratioLines(r), '', targetLines(r));
   return lines.join('\n');
