@@ -75,8 +75,16 @@ const METRIC_MEMORY_CACHE_MS = 10_500;
 const MIB = 1024 * 1024;
 
 export const DENSITY_SIZE = { width: 1280, height: 800 };
-/** Where each agent clicks: inside the page's text area. */
-const CLICK = [400, 450];
+/**
+ * Where agent `i` clicks in its `n`th batch: inside the page's text area, at one of two points of its own, in
+ * turn. A click at the same point as the one before it on that display within the double-click time (batches
+ * take 100–300 ms) is a double and then a triple click, which selects the typed text for the next `type` to
+ * replace: a different amount of work per batch. With points of its own per agent, no click on the pool or on
+ * the shared lane (where the agents' batches alternate) repeats the point of the click before it.
+ */
+function clickPoint(i: number, n: number): [number, number] {
+  return [200 + (i % 10) * 80, (n % 2 ? 580 : 420) + (Math.floor(i / 10) % 4) * 20];
+}
 const TYPED = 'hello ';
 
 const PAGE = `<!doctype html><title>density</title>
@@ -570,8 +578,8 @@ async function openSession(d: Daemon): Promise<{ client: BenchClient; welcome: W
 }
 
 const computer = (name: string, input: Record<string, unknown> = {}): ToolUse => toolUse('computer', name, input);
-const agentBatch = (): ToolUse[] => [
-  computer('left_click', { coordinate: CLICK }),
+const agentBatch = (a: Agent): ToolUse[] => [
+  computer('left_click', { coordinate: clickPoint(a.index, a.batches++) }),
   computer('type', { text: TYPED }),
   computer('screenshot'),
 ];
@@ -579,6 +587,10 @@ const agentBatch = (): ToolUse[] => [
 interface Agent {
   client: BenchClient;
   desktop: string;
+  /** Its place among the K agents of its daemon: where it clicks. */
+  index: number;
+  /** Batches sent so far: which point the next click goes to. */
+  batches: number;
 }
 
 /** K sessions on `d`, each with the page open in its browser, warmed up. */
@@ -587,7 +599,7 @@ async function openAgents(d: Daemon, k: number, pageUrl: string): Promise<Agent[
   try {
     for (let i = 0; i < k; i++) {
       const { client, welcome } = await openSession(d);
-      agents.push({ client, desktop: welcome.desktop?.id ?? '?' });
+      agents.push({ client, desktop: welcome.desktop?.id ?? '?', index: i, batches: 0 });
     }
     await Promise.all(
       agents.map(async (a) => {
@@ -598,7 +610,7 @@ async function openAgents(d: Daemon, k: number, pageUrl: string): Promise<Agent[
     await sleep(1_000);
     await Promise.all(
       agents.map(async (a) => {
-        for (let i = 0; i < WARMUP_BATCHES; i++) await a.client.batch(nextId('warm'), agentBatch());
+        for (let i = 0; i < WARMUP_BATCHES; i++) await a.client.batch(nextId('warm'), agentBatch(a));
       }),
     );
     return agents;
@@ -674,7 +686,7 @@ async function segment(d: Daemon, agents: readonly Agent[], ms: number): Promise
     agents.map(async (a) => {
       while (performance.now() < deadline) {
         try {
-          const reply = await a.client.batch(nextId('k'), agentBatch());
+          const reply = await a.client.batch(nextId('k'), agentBatch(a));
           times.push(reply.ms);
           images.push(imageBytes(reply.message));
         } catch (err) {
@@ -998,7 +1010,7 @@ export async function densityRun(): Promise<DensityReport> {
     settings: {
       display: `${DENSITY_SIZE.width}x${DENSITY_SIZE.height}`,
       format: 'png',
-      batch: `left_click, type ${JSON.stringify(TYPED)}, screenshot (computer toolset)`,
+      batch: `left_click (two points of its own in turn), type ${JSON.stringify(TYPED)}, screenshot (computer toolset)`,
       agent_seconds_per_mode: AGENT_SECONDS,
       segments: SEGMENTS,
       leases: LEASES,
