@@ -507,30 +507,32 @@ async function measureDesktops(
   expected: number,
   restSeconds?: number,
 ): Promise<RestReport> {
-  let found = await desktopProcesses(d.proc.pid);
   let cpu: Map<number, number> | undefined;
+  const t0 = performance.now();
   if (restSeconds) {
     cpu = new Map();
-    const pids = [...found.daemon, ...found.desktops.flatMap((x) => Object.values(x.parts).flat())];
+    const before = await desktopProcesses(d.proc.pid);
+    const pids = [...before.daemon, ...before.desktops.flatMap((x) => Object.values(x.parts).flat())];
     for (const pid of pids) {
       const t = await cpuTicks(pid);
       if (t !== undefined) cpu.set(pid, t);
     }
-    await sleep(restSeconds * 1000);
-    found = await desktopProcesses(d.proc.pid);
   }
+  // The daemon reuses its per-desktop memory reading for DESKTOP_MEMORY_CACHE_MS (src/ops/metrics.ts, 10 s):
+  // wait until the one it has is stale, so its figure below is taken now, beside ours.
+  const cacheLeft = d.scrapedAt + METRIC_MEMORY_CACHE_MS - performance.now();
+  const restLeft = restSeconds ? restSeconds * 1000 - (performance.now() - t0) : 0;
+  if (Math.max(cacheLeft, restLeft) > 0) await sleep(Math.max(cacheLeft, restLeft));
+  const found = await desktopProcesses(d.proc.pid);
   if (found.desktops.length !== expected) {
     throw new Error(`${d.label}: found ${found.desktops.length} desktops in its process tree, expected ${expected}`);
   }
-  // The daemon reuses its per-desktop memory reading for DESKTOP_MEMORY_CACHE_MS (src/ops/metrics.ts, 10 s):
-  // one taken while the desktops were starting would be stale now.
-  const cacheLeft = d.scrapedAt + METRIC_MEMORY_CACHE_MS - performance.now();
-  if (cacheLeft > 0) await sleep(cacheLeft);
   const reported = desktopMemoryMetric(await metrics(d));
+  const seconds = restSeconds ? (performance.now() - t0) / 1000 : undefined;
   const perDesktop: DesktopFigure[] = [];
   for (const desk of found.desktops) {
     const parts = {} as Record<Part, PartFigure>;
-    for (const part of PARTS) parts[part] = await partFigure(desk.parts[part], cpu, restSeconds);
+    for (const part of PARTS) parts[part] = await partFigure(desk.parts[part], cpu, seconds);
     const metricMib = reported.get(desk.id);
     perDesktop.push({
       id: desk.id,
@@ -556,8 +558,8 @@ async function measureDesktops(
         perDesktop.length,
       ),
     },
-    daemon: await partFigure(found.daemon, cpu, restSeconds),
-    ...(restSeconds ? { rest_s: restSeconds } : {}),
+    daemon: await partFigure(found.daemon, cpu, seconds),
+    ...(seconds ? { rest_s: round2(seconds) } : {}),
   };
 }
 

@@ -124,7 +124,11 @@ export function densityTable(r: DensityReport): string {
   };
   for (const x of r.rest) lines.push(restRow(x, String(x.desktops)));
   if (r.after_run.length) {
-    lines.push('', 'The same desktops after the run (leased, the page open, ~20 s of batches): mean per desktop (MiB)');
+    lines.push(
+      '',
+      `The same desktops after the run (leased, the page open, after ${r.settings.agent_seconds_per_mode} s of ` +
+        'batches each): mean per desktop (MiB)',
+    );
     lines.push('   K  |  PSS: Xvfb  openbox  worker  Chromium   total  (file) |  USS total | daemon metric');
     for (const x of r.after_run) lines.push(restRow(x, String(x.desktops)).split(' |').slice(0, 4).join(' |'));
   }
