@@ -130,7 +130,9 @@ export function densityTable(r: DensityReport): string {
         'batches each): mean per desktop (MiB)',
     );
     lines.push('   K  |  PSS: Xvfb  openbox  worker  Chromium   total  (file) |  USS total | daemon metric');
-    for (const x of r.after_run) lines.push(restRow(x, String(x.desktops)).split(' |').slice(0, 4).join(' |'));
+    for (const x of r.after_run) {
+      lines.push(restRow(x, String(x.desktops)).split(' |').slice(0, 4).join(' |').trimEnd());
+    }
   }
   const l = r.leases;
   const series = (name: string, s: Series): string =>
