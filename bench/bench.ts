@@ -16,14 +16,20 @@
  * then, on a small display of its own, memory across 1,000 screenshots
  * (bench/memory.ts). What a ratio compares is measured interleaved, run by
  * run, so the load of this shared machine falls on both sides alike.
+ * Last, section `density` (bench/density.ts, issue 15): what a desktop of
+ * its own per session costs (memory, CPU at rest, lease and recycle time) and
+ * buys (K agents at once on the pool beside the shared lane).
  * Prints the tables on stdout (progress on stderr) and writes
- * bench/results.json. BENCH_ITERATIONS sets the timed iterations per figure.
+ * bench/results.json. BENCH_ITERATIONS sets the timed iterations per figure;
+ * BENCH_ONLY=density runs that section alone (bench/results.json then keeps
+ * what else it held and gets a fresh `density`).
  */
 import { writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { ImageFormat } from '../src/image.ts';
 import { anatomyFigures } from './anatomy.ts';
+import { densityMain, densityRun, type DensityReport } from './density.ts';
 import { browserFigures, launchFigure, launchSample, withWebPage } from './browser.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
 import { daemonFigures, linkFigures, sizeTag, withBenchDisplay, type Bench, type Size } from './desktop.ts';
@@ -31,17 +37,21 @@ import { FloorChild, floorFigures } from './floor.ts';
 import { machine, sourceState } from './machine.ts';
 import { MEMORY_SCREENSHOTS, memoryRun, type MemoryReport } from './memory.ts';
 import { FORMATS, ONE_WAY_MS, ratios, SIZES } from './ratios.ts';
-import { figureTable, memoryTable, ratioTable } from './report.ts';
+import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
 import { ITERATIONS, progress, round2, WARMUP, type Figure } from './stats.ts';
 
 /** Encoders the daemon does not use, timed in the floor child to show what the cheapest encode costs. */
 const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
+/** Sections that run alone with BENCH_ONLY. */
+const SECTIONS = ['density'] as const;
+
 interface Run {
   figures: Figure[];
   launches: number[];
   memory?: MemoryReport;
+  density?: DensityReport;
 }
 
 /**
@@ -99,6 +109,13 @@ async function browserPart(daemon: DaemonProcess, format: ImageFormat, pageUrl: 
 }
 
 async function main(): Promise<void> {
+  const only = process.env.BENCH_ONLY;
+  if (only !== undefined && only !== '') {
+    if (!(SECTIONS as readonly string[]).includes(only)) {
+      throw new Error(`BENCH_ONLY must be one of ${SECTIONS.join(', ')}, got ${JSON.stringify(only)}`);
+    }
+    return densityMain();
+  }
   const started = performance.now();
   const load = os.loadavg();
   progress(
@@ -112,6 +129,8 @@ async function main(): Promise<void> {
   run.memory = await memoryRun();
   run.figures.push(run.memory.figure);
   if (run.launches.length) run.figures.push(launchFigure(run.launches));
+  progress('density: a desktop per session');
+  run.density = await densityRun();
   const book = ratios(run.figures, run.memory);
   const duration = round2((performance.now() - started) / 1000);
   const info = machine(load);
@@ -120,6 +139,7 @@ async function main(): Promise<void> {
   console.log(figureTable(run.figures));
   console.log(`\n${ratioTable(book.ratios)}`);
   if (run.memory) console.log(`\n${memoryTable(run.memory)}`);
+  if (run.density) console.log(`\n${densityTable(run.density)}`);
   if (source) {
     const dirty = source.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
     console.log(`\nmeasured: commit ${source.commit}${dirty}`);
@@ -137,6 +157,7 @@ async function main(): Promise<void> {
     figures: run.figures,
     ratios: book.ratios,
     memory: run.memory ?? null,
+    density: run.density ?? null,
   };
   await writeFile(new URL('./results.json', import.meta.url), `${JSON.stringify(out, null, 2)}\n`);
 }

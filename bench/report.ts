@@ -1,7 +1,9 @@
 /**
  * The printed tables: figures (median, p95, n, bytes), ratios with their
- * target and whether it was met (bench/ratios.ts), and memory.
+ * target and whether it was met (bench/ratios.ts), memory, and the density
+ * section (bench/density.ts).
  */
+import type { DensityReport, RestReport, Series } from './density.ts';
 import type { MemoryReport } from './memory.ts';
 import type { Ratio } from './ratios.ts';
 import type { Figure } from './stats.ts';
@@ -76,4 +78,157 @@ export function memoryTable(m: MemoryReport): string {
       'libvips keeps its own bounded operation cache in the worker.',
   );
   return lines.join('\n');
+}
+
+const mib = (v: number | undefined, width: number): string => num(v, width);
+const pct = (v: number | undefined, width: number): string => (v === undefined ? '' : v.toFixed(2)).padStart(width);
+
+/** Section `density` (bench/density.ts): desktops at rest, leases and recycling, K agents, ratios and targets. */
+export function densityTable(r: DensityReport): string {
+  const m = r.machine;
+  const lines: string[] = [
+    `Density: a desktop per session (${r.settings.display} ${r.settings.format}; ${m.cpus} CPUs, ` +
+      `${Math.round(m.total_mem_mib / 1024)} GiB; load average ${m.loadavg_start.join(' ')} → ${m.loadavg_end.join(' ')}; ` +
+      `${m.date.slice(0, 10)})`,
+    `default cap here (src/config.ts defaultDesktopCap): ${r.settings.default_cap} desktops`,
+    '',
+    `Warm desktops at rest, no session: mean per desktop (MiB; CPU over ${r.settings.rest_s} s idle, % of one core)`,
+    '   K  |  PSS: Xvfb  openbox  worker  Chromium   total  (file) |  USS total | daemon metric |  CPU: Xvfb  openbox  worker  Chromium  total | daemon PSS',
+  ];
+  const restRow = (x: RestReport, label: string): string => {
+    const p = x.mean.parts;
+    const metric = x.per_desktop.map((d) => d.daemon_metric_mib).filter((v): v is number => v !== undefined);
+    const metricMean = metric.length ? metric.reduce((a, b) => a + b, 0) / metric.length : undefined;
+    return [
+      label.padStart(4),
+      ' |',
+      mib(p.xvfb.pss_mib, 10),
+      mib(p.openbox.pss_mib, 8),
+      mib(p.worker.pss_mib, 7),
+      mib(p.chromium.pss_mib, 9),
+      mib(x.mean.total.pss_mib, 7),
+      `(${num(x.mean.total.pss_file_mib, 0)})`.padStart(8),
+      ' |',
+      mib(x.mean.total.uss_mib, 10),
+      ' |',
+      mib(metricMean, 13),
+      ' |',
+      pct(p.xvfb.cpu_pct, 10),
+      pct(p.openbox.cpu_pct, 8),
+      pct(p.worker.cpu_pct, 7),
+      pct(p.chromium.cpu_pct, 9),
+      pct(x.mean.total.cpu_pct, 6),
+      ' |',
+      mib(x.daemon.pss_mib, 10),
+    ].join(' ');
+  };
+  for (const x of r.rest) lines.push(restRow(x, String(x.desktops)));
+  if (r.after_run.length) {
+    lines.push(
+      '',
+      `The same desktops after the run (leased, the page open, after ${r.settings.agent_seconds_per_mode} s of ` +
+        'batches each): mean per desktop (MiB)',
+    );
+    lines.push('   K  |  PSS: Xvfb  openbox  worker  Chromium   total  (file) |  USS total | daemon metric');
+    for (const x of r.after_run) {
+      lines.push(restRow(x, String(x.desktops)).split(' |').slice(0, 4).join(' |').trimEnd());
+    }
+  }
+  const l = r.leases;
+  const series = (name: string, s: Series): string =>
+    `${name.padEnd(62)} ${num(s.median_ms, 9)} ${num(s.p95_ms, 9)} ${int(s.n, 4)}`;
+  lines.push(
+    '',
+    `Lease and recycle (samples in turn, warm and cold)${' '.repeat(12)}  median ms    p95 ms    n`,
+    series('warm lease: hello → welcome (--warm 1)', l.warm_lease),
+    series("  the daemon's lease wait (deskbatch_desktop_lease_wait_seconds)", l.warm_lease_daemon),
+    series('cold lease: hello → welcome (--warm 0: Xvfb, openbox, worker, Chromium)', l.cold_lease),
+    series("  the daemon's lease wait", l.cold_lease_daemon),
+    series('recycle: teardown (deskbatch_desktop_recycle_seconds)', l.teardown),
+    series('recycle: a fresh desktop started (deskbatch_desktop_start_seconds)', l.start),
+    series('recycle: session end → a fresh warm desktop (/readyz, observed)', l.end_to_warm),
+  );
+  lines.push(
+    '',
+    `K agents at once, each looping [${r.settings.batch}]; ` +
+      `${r.settings.agent_seconds_per_mode} s per mode in ${r.settings.segments} alternating segments`,
+    '   K  | pool: batch/s   p50 ms   p95 ms | shared: batch/s   p50 ms   p95 ms | pool/shared | PNG KiB pool/shared | errors',
+  );
+  for (const a of r.agents) {
+    lines.push(
+      [
+        `${a.k}${a.cap ? '*' : ''}`.padStart(4),
+        ' |',
+        num(a.pool.batches_per_s, 13),
+        num(a.pool.p50_ms, 8),
+        num(a.pool.p95_ms, 8),
+        ' |',
+        num(a.shared.batches_per_s, 15),
+        num(a.shared.p50_ms, 8),
+        num(a.shared.p95_ms, 8),
+        ' |',
+        `${num(a.throughput_ratio, 10)}x`,
+        ' |',
+        `${num(a.pool.image_bytes / 1024, 0)} / ${num(a.shared.image_bytes / 1024, 0)}`.padStart(19),
+        ' |',
+        `${a.pool.errors}/${a.shared.errors}`.padStart(6),
+      ].join(' '),
+    );
+  }
+  lines.push(
+    '   (* the default cap)',
+    '',
+    'Where a batch goes: mean ms per call as the daemon times it (deskbatch_call_duration_seconds); CPU ms per',
+    'batch by process (the daemon itself, and its desktops: Xvfb, openbox, worker, Chromium); cores used on',
+    'average by the daemon with its desktops, by this bench (the K clients), and by the whole machine (other jobs too)',
+    '   K  mode   | click    type  screenshot | CPU ms: daemon   Xvfb  openbox  worker  Chromium   total | cores: daemon  bench  machine',
+  );
+  for (const a of r.agents) {
+    for (const mode of ['pool', 'shared'] as const) {
+      const m = a[mode];
+      const c = m.cpu_ms_per_batch;
+      lines.push(
+        [
+          `${a.k}${a.cap ? '*' : ''}`.padStart(4),
+          ` ${mode.padEnd(6)} |`,
+          num(m.call_ms.left_click, 5),
+          num(m.call_ms.type, 7),
+          num(m.call_ms.screenshot, 11),
+          ' |',
+          num(c.daemon, 14),
+          num(c.xvfb, 6),
+          num(c.openbox, 8),
+          num(c.worker, 7),
+          num(c.chromium, 9),
+          num(m.daemon_cpu_ms_per_batch, 7),
+          ' |',
+          num(m.daemon_cores, 13),
+          num(m.bench_cores, 6),
+          num(m.machine_busy_cores, 8),
+        ].join(' '),
+      );
+    }
+  }
+  lines.push('', ratioLines(r), '', targetLines(r));
+  return lines.join('\n');
+}
+
+function ratioLines(r: DensityReport): string {
+  const w = Math.max(...r.ratios.map((x) => x.name.length), 5);
+  return [
+    `${'ratio'.padEnd(w)}  ${'value'.padStart(8)}`,
+    ...r.ratios.map((x) => `${x.name.padEnd(w)}  ${num(x.value, 7)}${x.unit}`),
+  ].join('\n');
+}
+
+function targetLines(r: DensityReport): string {
+  const w = Math.max(...r.targets.map((x) => x.name.length), 6);
+  return [
+    `${'target'.padEnd(w)}  ${'value'.padStart(11)}  ${'wanted'.padEnd(12)}  met`,
+    ...r.targets.map(
+      (t) =>
+        `${t.name.padEnd(w)}  ${`${num(t.value, 0)} ${t.unit}`.padStart(11)}  ${(t.target ?? '(info)').padEnd(12)}  ` +
+        (t.target === undefined ? '' : t.met === undefined ? 'n/a' : t.met ? 'yes' : 'NO'),
+    ),
+  ].join('\n');
 }
