@@ -68,6 +68,8 @@ export class BrowserManager {
   generation = 0;
   /** Bumped whenever a browser disconnects, so a call can tell the browser died while it ran. */
   deaths = 0;
+  /** Set by close(): a disconnect then is no crash. */
+  private closing = false;
   private readonly deathListeners = new Set<() => void>();
   /**
    * Whether Chromium's renderer sandbox is on: undefined until a launch tells.
@@ -164,7 +166,9 @@ export class BrowserManager {
         this.browserPid = undefined;
       }
       this.deaths++;
-      log.warn('browser disconnected', { generation: this.generation });
+      // close() ends it on purpose (a pooled desktop torn down at every session's end): no warning then.
+      if (this.closing) log.debug('browser closed', { generation: this.generation });
+      else log.warn('browser disconnected', { generation: this.generation });
       for (const listener of [...this.deathListeners]) listener();
     });
     try {
@@ -253,6 +257,7 @@ export class BrowserManager {
     // took 18.7 s and overran the shutdown deadline (measured by the soak run).
     const sessions = [...this.sessions.values()];
     this.sessions.clear();
+    this.closing = true;
     await this.browser?.close().catch(() => undefined);
     this.browser = undefined;
     await Promise.all(sessions.map((s) => s.close()));
