@@ -13,9 +13,18 @@ import { log, sleep, throwIfCancelled, type OpContext } from './context.ts';
  * extension, no focused window, or a client that reads lazily. Chromium was
  * exact from 5 ms on a quiet machine; under load 12-20 even 50 ms sometimes
  * lost the first new character, which is why the re-read is awaited instead.
- * Also the pause before re-binding a slot pressed less than this ago.
  */
 const BIND_SETTLE_MS = 50;
+/**
+ * The pause before re-binding a slot pressed less than this ago: the focused
+ * client translates a key when it handles the event, which a loaded client
+ * does late. 50 ms let Chromium, under the load of the pool tests beside it,
+ * type a later chunk's characters in place of the ones pressed before (a
+ * fresh-clone run of test/desktop-driver.test.ts "typing more distinct
+ * characters than spare keycodes"). Only texts with more distinct unusual
+ * characters than spare keycodes pay it, once per extra chunk.
+ */
+const REBIND_DRAIN_MS = 250;
 /**
  * How long to wait for the focused client to re-read the keymap. A client
  * that does not within this is remembered as a lazy reader (it may read when
@@ -166,11 +175,11 @@ export class XKeyboard {
     const plan: Array<[number, number]> = [];
     for (const ks of needed) {
       const [kc, old] = free.shift()!;
-      if (old !== 0 && now - (this.lastUse.get(kc) ?? 0) < BIND_SETTLE_MS) rebindingRecent = true;
+      if (old !== 0 && now - (this.lastUse.get(kc) ?? 0) < REBIND_DRAIN_MS) rebindingRecent = true;
       plan.push([kc, ks]);
     }
     // A slot pressed moments ago may not have been read by the client yet: let it drain before changing the key's meaning.
-    if (rebindingRecent) await sleep(BIND_SETTLE_MS, ctx);
+    if (rebindingRecent) await sleep(REBIND_DRAIN_MS, ctx);
     throwIfCancelled(ctx);
     for (const [kc, ks] of plan) {
       this.changeMapping(kc, ks);
