@@ -123,6 +123,12 @@ const START_BACKOFF_MS = 1_000;
 const START_BACKOFF_CAP_MS = 30_000;
 /** What `retry_after_ms` says before any start was timed. */
 const DEFAULT_START_MS = 3_000;
+/** The pause after the `n`th failed start in a row. */
+const startBackoffMs = (n: number): number => Math.min(START_BACKOFF_CAP_MS, START_BACKOFF_MS * 2 ** (n - 1));
+
+/** A count of zero for every state. */
+const noDesktops = (): Record<DesktopState, number> =>
+  Object.fromEntries(DESKTOP_STATES.map((s) => [s, 0])) as Record<DesktopState, number>;
 
 class PooledDesktop implements DesktopResources {
   readonly lane = new Lane();
@@ -255,7 +261,7 @@ export class DesktopPool implements Desktops {
   }
 
   capacity(): Capacity {
-    const states = Object.fromEntries(DESKTOP_STATES.map((s) => [s, 0])) as Record<DesktopState, number>;
+    const states = noDesktops();
     let leased = 0;
     for (const d of this.desktops) {
       states[d.state]++;
@@ -374,14 +380,7 @@ export class DesktopPool implements Desktops {
     const d = new PooledDesktop(`d${++this.built}`, size);
     this.desktops.add(d);
     const t0 = performance.now();
-    void buildDesktop({
-      id: d.id,
-      size,
-      downloadsRoot: this.options.downloadsRoot,
-      makeParts: this.options.makeParts,
-      warm: true,
-      log: this.options.log,
-    }).then(
+    void this.build(d).then(
       (parts) => {
         if (this.closed) return void destroyParts(parts);
         const ms = performance.now() - t0;
@@ -396,7 +395,7 @@ export class DesktopPool implements Desktops {
       (err: unknown) => {
         this.failuresInRow++;
         this.options.onEvent?.({ kind: 'start_failed' });
-        const pause = Math.min(START_BACKOFF_CAP_MS, START_BACKOFF_MS * 2 ** (this.failuresInRow - 1));
+        const pause = startBackoffMs(this.failuresInRow);
         this.options.log.error('a desktop did not start', { desktop: d.id, error: String(err), retry_in_ms: pause });
         d.state = 'broken';
         // It holds its place in the count for the pause, so a failing start is not retried in a tight loop.
@@ -406,6 +405,12 @@ export class DesktopPool implements Desktops {
         }, pause).unref();
       },
     );
+  }
+
+  /** Starts the processes of `d` (first start, or a rebuild), warm: worker and browser running. */
+  private build(d: PooledDesktop): Promise<DesktopParts> {
+    const { downloadsRoot, makeParts, log } = this.options;
+    return buildDesktop({ id: d.id, size: d.size, downloadsRoot, makeParts, warm: true, log });
   }
 
   /** Tears a desktop down and frees its place; the queue and the warm set are then refilled. */
@@ -436,14 +441,7 @@ export class DesktopPool implements Desktops {
     const old = d.parts;
     for (let attempt = 1; ; attempt++) {
       try {
-        const parts = await buildDesktop({
-          id: d.id,
-          size: d.size,
-          downloadsRoot: this.options.downloadsRoot,
-          makeParts: this.options.makeParts,
-          warm: true,
-          log: this.options.log,
-        });
+        const parts = await this.build(d);
         // The session ended while it was rebuilt: the new parts go with the rest.
         if (d.session === undefined || this.closed) return void destroyParts(parts);
         d.parts = parts;
@@ -453,7 +451,7 @@ export class DesktopPool implements Desktops {
         break;
       } catch (err) {
         if (d.session === undefined || this.closed) return;
-        const pause = Math.min(START_BACKOFF_CAP_MS, START_BACKOFF_MS * 2 ** (attempt - 1));
+        const pause = startBackoffMs(attempt);
         this.options.log.error('a desktop could not be rebuilt', {
           desktop: d.id,
           error: String(err),
@@ -494,7 +492,7 @@ export class SharedDesktop implements Desktops {
   }
 
   capacity(): Capacity {
-    const states = Object.fromEntries(DESKTOP_STATES.map((s) => [s, 0])) as Record<DesktopState, number>;
+    const states = noDesktops();
     states[this.sessions ? 'leased' : 'warm'] = 1;
     return { mode: 'shared', max: 1, free: 1, leased: this.sessions, waiting: 0, states };
   }
