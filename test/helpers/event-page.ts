@@ -29,7 +29,8 @@
  *   flags shiftKey, ctrlKey, altKey, metaKey. contextmenu is prevented, so no
  *   native menu opens and grabs the pointer.
  * - mousemove: coalesced: consecutive moves update one entry (`count` of moves
- *   so far, last clientX/Y, screenX/Y, modifiers). `window.__lastMove` is
+ *   so far, last `buttons`, clientX/Y, screenX/Y, modifiers). Chromium itself
+ *   coalesces moves under load, so `count` is not a number to assert on. `window.__lastMove` is
  *   always the latest move.
  * - wheel: deltaX, deltaY, deltaMode, clientX/Y, modifiers. Ctrl+wheel is
  *   prevented so the page never zooms (which would break the pixel mapping).
@@ -68,6 +69,7 @@ export interface RecordedMouseEvent extends Modifiers {
 
 export interface RecordedMouseMove extends Modifiers {
   type: 'mousemove';
+  buttons: number;
   target: string;
   time: number;
   count: number;
@@ -185,7 +187,7 @@ export const EVENT_PAGE_HTML = `<!doctype html>
   }
   addEventListener('mousemove', (e) => {
     const prev = last();
-    const entry = { ...base(e), count: prev && prev.type === 'mousemove' ? prev.count + 1 : 1,
+    const entry = { ...base(e), count: prev && prev.type === 'mousemove' ? prev.count + 1 : 1, buttons: e.buttons,
       clientX: e.clientX, clientY: e.clientY, screenX: e.screenX, screenY: e.screenY, ...mods(e) };
     if (prev && prev.type === 'mousemove') events[events.length - 1] = entry; else events.push(entry);
     window.__lastMove = entry;
