@@ -13,6 +13,7 @@ import { startDaemon } from './daemon.ts';
 import { BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
 import type { ImageFormat } from './image.ts';
 import { startVirtualDisplay, type VirtualDisplay } from './desktop/xvfb.ts';
+import { FRAMEBUFFER_ENV } from './desktop/worker-protocol.ts';
 import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel } from './log.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
@@ -225,6 +226,8 @@ async function serve(argv: string[]): Promise<void> {
     token,
     tokenConfigured: Boolean(envToken),
     display,
+    // An operator's own Xvfb started with -fbdir: its screen file (docs/OPERATIONS.md).
+    ...(display && process.env[FRAMEBUFFER_ENV] ? { displayFramebuffer: process.env[FRAMEBUFFER_ENV] } : {}),
   });
   if (pooled) {
     // Each desktop has its own display and X cookie (src/desktops/desktop.ts).
@@ -234,6 +237,7 @@ async function serve(argv: string[]): Promise<void> {
     display = xvfb.display;
     config.display = display;
     config.displayAuth = 'cookie';
+    config.displayFramebuffer = xvfb.framebuffer;
     // Its X server admits only clients with its cookie: our worker, openbox and the browser inherit it.
     process.env.DISPLAY = display;
     process.env.XAUTHORITY = xvfb.xauthority;

@@ -30,6 +30,13 @@ export interface DaemonConfig {
   allowHostHeaders: string[];
   /** X display to drive, e.g. `:99`. Undefined: no display (computer calls fail until one is set). */
   display: string | undefined;
+  /**
+   * The file an Xvfb started with `-fbdir` keeps `display`'s screen in
+   * (XWD, depth 24): screenshots then read it instead of asking the X
+   * server for the pixels (docs/PERFORMANCE.md). The daemon's own Xvfb sets
+   * it; for an operator's Xvfb, `DESKBATCH_FRAMEBUFFER`. Unset: libnut grabs.
+   */
+  displayFramebuffer?: string;
   /** Where sessions' desktops come from (src/desktops/pool.ts, docs/PROTOCOL.md "Desktops"). */
   desktops: DesktopSettings;
   /** 'cookie': the display is the daemon's own Xvfb, which admits only holders of its cookie; 'external': the operator's. */
@@ -218,7 +225,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     // 2000 px per side keeps a request with more than 20 images valid; 4784 is the visual-token limit.
     limits: { maxSidePx: 2000, maxVisualTokens: 4784 },
     maxBase64Bytes: API_IMAGE_MAX_BYTES,
-    settle: { afterInputMs: 1_000, intervalMs: 50, maxMs: 1_000 },
+    settle: { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, intervalMs: 50, maxMs: 1_000 },
   },
   retention: { maxFiles: 2_000, maxBytes: 1024 * 1024 * 1024 },
   limits: {

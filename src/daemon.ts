@@ -6,6 +6,7 @@
 import type { AddressInfo } from 'node:net';
 import { ConfigError, configWarnings, type DaemonConfig } from './config.ts';
 import { WorkerDesktopDriver } from './desktop/worker-driver.ts';
+import { FRAMEBUFFER_ENV } from './desktop/worker-protocol.ts';
 import { Executor } from './executor/executor.ts';
 import { Lane } from './desktops/lane.ts';
 import { fitSize, type Geometry, type Size } from './geometry.ts';
@@ -295,7 +296,8 @@ function createDesktops(
   const { driver, browser } = makeParts({
     id: 'shared',
     display: config.display ?? '',
-    env: {},
+    // Always set, also when empty: a value in the daemon's own environment may name another display's screen.
+    env: { [FRAMEBUFFER_ENV]: config.displayFramebuffer ?? '' },
     downloadsDir: downloadsRoot,
   });
   // Start the desktop worker now: its first start (tsx, nut-js) takes 1–3 s, which the first batch should not wait for.

@@ -8,13 +8,20 @@
 export type ImageFormat = 'png' | 'jpeg' | 'webp';
 
 /**
- * The settle step before a capture (docs/PERFORMANCE.md): right after input,
- * the screen may still be redrawing, so frames are grabbed `intervalMs` apart
- * until two in a row are identical, for at most `maxMs`; the last frame is
- * encoded. On a screen that saw no input for `afterInputMs`, one grab is all.
+ * The settle step before a capture (docs/PERFORMANCE.md, "The settle step"):
+ * right after input the screen may still be redrawing, so a capture within
+ * `afterInputMs` of input waits, for at most `maxMs`, until the screen is
+ * quiet, then grabs once. Where the X server reports drawing (DAMAGE),
+ * quiet means: no change for `quietMs` since the last one, or, if nothing
+ * changed since the input, for `reactionMs` since the input (an app takes a
+ * while to draw its answer to a click). Elsewhere frames are grabbed
+ * `intervalMs` apart until two in a row are identical. On a screen that saw
+ * no input for `afterInputMs`, one grab is all.
  */
 export interface SettleOptions {
   afterInputMs: number;
+  quietMs: number;
+  reactionMs: number;
   intervalMs: number;
   maxMs: number;
 }
@@ -25,6 +32,10 @@ export interface CapturedImage {
   mediaType: 'image/png' | 'image/jpeg' | 'image/webp';
   width: number;
   height: number;
-  /** How the settle step went, when it ran: time spent, frames grabbed, and whether the last two matched. */
-  settled?: { ms: number; frames: number; stable: boolean };
+  /**
+   * How the settle step went, when it ran: time spent, how it knew (`damage`:
+   * the X server's reports, `changes` of them during the wait; `frames`:
+   * `frames` grabs compared), and whether the screen was quiet (false: the cap ended it).
+   */
+  settled?: { ms: number; method: 'damage' | 'frames'; frames: number; changes: number; stable: boolean };
 }

@@ -25,6 +25,8 @@ import {
 } from './helpers/desktop.ts';
 import type { RecordedKey } from './helpers/event-page.ts';
 import { until } from './helpers/wait.ts';
+import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
+import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
 
 const PRINTABLE_ASCII = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join('');
 
@@ -297,6 +299,42 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
     assert.match(file.path, /^s_[A-Za-z0-9_-]+\/shot-1_toolu_\d+_\w+\.png$/);
     assert.deepEqual(await readFile(join(d.daemon.screenshotsDir, file.path)), png);
     assert.equal(file.bytes, png.length);
+  });
+
+  test("screenshots read Xvfb's framebuffer, and it shows what libnut's X grab shows, pixel for pixel", async () => {
+    const output = { width: 1280, height: 800 };
+    const raw = async (png: Buffer | Uint8Array): Promise<Buffer> => sharp(png).raw().toBuffer();
+    const logs: string[] = [];
+    const worker = (framebuffer: string): WorkerDesktopDriver =>
+      new WorkerDesktopDriver({
+        display: d.display.display,
+        env: { [FRAMEBUFFER_ENV]: framebuffer },
+        log: (level, msg) => logs.push(`${level} ${msg}`),
+      });
+    assert.ok(d.display.framebuffer, 'the test display was started with -fbdir');
+    const direct = worker(d.display.framebuffer);
+    const grabbed = worker('');
+    try {
+      // No caret blinking between the captures.
+      await d.page.evaluate('document.activeElement?.blur()');
+      for (let attempt = 1; ; attempt++) {
+        const before = await raw((await grabbed.capture({ output, format: 'png', quality: 80 })).data);
+        const fromFile = await raw((await direct.capture({ output, format: 'png', quality: 80 })).data);
+        const after = await raw((await grabbed.capture({ output, format: 'png', quality: 80 })).data);
+        if (!before.equals(after) && attempt < 4) continue; // the screen changed between the grabs: again
+        assert.ok(before.equals(after), 'the screen kept changing between grabs');
+        assert.ok(fromFile.equals(before), 'the framebuffer file and XGetImage differ');
+        break;
+      }
+      assert.deepEqual(
+        logs.filter((l) => l.includes('framebuffer')),
+        [],
+        'neither worker complained about the framebuffer',
+      );
+    } finally {
+      await direct.close();
+      await grabbed.close();
+    }
   });
 
   test('zoom captures the region at display resolution, fitted to the screenshot size', async () => {

@@ -21,6 +21,13 @@ import type { CaptureOptions, DriverKey, MouseButton, ScrollDirection } from './
 import type { Point, Size } from '../geometry.ts';
 import type { CapturedImage } from '../image.ts';
 
+/**
+ * The worker's environment variable naming the file an Xvfb started with
+ * `-fbdir` keeps its screen in (src/desktop/xvfb.ts `VirtualDisplay.framebuffer`);
+ * empty or unset: screenshots grab through libnut.
+ */
+export const FRAMEBUFFER_ENV = 'DESKBATCH_FRAMEBUFFER';
+
 /** A captured image as it arrives: with 'advanced' serialization a Buffer comes back as a plain Uint8Array. */
 export type WireImage = Omit<CapturedImage, 'data'> & { data: Uint8Array };
 

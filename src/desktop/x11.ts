@@ -17,6 +17,8 @@ const X_QUERY_TREE = 15;
 const X_INTERN_ATOM = 16;
 const X_CHANGE_PROPERTY = 18;
 const X_GET_PROPERTY = 20;
+const X_GRAB_SERVER = 36;
+const X_UNGRAB_SERVER = 37;
 const X_QUERY_POINTER = 38;
 const X_GET_INPUT_FOCUS = 43;
 const X_QUERY_EXTENSION = 98;
@@ -36,6 +38,13 @@ export const RECORD_CLIENT_STARTED = 2;
 export const RECORD_CLIENT_DIED = 3;
 export const RECORD_END_OF_DATA = 5;
 const XTEST_FAKE_INPUT = 2;
+/** QueryVersion of XFIXES and of DAMAGE: minor opcode 0 of both. */
+const EXT_QUERY_VERSION = 0;
+const XFIXES_HIDE_CURSOR = 29;
+const DAMAGE_CREATE = 1;
+const DAMAGE_SUBTRACT = 3;
+/** DAMAGE's report level that sends one DamageNotify when the damage region becomes non-empty. */
+export const DAMAGE_REPORT_NON_EMPTY = 3;
 export const KEY_PRESS = 2;
 export const KEY_RELEASE = 3;
 export const BUTTON_PRESS = 4;
@@ -118,6 +127,8 @@ export class XConnection {
   resourceIdMask = 0;
   closed = false;
   onMappingNotify: () => void = () => {};
+  /** Every other event (an extension's, such as DAMAGE's DamageNotify), as its 32 bytes. */
+  onEvent: (event: Buffer) => void = () => {};
   onClose: () => void = () => {};
   private buf: Buffer = Buffer.alloc(0);
   private seq = 0;
@@ -217,6 +228,8 @@ export class XConnection {
         }
       } else if ((type & 0x7f) === X_MAPPING_NOTIFY) {
         this.onMappingNotify();
+      } else {
+        this.onEvent(msg);
       }
     }
   }
@@ -393,6 +406,90 @@ export class XConnection {
     n.copy(req, 8);
     const reply = await this.request(req);
     return reply[8] ? reply[9] : undefined;
+  }
+
+  /** An extension's major opcode and its first event code, undefined if the server lacks it. */
+  async extension(name: string): Promise<{ major: number; firstEvent: number } | undefined> {
+    const n = pad4(Buffer.from(name, 'latin1'));
+    const req = Buffer.alloc(8 + n.length);
+    req[0] = X_QUERY_EXTENSION;
+    req.writeUInt16LE(req.length / 4, 2);
+    req.writeUInt16LE(name.length, 4);
+    n.copy(req, 8);
+    const reply = await this.request(req);
+    return reply[8] ? { major: reply[9]!, firstEvent: reply[10]! } : undefined;
+  }
+
+  /**
+   * An extension's QueryVersion (minor opcode 0, client version `major.minor`),
+   * which XFIXES and DAMAGE require before any other request; resolves with
+   * the server's version.
+   */
+  async extensionVersion(opcode: number, major: number, minor: number): Promise<[number, number]> {
+    const req = Buffer.alloc(12);
+    req[0] = opcode;
+    req[1] = EXT_QUERY_VERSION;
+    req.writeUInt16LE(3, 2);
+    req.writeUInt32LE(major, 4);
+    req.writeUInt32LE(minor, 8);
+    const reply = await this.request(req);
+    return [reply.readUInt32LE(8), reply.readUInt32LE(12)];
+  }
+
+  /** XFixesHideCursor on the root: the pointer is not drawn until this connection closes. */
+  hideCursor(xfixesOpcode: number): void {
+    const req = Buffer.alloc(8);
+    req[0] = xfixesOpcode;
+    req[1] = XFIXES_HIDE_CURSOR;
+    req.writeUInt16LE(2, 2);
+    req.writeUInt32LE(this.root, 4);
+    this.send(req);
+  }
+
+  /** DamageCreate on the root window: DamageNotify events for what any client draws. */
+  damageCreate(damageOpcode: number, damage: number, level: number): void {
+    const req = Buffer.alloc(16);
+    req[0] = damageOpcode;
+    req[1] = DAMAGE_CREATE;
+    req.writeUInt16LE(4, 2);
+    req.writeUInt32LE(damage, 4);
+    req.writeUInt32LE(this.root, 8);
+    req[12] = level;
+    this.send(req);
+  }
+
+  /** DamageSubtract with no repair region: empties `damage`, so the next drawing reports again. */
+  damageSubtract(damageOpcode: number, damage: number): void {
+    const req = Buffer.alloc(16);
+    req[0] = damageOpcode;
+    req[1] = DAMAGE_SUBTRACT;
+    req.writeUInt16LE(4, 2);
+    req.writeUInt32LE(damage, 4);
+    this.send(req);
+  }
+
+  /**
+   * Runs `read` while the server processes no other client's request
+   * (GrabServer, then a round trip so that the request in progress has
+   * finished, then UngrabServer in the same tick): what `read` sees of the
+   * server's state is one consistent moment. `read` must be synchronous.
+   */
+  async whileServerGrabbed<T>(read: () => T): Promise<T> {
+    const grab = Buffer.alloc(4);
+    grab[0] = X_GRAB_SERVER;
+    grab.writeUInt16LE(1, 2);
+    this.send(grab);
+    try {
+      await this.sync();
+      return read();
+    } finally {
+      if (!this.closed) {
+        const ungrab = Buffer.alloc(4);
+        ungrab[0] = X_UNGRAB_SERVER;
+        ungrab.writeUInt16LE(1, 2);
+        this.send(ungrab);
+      }
+    }
   }
 
   /** The core keymap: `keysyms[(keycode - minKeycode) * perKeycode + column]`. */

@@ -74,6 +74,13 @@ export interface VirtualDisplay {
   /** PID of openbox, when it was started. */
   windowManagerPid?: number;
   /**
+   * The file Xvfb keeps its screen in (`-fbdir`, an XWD image mapped in
+   * memory, in a folder only this user can read, on /dev/shm where there is
+   * one): the desktop worker reads screenshots from it
+   * (src/desktop/worker/screen.ts). Set for depth 24 only.
+   */
+  framebuffer?: string;
+  /**
    * Calls `listener` once if Xvfb or openbox exits other than through stop()
    * (killed, crashed): the desktop is then broken and its owner rebuilds it.
    */
@@ -186,6 +193,11 @@ function onExitHookKill(child: ChildProcess, afterKill: () => void): void {
   if (liveChildren.has(child)) liveChildren.set(child, afterKill);
 }
 
+/** Where Xvfb's framebuffer file goes when it can (a tmpfs on Linux); else beside its other files. */
+const SHM_DIR = '/dev/shm';
+/** The name Xvfb gives screen 0's file in its -fbdir. */
+const XVFB_FRAMEBUFFER_FILE = 'Xvfb_screen0';
+
 /** `setpriv --pdeathsig KILL -- cmd args…` when setpriv exists (util-linux, present on Debian). */
 function dieWithParent(command: string, args: string[]): [string, string[]] {
   return existsSync(SETPRIV) ? [SETPRIV, ['--pdeathsig', 'KILL', '--', command, ...args]] : [command, args];
@@ -246,11 +258,13 @@ async function raceDeadline(promise: Promise<void>, ms: number): Promise<'done' 
 async function spawnXvfb(
   screen: string,
   authPath: string,
+  fbDir: string | undefined,
   logFd: number,
   logPath: string,
   timeoutMs: number,
 ): Promise<{ child: ChildProcess; displayNumber: number }> {
   const xvfbArgs = [
+    ...(fbDir ? ['-fbdir', fbDir] : []),
     '-displayfd',
     '3',
     '-screen',
@@ -504,6 +518,8 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
 
   const startedAt = performance.now();
   const workDir = await mkdtemp(join(tmpdir(), 'deskbatch-xvfb-'));
+  // In memory (tmpfs) where possible: on a disk the kernel would write the screen back to it.
+  const fbDir = depth === 24 ? await mkdtemp(join(SHM_DIR, 'deskbatch-fb-')).catch(() => workDir) : undefined;
   // The server's cookie: only clients that hold it can connect (no other local user or process).
   const cookie = randomBytes(16);
   const serverAuthPath = join(workDir, 'server-auth');
@@ -524,6 +540,7 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     await xvfbLog.close().catch(() => {});
     await openboxLog?.close().catch(() => {});
     await rm(workDir, { recursive: true, force: true });
+    if (fbDir) await rm(fbDir, { recursive: true, force: true });
   };
 
   let display: string;
@@ -531,6 +548,7 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     const started = await spawnXvfb(
       `${width}x${height}x${depth}`,
       serverAuthPath,
+      fbDir,
       xvfbLog.fd,
       xvfbLogPath,
       startTimeoutMs,
@@ -559,7 +577,12 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
   }
   const displayNumber = display.slice(1);
   onExitHookKill(xvfb, () => {
-    for (const path of [`/tmp/.X${displayNumber}-lock`, `/tmp/.X11-unix/X${displayNumber}`, workDir]) {
+    for (const path of [
+      `/tmp/.X${displayNumber}-lock`,
+      `/tmp/.X11-unix/X${displayNumber}`,
+      workDir,
+      fbDir ?? workDir,
+    ]) {
       rmSync(path, { recursive: true, force: true });
     }
   });
@@ -611,6 +634,7 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     xauthority,
     env: { DISPLAY: display, XAUTHORITY: xauthority },
     ...(openboxChild?.pid !== undefined ? { windowManagerPid: openboxChild.pid } : {}),
+    ...(fbDir ? { framebuffer: join(fbDir, XVFB_FRAMEBUFFER_FILE) } : {}),
     onUnexpectedExit: (listener) => void exitListeners.push(listener),
     stop,
   };

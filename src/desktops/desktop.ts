@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import type { BrowserManager } from '../browser/manager.ts';
 import type { DesktopDriver } from '../desktop/driver.ts';
 import type { WorkerDesktopDriver } from '../desktop/worker-driver.ts';
+import { FRAMEBUFFER_ENV } from '../desktop/worker-protocol.ts';
 import { startVirtualDisplay, type VirtualDisplay } from '../desktop/xvfb.ts';
 import type { Lane } from './lane.ts';
 import type { Size } from '../geometry.ts';
@@ -78,7 +79,13 @@ export async function buildDesktop(options: BuildOptions): Promise<DesktopParts>
     made = options.makeParts({
       id,
       display: display.display,
-      env: { XAUTHORITY: display.xauthority, HOME: home, XDG_CONFIG_HOME: join(home, '.config') },
+      env: {
+        XAUTHORITY: display.xauthority,
+        // Always set, also when empty: a value in the daemon's own environment names another display's screen.
+        [FRAMEBUFFER_ENV]: display.framebuffer ?? '',
+        HOME: home,
+        XDG_CONFIG_HOME: join(home, '.config'),
+      },
       downloadsDir: downloads,
     });
     if (options.warm) {

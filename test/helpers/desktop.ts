@@ -61,7 +61,12 @@ export async function startTestDesktop(
     opened.push(server);
     const browser: KioskChromium = await launchKioskChromium({ display: display.display, ...size, url: server.url });
     opened.push(browser);
-    const daemon = await startTestDaemon({ display: display.display, ...daemonOverrides });
+    const daemon = await startTestDaemon({
+      display: display.display,
+      // Screenshots read the framebuffer, as with the daemon's own Xvfb (test/desktop-driver.test.ts covers libnut's grab).
+      displayFramebuffer: display.framebuffer,
+      ...daemonOverrides,
+    });
     opened.push(daemon);
     const fence = await InputFence.open(display.display, size.height);
     opened.push({ close: () => fence.close() });

@@ -1,12 +1,14 @@
 /**
- * Capture and encoding: a grab through nut-js, the optional settle step, then
- * B,G,R,X → RGB and sharp's resize and encoders.
+ * Capture and encoding: the optional settle step, one read of Xvfb's
+ * framebuffer (or a grab through nut-js), then B,G,R,X → RGB and sharp's
+ * resize and encoders.
  */
 import type { CaptureOptions } from '../driver.ts';
 import type { Rect } from '../../geometry.ts';
-import type { CapturedImage } from '../../image.ts';
+import type { CapturedImage, SettleOptions } from '../../image.ts';
 import { WorkerInputError, sleep, throwIfCancelled, type OpContext } from './context.ts';
 import { displaySize, type Devices } from './devices.ts';
+import type { BgrxImage, ScreenChanges } from './screen.ts';
 
 type Sharp = typeof import('sharp').default;
 
@@ -45,30 +47,48 @@ export async function capture(
     if (x === 0 && y === 0 && width === screenSize.width && height === screenSize.height) region = undefined;
   }
   const area = region;
-  const grab = () =>
-    area ? d.nut.screen.grabRegion(new d.nut.Region(area.x, area.y, area.width, area.height)) : d.nut.screen.grab();
-  let img = await grab();
-  let settled: CapturedImage['settled'];
   const settle = options.settle;
-  if (settle && performance.now() - lastInputAt < settle.afterInputMs) {
-    // Grab until two frames in a row match (the app finished drawing), or the cap.
+  let settled: CapturedImage['settled'];
+  const fb = d.framebuffer;
+  // A framebuffer read is reused by the next read: copied when it must outlive one.
+  const grab = async (keep: boolean): Promise<BgrxImage> => {
+    if (!fb) {
+      return area
+        ? d.nut.screen.grabRegion(new d.nut.Region(area.x, area.y, area.width, area.height))
+        : d.nut.screen.grab();
+    }
+    const frame = await fb.read();
+    return keep ? { ...frame, data: Buffer.from(frame.data) } : frame;
+  };
+  const recentInput = settle !== undefined && performance.now() - lastInputAt < settle.afterInputMs;
+  let img: BgrxImage;
+  if (recentInput && d.changes) {
+    settled = await waitUntilQuiet(d.changes, settle, lastInputAt, ctx);
+    img = await grab(false);
+  } else if (recentInput) {
+    // No DAMAGE: grab until two frames in a row match (the app finished drawing), or the cap.
+    img = await grab(true);
     const t0 = performance.now();
     let frames = 1;
     let stable = false;
     while (!stable && performance.now() - t0 + settle.intervalMs <= settle.maxMs) {
       await sleep(settle.intervalMs, ctx);
       throwIfCancelled(ctx);
-      const next = await grab();
+      const next = await grab(true);
       frames++;
       stable = next.data.equals(img.data);
       img = next;
     }
-    settled = { ms: Math.round(performance.now() - t0), frames, stable };
+    settled = { ms: Math.round(performance.now() - t0), method: 'frames', frames, changes: 0, stable };
+  } else {
+    img = await grab(false);
   }
-  const rgb = bgrxToRgb(img.data, img.width, img.height, img.byteWidth);
+  // libnut grabbed the region alone; the framebuffer is the whole screen.
+  const rgb = bgrxToRgb(img, fb ? area : undefined);
+  const size = fb && area ? area : img;
   sharpModule ??= (await import('sharp')).default;
-  let pipeline = sharpModule(rgb, { raw: { width: img.width, height: img.height, channels: 3 } });
-  if (img.width !== out.width || img.height !== out.height) {
+  let pipeline = sharpModule(rgb, { raw: { width: size.width, height: size.height, channels: 3 } });
+  if (size.width !== out.width || size.height !== out.height) {
     // lanczos3 (sharp's default) keeps small UI text legible when shrinking, and is fine for zoom upscaling.
     pipeline = pipeline.resize(out.width, out.height, { fit: 'fill', kernel: 'lanczos3' });
   }
@@ -98,15 +118,56 @@ export async function capture(
 }
 
 /**
- * nut-js returns 4 bytes per pixel in B,G,R,X order, rows `byteWidth` apart.
- * The 4th byte is NOT alpha (docs/MEASURED.md): giving it to sharp as RGBA yields
- * mostly black images, so we copy out 3-channel RGB.
+ * Waits until the screen is quiet (SettleOptions): no change for `quietMs`
+ * since the last one, or none at all for `reactionMs` since the input; at
+ * most `maxMs`. Each check first makes a round trip to the X server, so every
+ * change it made before is counted.
  */
-function bgrxToRgb(src: Buffer, width: number, height: number, byteWidth: number): Buffer {
+async function waitUntilQuiet(
+  changes: ScreenChanges,
+  settle: SettleOptions,
+  lastInputAt: number,
+  ctx: OpContext,
+): Promise<NonNullable<CapturedImage['settled']>> {
+  const t0 = performance.now();
+  const before = changes.count;
+  let stable = false;
+  for (;;) {
+    await changes.current();
+    throwIfCancelled(ctx);
+    const now = performance.now();
+    const changed = changes.lastChangeAt > lastInputAt;
+    const left = changed ? changes.lastChangeAt + settle.quietMs - now : lastInputAt + settle.reactionMs - now;
+    if (left <= 0) {
+      stable = true;
+      break;
+    }
+    const wait = Math.min(left, t0 + settle.maxMs - now);
+    if (wait <= 0) break;
+    await sleep(wait, ctx);
+  }
+  return {
+    ms: Math.round(performance.now() - t0),
+    method: 'damage',
+    frames: 1,
+    changes: changes.count - before,
+    stable,
+  };
+}
+
+/**
+ * libnut and Xvfb's framebuffer both hold 4 bytes per pixel in B,G,R,X order,
+ * rows `byteWidth` apart. The 4th byte is NOT alpha (docs/MEASURED.md): giving
+ * it to sharp as RGBA yields mostly black images, so we copy out 3-channel RGB
+ * (measured faster than sharp's own channel recombination), of `area` if given.
+ */
+function bgrxToRgb(img: BgrxImage, area?: Rect): Buffer {
+  const { x: left, y: top, width, height } = area ?? { x: 0, y: 0, width: img.width, height: img.height };
+  const src = img.data;
   const out = Buffer.allocUnsafe(width * height * 3);
   let o = 0;
-  for (let y = 0; y < height; y++) {
-    let i = y * byteWidth;
+  for (let y = top; y < top + height; y++) {
+    let i = y * img.byteWidth + left * 4;
     for (let x = 0; x < width; x++, i += 4) {
       out[o++] = src[i + 2]!;
       out[o++] = src[i + 1]!;

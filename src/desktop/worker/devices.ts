@@ -8,6 +8,8 @@ import { KEYSYMS } from '../keys.ts';
 import { XPointer } from '../pointer.ts';
 import { log } from './context.ts';
 import { XKeyboard } from './keymap.ts';
+import { Framebuffer, ScreenChanges } from './screen.ts';
+import { FRAMEBUFFER_ENV } from '../worker-protocol.ts';
 
 type Nut = typeof import('@nut-tree-fork/nut-js');
 
@@ -23,6 +25,10 @@ export interface Devices {
   xkbError: string | undefined;
   /** DriverKeys pressed through libnut and not yet released. */
   nutPressed: Set<DriverKey>;
+  /** When the screen last changed (DAMAGE); undefined without the extension or the X client. */
+  changes: ScreenChanges | undefined;
+  /** Xvfb's framebuffer, read directly; undefined where libnut grabs instead. */
+  framebuffer: Framebuffer | undefined;
 }
 
 let devicesPromise: Promise<Devices> | undefined;
@@ -59,13 +65,44 @@ export function devices(): Promise<Devices> {
         error: xkbError,
       });
     }
-    return { nut, keyboard, xkb, pointer, xkbError, nutPressed: new Set<DriverKey>() };
+    const { changes, framebuffer } = xkb ? await screenReaders(nut, xkb) : {};
+    log('debug', 'screen readers', { damage: changes !== undefined, framebuffer: framebuffer !== undefined });
+    return { nut, keyboard, xkb, pointer, xkbError, nutPressed: new Set<DriverKey>(), changes, framebuffer };
   })();
   // A failed start (nut-js would not load) is retried by the next op rather than cached.
   devicesPromise.catch(() => {
     devicesPromise = undefined;
   });
   return devicesPromise;
+}
+
+/** DAMAGE and the framebuffer file, each where available; what is missing is logged once, with the fallback. */
+async function screenReaders(
+  nut: Nut,
+  xkb: XKeyboard,
+): Promise<{ changes?: ScreenChanges; framebuffer?: Framebuffer }> {
+  let changes: ScreenChanges | undefined;
+  try {
+    changes = await ScreenChanges.open(xkb.conn);
+    if (!changes) log('info', 'the X server has no DAMAGE 1.1: screenshots after input settle by comparing frames');
+  } catch (err) {
+    log('warn', 'cannot watch the screen for changes: screenshots after input settle by comparing frames', {
+      error: (err as Error).message,
+    });
+  }
+  const path = process.env[FRAMEBUFFER_ENV];
+  if (!path) return { changes };
+  try {
+    const size = { width: await nut.screen.width(), height: await nut.screen.height() };
+    const opened = await Framebuffer.open(path, xkb.conn, size);
+    if (opened.framebuffer) return { changes, framebuffer: opened.framebuffer };
+    log('warn', 'cannot read the framebuffer directly: screenshots grab through libnut', { why: opened.why });
+  } catch (err) {
+    log('warn', 'cannot read the framebuffer directly: screenshots grab through libnut', {
+      error: (err as Error).message,
+    });
+  }
+  return { changes };
 }
 
 /** The devices if loading them has begun, else undefined: cleanup never loads nut-js just to clean up. */

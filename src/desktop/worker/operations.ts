@@ -288,9 +288,11 @@ function rect(v: unknown): Rect {
 
 /** Finite and not negative; the configuration bounds them further. */
 function settleOptions(v: unknown): SettleOptions {
-  const { afterInputMs, intervalMs, maxMs } = isRecord(v) ? v : {};
+  const { afterInputMs, quietMs, reactionMs, intervalMs, maxMs } = isRecord(v) ? v : {};
   return {
     afterInputMs: milliseconds('settle.afterInputMs', afterInputMs),
+    quietMs: milliseconds('settle.quietMs', quietMs),
+    reactionMs: milliseconds('settle.reactionMs', reactionMs),
     intervalMs: milliseconds('settle.intervalMs', intervalMs),
     maxMs: milliseconds('settle.maxMs', maxMs),
   };
