@@ -28,6 +28,7 @@ import { writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { ImageFormat } from '../src/image.ts';
+import type { VirtualDisplay } from '../src/desktop/xvfb.ts';
 import { anatomyFigures } from './anatomy.ts';
 import { densityMain, densityRun, type DensityReport } from './density.ts';
 import { browserFigures, launchFigure, launchSample, withWebPage } from './browser.ts';
@@ -60,11 +61,11 @@ interface Run {
  */
 async function benchSize(size: Size, first: boolean, pageUrl: string, run: Run): Promise<void> {
   await withBenchDisplay(size, async (display, kiosk) => {
-    const floor = await FloorChild.start(display.display, size);
+    const floor = await FloorChild.start(display, size);
     try {
       const shell = await ShellOut.open(display.display);
       try {
-        await measureSize({ size, tag: sizeTag(size), floor, shell, kiosk }, display.display, first, pageUrl, run);
+        await measureSize({ size, tag: sizeTag(size), floor, shell, kiosk }, display, first, pageUrl, run);
       } finally {
         await shell.close();
       }
@@ -74,13 +75,24 @@ async function benchSize(size: Size, first: boolean, pageUrl: string, run: Run):
   });
 }
 
-async function measureSize(bench: Bench, display: string, first: boolean, pageUrl: string, run: Run): Promise<void> {
+async function measureSize(
+  bench: Bench,
+  display: VirtualDisplay,
+  first: boolean,
+  pageUrl: string,
+  run: Run,
+): Promise<void> {
   const { tag, floor } = bench;
   for (const format of FORMATS) {
     progress(`${tag}: starting a daemon (${format})`);
     // Browser launch samples come from the PNG and JPEG daemons at 1280x800; the others start without one.
     const browser = first && format !== 'webp';
-    const daemon = await startDaemonProcess({ display, format, browser: browser ? 'headless' : 'off' });
+    const daemon = await startDaemonProcess({
+      display: display.display,
+      framebuffer: display.framebuffer,
+      format,
+      browser: browser ? 'headless' : 'off',
+    });
     try {
       run.figures.push(...(await daemonFigures(daemon, bench, format, first && format === 'png')));
       if (first && format === 'png') run.figures.push(...(await linkFigures(daemon, bench.size, ONE_WAY_MS)));
@@ -92,7 +104,7 @@ async function measureSize(bench: Bench, display: string, first: boolean, pageUr
   if (first) {
     progress(`${tag}: parts of the per-call path`);
     const pngBytes = floor.samples.get('png')?.at(-1)?.bytes ?? 65_536;
-    run.figures.push(...(await anatomyFigures(display, tag, pngBytes)));
+    run.figures.push(...(await anatomyFigures(display.display, tag, pngBytes)));
   }
   progress(`${tag}: cheaper encoders on their own (floor child)`);
   for (const name of CHEAPER_PIPELINES) await floor.alone(name);
@@ -125,12 +137,18 @@ async function main(): Promise<void> {
   await withWebPage(async (url) => {
     for (const [i, size] of SIZES.entries()) await benchSize(size, i === 0, url, run);
   });
-  progress(`memory across ${MEMORY_SCREENSHOTS} screenshots`);
-  run.memory = await memoryRun();
-  run.figures.push(run.memory.figure);
+  // BENCH_SKIP=memory,density leaves out the two longest sections (a quicker run while working).
+  const skip = new Set((process.env.BENCH_SKIP ?? '').split(','));
+  if (!skip.has('memory')) {
+    progress(`memory across ${MEMORY_SCREENSHOTS} screenshots`);
+    run.memory = await memoryRun();
+    run.figures.push(run.memory.figure);
+  }
   if (run.launches.length) run.figures.push(launchFigure(run.launches));
-  progress('density: a desktop per session');
-  run.density = await densityRun();
+  if (!skip.has('density')) {
+    progress('density: a desktop per session');
+    run.density = await densityRun();
+  }
   const book = ratios(run.figures, run.memory);
   const duration = round2((performance.now() - started) / 1000);
   const info = machine(load);

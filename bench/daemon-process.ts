@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ImageFormat } from '../src/image.ts';
 import { startDaemonProcess as startProcess } from '../test/helpers/daemon-process.ts';
+import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
 import { desktopWorkerPids, processFootprint } from '../test/helpers/faults.ts';
 import { BenchClient, nextId, toolUse } from './client.ts';
 
@@ -23,6 +24,8 @@ const COLLECT_WAIT_MS = 500;
 
 export interface DaemonProcessOptions {
   display: string;
+  /** The display's framebuffer file (src/desktop/xvfb.ts `VirtualDisplay.framebuffer`), as an operator passes it. */
+  framebuffer?: string;
   format: ImageFormat;
   browser: 'off' | 'headless';
   /**
@@ -74,9 +77,12 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     display: options.display,
     token: BENCH_TOKEN,
     args,
-    env: options.gcOnSignal
-      ? { NODE_OPTIONS: withGcPreload(process.env.NODE_OPTIONS), DESKBATCH_BENCH_HEAP_DIR: dir }
-      : {},
+    env: {
+      ...(options.framebuffer ? { [FRAMEBUFFER_ENV]: options.framebuffer } : {}),
+      ...(options.gcOnSignal
+        ? { NODE_OPTIONS: withGcPreload(process.env.NODE_OPTIONS), DESKBATCH_BENCH_HEAP_DIR: dir }
+        : {}),
+    },
     echo: true,
   }).catch(async (err: unknown) => {
     await rm(dir, { recursive: true, force: true });

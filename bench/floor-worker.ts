@@ -1,9 +1,13 @@
 /**
  * The screenshot floor, measured in one process with nothing around it: grab
- * the display with nut-js exactly as the desktop worker does
- * (src/desktop/worker/capture.ts `capture`), make 3-channel RGB of nut-js's B,G,R,X
- * pixels, scale if the output size differs, encode with the daemon's own
- * settings, base64. No IPC inside the timing, no executor, no socket, no file.
+ * the display exactly as the desktop worker does (src/desktop/worker/capture.ts
+ * `capture`: a read of Xvfb's framebuffer file while the X server is grabbed,
+ * src/desktop/worker/screen.ts `Framebuffer`), make 3-channel RGB of the
+ * B,G,R,X pixels, scale if the output size differs, encode with the daemon's
+ * own settings, base64. No IPC inside the timing, no executor, no socket, no
+ * file. Each run also grabs once through nut-js (libnut's XGetImage, the
+ * worker's way without a framebuffer file), timed apart and outside the
+ * total, so the two grab paths are measured side by side.
  *
  * Forked by bench/floor.ts with DISPLAY set to the bench display, one child
  * per display: libnut opens the display on its first call and keeps it, and
@@ -18,6 +22,9 @@
  */
 import { performance } from 'node:perf_hooks';
 import sharp from 'sharp';
+import { Framebuffer } from '../src/desktop/worker/screen.ts';
+import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
+import { XConnection } from '../src/desktop/x11.ts';
 
 type Nut = typeof import('@nut-tree-fork/nut-js');
 type Pipeline = ReturnType<typeof sharp>;
@@ -33,6 +40,8 @@ export interface FloorRequest {
 export interface FloorSample {
   total: number;
   grab: number;
+  /** nut-js screen.grab() of the same display, not part of `total`. */
+  nutGrab: number;
   convert: number;
   encode: number;
   base64: number;
@@ -60,7 +69,7 @@ export const PIPELINES: Record<string, { encode: Encoder; label: string }> = {
   'webp-effort0': { label: 'WebP q80 effort 0', encode: (p, q) => p.webp({ quality: q, effort: 0 }) },
 };
 
-/** nut-js pixels are B,G,R,X (the 4th byte is not alpha): keep the first three, reversed, row by row. */
+/** The pixels are B,G,R,X (the 4th byte is not alpha): keep the first three, reversed, row by row. */
 function rgbFromBgrx(bgrx: Buffer, width: number, height: number, stride: number): Buffer {
   const rgb = Buffer.allocUnsafe(width * height * 3);
   let out = 0;
@@ -82,11 +91,14 @@ async function loadNut(): Promise<Nut> {
   return mod.default ?? mod;
 }
 
-async function runOnce(nut: Nut, req: FloorRequest): Promise<FloorSample> {
+async function runOnce(nut: Nut, fb: Framebuffer, req: FloorRequest): Promise<FloorSample> {
   const encoder = PIPELINES[req.pipeline];
   if (!encoder) throw new Error(`unknown pipeline ${req.pipeline}`);
+  const n0 = performance.now();
+  await nut.screen.grab();
+  const nutGrab = performance.now() - n0;
   const t0 = performance.now();
-  const img = await nut.screen.grab();
+  const img = await fb.read();
   const t1 = performance.now();
   const rgb = rgbFromBgrx(img.data, img.width, img.height, img.byteWidth);
   const t2 = performance.now();
@@ -99,15 +111,27 @@ async function runOnce(nut: Nut, req: FloorRequest): Promise<FloorSample> {
   const b64 = encoded.toString('base64');
   const t4 = performance.now();
   if (b64.length === 0) throw new Error('empty image');
-  return { total: t4 - t0, grab: t1 - t0, convert: t2 - t1, encode: t3 - t2, base64: t4 - t3, bytes: encoded.length };
+  return {
+    total: t4 - t0,
+    grab: t1 - t0,
+    nutGrab,
+    convert: t2 - t1,
+    encode: t3 - t2,
+    base64: t4 - t3,
+    bytes: encoded.length,
+  };
 }
 
 // Only when forked as the floor child (bench/floor.ts imports PIPELINES from here too).
 if (process.send && process.env.DESKBATCH_BENCH_FLOOR_CHILD === '1') {
   const nut = await loadNut();
-  await nut.screen.width(); // opens the display now, not inside the first timed run
+  const size = { width: await nut.screen.width(), height: await nut.screen.height() }; // opens the display now
+  const conn = await XConnection.open(process.env.DISPLAY ?? '');
+  const opened = await Framebuffer.open(process.env[FRAMEBUFFER_ENV] ?? '', conn, size);
+  if (!opened.framebuffer) throw new Error(`the floor needs the display's framebuffer file: ${opened.why}`);
+  const fb = opened.framebuffer;
   process.on('message', (req: FloorRequest) => {
-    runOnce(nut, req).then(
+    runOnce(nut, fb, req).then(
       (sample) => process.send!(sample),
       (err: unknown) => process.send!({ error: String(err) }),
     );

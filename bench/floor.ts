@@ -10,6 +10,8 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_CONFIG } from '../src/config.ts';
 import { fitSize } from '../src/geometry.ts';
+import type { VirtualDisplay } from '../src/desktop/xvfb.ts';
+import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
 import { PIPELINES, type FloorRequest, type FloorSample } from './floor-worker.ts';
 import { figure, ITERATIONS, timeLoop, WARMUP, type Figure } from './stats.ts';
 
@@ -30,10 +32,15 @@ export class FloorChild {
     this.output = fitSize(size, DEFAULT_CONFIG.screenshot.limits);
   }
 
-  static async start(display: string, size: { width: number; height: number }): Promise<FloorChild> {
+  static async start(display: VirtualDisplay, size: { width: number; height: number }): Promise<FloorChild> {
     const child = fork(CHILD, [], {
       execArgv: ['--import', TSX],
-      env: { ...process.env, DISPLAY: display, DESKBATCH_BENCH_FLOOR_CHILD: '1' },
+      env: {
+        ...process.env,
+        DISPLAY: display.display,
+        [FRAMEBUFFER_ENV]: display.framebuffer ?? '',
+        DESKBATCH_BENCH_FLOOR_CHILD: '1',
+      },
       serialization: 'advanced',
     });
     await reply(child);
@@ -104,8 +111,13 @@ export function floorFigures(floor: FloorChild, tag: string): Figure[] {
   out.push(
     figure(
       `stage.grab.${tag}`,
-      `  stage: nut-js screen.grab() ${tag}`,
+      `  stage: framebuffer read, X server grabbed ${tag}`,
       all.map((s) => s.grab),
+    ),
+    figure(
+      `stage.nutgrab.${tag}`,
+      `  stage: nut-js screen.grab() (XGetImage) ${tag}`,
+      all.map((s) => s.nutGrab),
     ),
     figure(
       `stage.convert.${tag}`,

@@ -82,6 +82,7 @@ export async function memoryRun(): Promise<MemoryReport> {
   return withBenchDisplay(SIZE, async (display) => {
     const daemon = await startDaemonProcess({
       display: display.display,
+      framebuffer: display.framebuffer,
       format: 'jpeg',
       browser: 'off',
       gcOnSignal: true,

@@ -1,5 +1,5 @@
 /**
- * Issue 5's targets (item 3) as ratios, each computed from figures of the
+ * Issue 5's targets (item 3), as issue 16 tightened them, as ratios, each computed from figures of the
  * same run, plus the lines shown for information beside them. A ratio whose
  * figures could not be measured is NaN ("n/a"), never a pass.
  */
@@ -55,12 +55,18 @@ export class RatioBook {
   }
 
   /** Any combination of medians (`m(id)` is a figure's median), in ms. */
-  derived(name: string, from: string[], compute: (m: (id: string) => number) => number): void {
+  derived(
+    name: string,
+    from: string[],
+    compute: (m: (id: string) => number) => number,
+    target?: { text: string; ok: Compare },
+  ): void {
     this.add(
       name,
       compute((id) => this.med(id)),
       'ms',
       from,
+      target,
     );
   }
 
@@ -90,13 +96,14 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
   for (const size of SIZES) {
     const t = sizeTag(size);
     for (const f of FORMATS)
-      book.quotient(`screenshot ${f} ${t}: ours / floor`, `shot.${f}.${t}`, `floor.${f}.${t}`, below(1.5));
+      book.quotient(`screenshot ${f} ${t}: ours / floor`, `shot.${f}.${t}`, `floor.${f}.${t}`, below(1.2));
+    book.quotient(`grab ${t}: nut-js XGetImage / framebuffer read`, `stage.nutgrab.${t}`, `stage.grab.${t}`);
     const cheapest = cheapestFloor(figures, t);
     const fastest = fastestScreenshot(figures, t);
     if (cheapest && fastest) {
       book.quotient(`screenshot ${t}: our fastest format / cheapest floor`, fastest.id, cheapest.id);
     }
-    book.quotient(`screenshot ${t}: shell-out / ours (png)`, `shell.screenshot.${t}`, `shot.png.${t}`, atLeast(8));
+    book.quotient(`screenshot ${t}: shell-out / ours (png)`, `shell.screenshot.${t}`, `shot.png.${t}`, atLeast(10));
   }
   const t = sizeTag(SIZES[0]!);
   book.quotient(`click ${t}: shell-out / ours`, `shell.click.${t}`, `click.${t}`, atLeast(50));
@@ -113,10 +120,15 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
   book.difference(`per-call overhead ${t}: cursor_position − replayed batch`, `cursor.${t}`, `replay.${t}`);
   book.difference(`marginal cost of a call inside a batch ${t}`, `cursor10.${t}`, `cursor.${t}`, 9);
   const afterInput = [`move-shot.png.${t}`, `move.${t}`, `shot.png.${t}`];
-  book.derived(`screenshot right after input ${t}: extra time (settle step)`, afterInput, (m) => {
-    const [both, move, shot] = afterInput.map(m) as [number, number, number];
-    return both - move - shot;
-  });
+  book.derived(
+    `screenshot right after input ${t}: extra time (settle step)`,
+    afterInput,
+    (m) => {
+      const [both, move, shot] = afterInput.map(m) as [number, number, number];
+      return both - move - shot;
+    },
+    { text: '<= 10 ms', ok: (v) => v <= 10 },
+  );
   const afterChange = [`click-anim-shot.png.${t}`, `click.${t}`, `shot.png.${t}`];
   book.derived(
     `screenshot after a click starting a ${SLIDE_MS} ms animation ${t}: extra time (settle step)`,
@@ -125,6 +137,7 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
       const [both, click, shot] = afterChange.map(m) as [number, number, number];
       return both - click - shot;
     },
+    { text: `<= ${SLIDE_MS + 40} ms`, ok: (v) => v <= SLIDE_MS + 40 },
   );
   const link = `${2 * ONE_WAY_MS}ms-link`;
   book.quotient(
