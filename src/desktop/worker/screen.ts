@@ -96,6 +96,7 @@ export class Framebuffer {
   private constructor(
     private readonly fd: number,
     private readonly conn: XConnection,
+    private readonly size: Size,
   ) {}
 
   /**
@@ -114,7 +115,7 @@ export class Framebuffer {
     } catch (err) {
       return { why: `cannot open the framebuffer file: ${(err as Error).message}` };
     }
-    const fb = new Framebuffer(fd, conn);
+    const fb = new Framebuffer(fd, conn, size);
     const layout = fb.layout();
     const why =
       typeof layout === 'string'
@@ -163,6 +164,12 @@ export class Framebuffer {
   async read(): Promise<BgrxImage> {
     const layout = this.layout();
     if (typeof layout === 'string') throw new Error(layout);
+    if (layout.width !== this.size.width || layout.height !== this.size.height) {
+      // Regions were checked against the display's size: never read past the frame.
+      throw new Error(
+        `the framebuffer is now ${layout.width}x${layout.height}, not ${this.size.width}x${this.size.height}`,
+      );
+    }
     const bytes = layout.byteWidth * layout.height;
     if (this.pixels?.length !== bytes) this.pixels = Buffer.allocUnsafe(bytes);
     const pixels = this.pixels;
