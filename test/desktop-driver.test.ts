@@ -799,8 +799,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       ac.abort();
       // Cancelled, not finished: that fewer keys than the whole text arrived is checked below.
       await assert.rejects(typing, failsWith(CancelledError, 'This operation was aborted'));
-      // A real round trip to the worker (displaySize is cached in the parent): it runs once the
-      // worker has stopped typing. Then the fence: every key it sent has reached the page.
+      // It runs once the worker has stopped typing (the driver orders it after the ops asked before it,
+      // though the daemon's own X connection answers it). Then the fence: every key it sent has reached the page.
       await driver.cursorPosition();
       await passFence();
       const typed = await value();
