@@ -257,6 +257,7 @@ export class DeskbatchServer {
       ...this.deps,
       remote: req.socket.remoteAddress ?? '',
       sessions: this,
+      socket: req.socket,
     });
     this.connections.add(connection);
     ws.once('close', () => this.connections.delete(connection));
