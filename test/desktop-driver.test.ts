@@ -442,6 +442,24 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     }
   });
 
+  test('cursorPosition (on the daemon side) answers after the ops asked before it; cancelled while waiting, at once', async () => {
+    await driver.moveMouse({ x: 77, y: 88 });
+    const order: string[] = [];
+    const hold = driver.holdKeys(parseChord('shift'), 2_000).then(() => void order.push('hold'));
+    const ac = new AbortController();
+    const waiting = driver.cursorPosition(ac.signal);
+    ac.abort();
+    await assert.rejects(waiting, failsWith(CancelledError, 'This operation was aborted'));
+    assert.equal(order.length, 0, 'rejected while the hold still ran');
+    const where = await driver.cursorPosition().then((p) => {
+      order.push('cursor');
+      return p;
+    });
+    await hold;
+    assert.deepEqual(order, ['hold', 'cursor']);
+    assert.deepEqual(where, { x: 77, y: 88 });
+  });
+
   test('an already aborted signal rejects with CancelledError', async () => {
     await assert.rejects(
       driver.displaySize(AbortSignal.abort()),

@@ -161,7 +161,16 @@ export class WorkerDesktopDriver implements DesktopDriver {
     if (!displaySocketPath(this.display)) return this.call('cursorPosition', {}, signal);
     if (this.closed) return Promise.reject(closedError());
     if (signal?.aborted) return Promise.reject(cancelledBy(signal));
-    return this.busy === 0 ? this.queryPointer(signal) : this.tail.then(() => this.queryPointer(signal));
+    if (this.busy === 0) return this.queryPointer(signal);
+    // Behind an op still running in the child: after it, unless cancelled first (then at once, as any op).
+    return new Promise<Point>((resolve, reject) => {
+      const onAbort = (): void => reject(cancelledBy(signal!));
+      signal?.addEventListener('abort', onAbort, { once: true });
+      void this.tail.then(() => {
+        signal?.removeEventListener('abort', onAbort);
+        if (!signal?.aborted) this.queryPointer(signal).then(resolve, reject);
+      });
+    });
   }
 
   moveMouse(to: Point, signal?: AbortSignal): Promise<void> {
