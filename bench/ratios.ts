@@ -139,7 +139,7 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
  */
 export function callRatios(book: RatioBook, t: string): void {
   book.quotient(`one-call cursor_position batch / ws ping ${t}`, `cursor.${t}`, `ping.${t}`, below(1.5));
-  book.quotient(`the same, hello.events false / ws ping ${t}`, `cursor-quiet.${t}`, `ping.${t}`, below(1.5));
+  book.quotient(`the same, hello.events false / ws ping ${t}`, `cursor-quiet.${t}`, `ping.${t}`);
   book.difference(`per-call overhead ${t}: cursor_position − ping`, `cursor.${t}`, `ping.${t}`);
   book.difference(`per-call overhead ${t}: cursor_position − replayed batch`, `cursor.${t}`, `replay.${t}`);
   book.difference(`marginal cost of a call inside a batch ${t}`, `cursor10.${t}`, `cursor.${t}`, 9);
