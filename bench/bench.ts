@@ -22,7 +22,8 @@
  * Prints the tables on stdout (progress on stderr) and writes
  * bench/results.json. BENCH_ITERATIONS sets the timed iterations per figure;
  * BENCH_ONLY=density runs that section alone (bench/results.json then keeps
- * what else it held and gets a fresh `density`).
+ * what else it held and gets a fresh `density`); BENCH_ONLY=calls runs the
+ * per-call figures alone (bench/results.json untouched).
  */
 import { writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -33,20 +34,31 @@ import { anatomyFigures } from './anatomy.ts';
 import { densityMain, densityRun, type DensityReport } from './density.ts';
 import { browserFigures, launchFigure, launchSample, withWebPage } from './browser.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
-import { daemonFigures, linkFigures, sizeTag, withBenchDisplay, type Bench, type Size } from './desktop.ts';
+import {
+  daemonFigures,
+  linkFigures,
+  overheadFigures,
+  sizeTag,
+  withBenchDisplay,
+  type Bench,
+  type Size,
+} from './desktop.ts';
 import { FloorChild, floorFigures } from './floor.ts';
 import { machine, sourceState } from './machine.ts';
 import { MEMORY_SCREENSHOTS, memoryRun, type MemoryReport } from './memory.ts';
-import { FORMATS, ONE_WAY_MS, ratios, SIZES } from './ratios.ts';
+import { callRatios, FORMATS, ONE_WAY_MS, RatioBook, ratios, SIZES } from './ratios.ts';
 import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
-import { ITERATIONS, progress, round2, WARMUP, type Figure } from './stats.ts';
+import { startTestDisplay } from '../test/helpers/display.ts';
+import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from './stats.ts';
 
 /** Encoders the daemon does not use, timed in the floor child to show what the cheapest encode costs. */
 const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
 /** Sections that run alone with BENCH_ONLY. */
-const SECTIONS = ['density'] as const;
+const SECTIONS = ['density', 'calls'] as const;
+/** Timed runs per figure of `BENCH_ONLY=calls`: each is a few ms, so more than the full run's, for steadier medians. */
+const CALLS_ITERATIONS = positiveInt(process.env.BENCH_ITERATIONS, 200);
 
 interface Run {
   figures: Figure[];
@@ -120,13 +132,46 @@ async function browserPart(daemon: DaemonProcess, format: ImageFormat, pageUrl: 
   run.figures.push(...(await browserFigures(daemon, pageUrl)));
 }
 
+/**
+ * `BENCH_ONLY=calls`: the per-call figures alone (ping, replayed batch, one and ten `cursor_position` calls
+ * per batch) on a PNG daemon process over a plain Xvfb at the first size, and their ratios. Nothing is
+ * written to bench/results.json.
+ */
+async function callsMain(): Promise<void> {
+  const size = SIZES[0]!;
+  const tag = sizeTag(size);
+  const load = os.loadavg();
+  progress(`calls: ${CALLS_ITERATIONS} timed iterations per figure; load average ${load.map(round2).join(' ')}`);
+  const display = await startTestDisplay(size);
+  try {
+    const daemon = await startDaemonProcess({ display: display.display, format: 'png', browser: 'off' });
+    try {
+      const figures = await overheadFigures(daemon, { tag }, CALLS_ITERATIONS);
+      const book = new RatioBook(figures);
+      callRatios(book, tag);
+      const source = await sourceState();
+      const dirty = source?.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
+      console.log(figureTable(figures));
+      console.log(`\n${ratioTable(book.ratios)}`);
+      console.log(
+        `\nmeasured: commit ${source?.commit ?? 'unknown'}${dirty}; load average ${load.map(round2).join(' ')} → ` +
+          `${os.loadavg().map(round2).join(' ')}`,
+      );
+    } finally {
+      await daemon.stop();
+    }
+  } finally {
+    await display.stop();
+  }
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && only !== '') {
     if (!(SECTIONS as readonly string[]).includes(only)) {
       throw new Error(`BENCH_ONLY must be one of ${SECTIONS.join(', ')}, got ${JSON.stringify(only)}`);
     }
-    return densityMain();
+    return only === 'calls' ? callsMain() : densityMain();
   }
   const started = performance.now();
   const load = os.loadavg();

@@ -149,7 +149,16 @@ class Replayer {
   }
 }
 
-async function overheadFigures(daemon: DaemonProcess, b: Bench): Promise<Figure[]> {
+/**
+ * The per-call figures: `ping`, a replayed batch, `cursor_position` as a one-call batch (with and without
+ * `tool_event` frames) and ten of them in one batch, interleaved. They depend on nothing but the daemon, so
+ * `BENCH_ONLY=calls` runs them alone (bench/bench.ts), with `iterations` timed runs each.
+ */
+export async function overheadFigures(
+  daemon: DaemonProcess,
+  b: Pick<Bench, 'tag'>,
+  iterations = ITERATIONS,
+): Promise<Figure[]> {
   progress(`${b.tag}: per-call overhead`);
   const link = new Link(() => daemon.connect());
   const replayer = new Replayer();
@@ -158,17 +167,20 @@ async function overheadFigures(daemon: DaemonProcess, b: Bench): Promise<Figure[
   const quiet = new Bytes();
   const cursor10 = new Bytes();
   try {
-    const t = await interleave({
-      ping: async () => (await (await link.ready(1)).ping()).ms,
-      replay: () => replayer.replay(link),
-      cursor: () => cursor.batch(link, [computer('cursor_position')]),
-      quiet: () => quiet.batch(quietLink, [computer('cursor_position')]),
-      cursor10: () =>
-        cursor10.batch(
-          link,
-          Array.from({ length: 10 }, () => computer('cursor_position')),
-        ),
-    });
+    const t = await interleave(
+      {
+        ping: async () => (await (await link.ready(1)).ping()).ms,
+        replay: () => replayer.replay(link),
+        cursor: () => cursor.batch(link, [computer('cursor_position')]),
+        quiet: () => quiet.batch(quietLink, [computer('cursor_position')]),
+        cursor10: () =>
+          cursor10.batch(
+            link,
+            Array.from({ length: 10 }, () => computer('cursor_position')),
+          ),
+      },
+      iterations,
+    );
     return [
       figure(`ping.${b.tag}`, `ws ping → pong (loopback) ${b.tag}`, t.ping),
       figure(`replay.${b.tag}`, `replayed one-call batch (cache, nothing runs) ${b.tag}`, t.replay),

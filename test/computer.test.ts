@@ -4,10 +4,11 @@
  * arrived. Every batch_result is checked against the API's rules.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import sharp from 'sharp';
 import { assertApiValid, imageSize } from './helpers/api-rules.ts';
@@ -267,6 +268,21 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
   test('cursor_position round-trips', async () => {
     const { result } = await run(d, [use('mouse_move', { coordinate: [1279, 799] }), use('cursor_position')]);
     assert.equal(texts(result)[1], 'X=1279,Y=799');
+  });
+
+  test('cursor_position reports where the pointer is after another X client moved it, not where we left it', async () => {
+    await run(d, [use('mouse_move', { coordinate: [100, 200] })]);
+    // Another client on the display (a person's input would do the same); --sync returns once the pointer is there.
+    await promisify(execFile)('xdotool', ['mousemove', '--sync', '640', '321'], {
+      env: { ...process.env, DISPLAY: d.display.display },
+      timeout: 10_000,
+    });
+    const { result } = await run(d, [
+      use('cursor_position'),
+      use('mouse_move', { coordinate: [5, 6] }),
+      use('cursor_position'),
+    ]);
+    assert.deepEqual(texts(result), ['X=640,Y=321', 'Moved the mouse.', 'X=5,Y=6']);
   });
 
   test('a coordinate outside the screenshot fails, nothing is clicked, and the rest is not executed', async () => {

@@ -442,6 +442,24 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     }
   });
 
+  test('cursorPosition (on the daemon side) answers after the ops asked before it; cancelled while waiting, at once', async () => {
+    await driver.moveMouse({ x: 77, y: 88 });
+    const order: string[] = [];
+    const hold = driver.holdKeys(parseChord('shift'), 2_000).then(() => void order.push('hold'));
+    const ac = new AbortController();
+    const waiting = driver.cursorPosition(ac.signal);
+    ac.abort();
+    await assert.rejects(waiting, failsWith(CancelledError, 'This operation was aborted'));
+    assert.equal(order.length, 0, 'rejected while the hold still ran');
+    const where = await driver.cursorPosition().then((p) => {
+      order.push('cursor');
+      return p;
+    });
+    await hold;
+    assert.deepEqual(order, ['hold', 'cursor']);
+    assert.deepEqual(where, { x: 77, y: 88 });
+  });
+
   test('an already aborted signal rejects with CancelledError', async () => {
     await assert.rejects(
       driver.displaySize(AbortSignal.abort()),
@@ -801,8 +819,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       ac.abort();
       // Cancelled, not finished: that fewer keys than the whole text arrived is checked below.
       await assert.rejects(typing, failsWith(CancelledError, 'This operation was aborted'));
-      // A real round trip to the worker (displaySize is cached in the parent): it runs once the
-      // worker has stopped typing. Then the fence: every key it sent has reached the page.
+      // It runs once the worker has stopped typing (the driver orders it after the ops asked before it,
+      // though the daemon's own X connection answers it). Then the fence: every key it sent has reached the page.
       await driver.cursorPosition();
       await passFence();
       const typed = await value();

@@ -222,6 +222,19 @@ describe('a desktop of its own per session', () => {
     assert.notEqual(infoA.x?.XAUTHORITY, infoB.x?.XAUTHORITY);
     assert.equal(await clipboard(infoA), 'alpha typed on A');
     assert.equal(await clipboard(infoB), 'bravo typed on B');
+    // Each session reads its own display's pointer, moved here by another X client holding that display's cookie:
+    // the daemon asks it on a connection of its own (src/desktop/worker-driver.ts), with the desktop's cookie.
+    await onDisplay(infoA, 'xdotool', ['mousemove', '--sync', '101', '102']);
+    await onDisplay(infoB, 'xdotool', ['mousemove', '--sync', '201', '202']);
+    const where = [computerUse('cursor_position')];
+    const [pa, pb] = await Promise.all([a.client.batch('where-a', where), b.client.batch('where-b', where)]);
+    for (const [r, text] of [
+      [pa.result, 'X=101,Y=102'],
+      [pb.result, 'X=201,Y=202'],
+    ] as const) {
+      assert.equal(r.failures.length, 0, JSON.stringify(r.failures));
+      assert.deepEqual(r.tool_results[0]!.content, [{ type: 'text', text }]);
+    }
     const titlesA = await windowTitles(infoA);
     const titlesB = await windowTitles(infoB);
     assert.ok(titlesA.some((t) => t.includes('page-A')) && !titlesA.some((t) => t.includes('page-B')), `${titlesA}`);

@@ -897,6 +897,60 @@ describe('faults: the X server goes away during a batch and comes back', () => {
   });
 });
 
+describe("faults: cursor_position, asked on the daemon's own X connection, when its X server dies", () => {
+  let display: VirtualDisplay;
+  let restarted: XServer | undefined;
+  let d: TestDaemon;
+  let client: TestClient;
+
+  before(async () => {
+    display = await startTestDisplay({ width: WIDTH, height: HEIGHT, windowManager: false });
+    d = await startTestDaemon({ display: display.display, browser: 'off', callTimeoutMs: CALL_TIMEOUT_MS });
+    client = await d.connect();
+    await client.hello();
+  });
+  after(async () => {
+    client?.close();
+    await d?.close();
+    await restarted?.stop();
+    await display?.stop();
+  });
+
+  test('Xvfb killed: cursor_position fails retryably and fast, the daemon lives on; on a new X server it answers again', async () => {
+    const before = await run(client, [
+      computerUse('mouse_move', { coordinate: [11, 22] }),
+      computerUse('cursor_position'),
+    ]);
+    assert.equal(textOf(before.result, 1), 'X=11,Y=22');
+
+    await killAll([display.pid]);
+    await display.stop(); // only cleans up: the X server is gone
+    assert.equal(await isDisplayReachable(display.display), false);
+    for (let i = 0; i < 3; i++) {
+      const uses = [computerUse('cursor_position')];
+      const r = await run(client, uses);
+      measure(`cursor_position ${i + 1} with the X server gone (${r.result.failures[0]?.error.type})`, r.ms);
+      assert.ok(r.ms < CALL_TIMEOUT_MS, `no hang: answered in ${Math.round(r.ms)} ms`);
+      assertRetryableFailure(uses, r.result, 0, ['DisplayUnavailableError', 'DriverCrashedError']);
+    }
+    // The daemon is alive and serves: a new session is welcomed.
+    const other = await d.connect();
+    try {
+      assert.equal((await other.hello()).type, 'welcome');
+    } finally {
+      other.close();
+    }
+
+    restarted = await startXvfbOn(display.display);
+    const back = await untilOk(
+      client,
+      () => [computerUse('mouse_move', { coordinate: [33, 44] }), computerUse('cursor_position')],
+      'cursor_position after the X server came back',
+    );
+    assert.equal(textOf(back.result, 1), 'X=33,Y=44');
+  });
+});
+
 test('no unhandled rejections during the faults', () => {
   assert.deepEqual(unexpected, []);
 });

@@ -15,14 +15,24 @@
  * - runs one op at a time, and on abort rejects at once with CancelledError,
  *   tells the child to cancel (a hold releases its keys), and kills the child
  *   if it has not answered within ABORT_GRACE_MS.
+ *
+ * One query skips the child: `cursorPosition` is a QueryPointer on this
+ * process's own X connection (x11.ts), in the same order as the ops (it waits
+ * for the ones asked before it). That is safe here, unlike nut-js: x11.ts is
+ * the X protocol in JS over a Unix socket, so a display going away is an
+ * error on that socket, never a crash. It asks the X server, not a position
+ * remembered from our last op: the pointer also moves without us (a person,
+ * another X client).
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../errors.ts';
 import type { StartGuard } from '../resilience.ts';
 import { displaySocketPath, isDisplayReachable } from './display.ts';
+import { XConnection } from './x11.ts';
 import type { CaptureOptions, DesktopDriver, DriverKey, MouseButton, ScrollDirection } from './driver.ts';
 import type { Point, Size } from '../geometry.ts';
 import type { CapturedImage } from '../image.ts';
@@ -91,6 +101,12 @@ interface Child {
   size?: Size;
 }
 
+/** The daemon's own X connection for queries (cursorPosition), and the identity of the socket it went to. */
+interface QueryConnection {
+  conn: XConnection;
+  socketId: string | undefined;
+}
+
 export class WorkerDesktopDriver implements DesktopDriver {
   private readonly display: string;
   private readonly log: DriverLog;
@@ -101,8 +117,13 @@ export class WorkerDesktopDriver implements DesktopDriver {
   /** Serialises ops: each waits for the previous op's slot to be freed. */
   private tail: Promise<void> = Promise.resolve();
   private nextId = 1;
+  /** Ops queued or running in the child: a query waits for them (`tail`) only when there are any. */
+  private busy = 0;
   private closed = false;
   private closing: Promise<void> | undefined;
+  /** Open (or opening) for queries; replaced when it closed or the X socket was recreated. */
+  private query: QueryConnection | undefined;
+  private queryOpening: Promise<QueryConnection> | undefined;
 
   constructor(options: WorkerDesktopDriverOptions) {
     this.display = options.display;
@@ -132,8 +153,24 @@ export class WorkerDesktopDriver implements DesktopDriver {
     return size;
   }
 
+  /**
+   * A QueryPointer on the daemon's own X connection, after every op asked before it. A display that
+   * is not a local socket (`host:0`) is asked through the child, as every op.
+   */
   cursorPosition(signal?: AbortSignal): Promise<Point> {
-    return this.call('cursorPosition', {}, signal);
+    if (!displaySocketPath(this.display)) return this.call('cursorPosition', {}, signal);
+    if (this.closed) return Promise.reject(closedError());
+    if (signal?.aborted) return Promise.reject(cancelledBy(signal));
+    if (this.busy === 0) return this.queryPointer(signal);
+    // Behind an op still running in the child: after it, unless cancelled first (then at once, as any op).
+    return new Promise<Point>((resolve, reject) => {
+      const onAbort = (): void => reject(cancelledBy(signal!));
+      signal?.addEventListener('abort', onAbort, { once: true });
+      void this.tail.then(() => {
+        signal?.removeEventListener('abort', onAbort);
+        if (!signal?.aborted) this.queryPointer(signal).then(resolve, reject);
+      });
+    });
   }
 
   moveMouse(to: Point, signal?: AbortSignal): Promise<void> {
@@ -187,6 +224,12 @@ export class WorkerDesktopDriver implements DesktopDriver {
 
   private async shutdown(): Promise<void> {
     this.closed = true;
+    this.query?.conn.close();
+    this.query = undefined;
+    void this.queryOpening?.then(
+      (q) => q.conn.close(),
+      () => undefined,
+    );
     const child = this.child;
     this.child = undefined;
     if (!child || child.hasExited) return;
@@ -205,6 +248,73 @@ export class WorkerDesktopDriver implements DesktopDriver {
 
   // -------------------------------------------------------------------------
 
+  private async queryPointer(signal: AbortSignal | undefined): Promise<Point> {
+    if (this.closed) throw closedError();
+    if (signal?.aborted) throw cancelledBy(signal);
+    const q = this.query?.conn.closed === false ? this.query : undefined;
+    // The socket was recreated (a new X server on this display): the connection is to the old one.
+    const current = q && q.socketId === socketIdentity(this.display) ? q : await this.openQuery();
+    const conn = current.conn;
+    let timer: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
+    try {
+      const { x, y } = await new Promise<{ x: number; y: number }>((resolve, reject) => {
+        // A stopped X server never answers: the connection is dropped (the next query opens another).
+        const fail = (err: Error): void => {
+          conn.close();
+          reject(err);
+        };
+        timer = setTimeout(
+          () =>
+            fail(
+              new DisplayUnavailableError(`X display ${this.display} did not answer within ${this.callTimeoutMs} ms`),
+            ),
+          this.callTimeoutMs,
+        );
+        if (signal) {
+          onAbort = () => fail(cancelledBy(signal));
+          signal.addEventListener('abort', onAbort, { once: true });
+        }
+        conn
+          .queryPointer()
+          .then(resolve, (err: unknown) =>
+            reject(new DisplayUnavailableError(`X display ${this.display}: ${(err as Error).message}`)),
+          );
+      });
+      return { x, y };
+    } finally {
+      clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Opens the query connection (one at a time), with the desktop's own X cookie. */
+  private openQuery(): Promise<QueryConnection> {
+    this.query?.conn.close();
+    this.query = undefined;
+    this.queryOpening ??= (async () => {
+      const socketId = socketIdentity(this.display);
+      let conn: XConnection;
+      try {
+        conn = await XConnection.open(this.display, this.env.XAUTHORITY ?? this.xauthorityFallback());
+      } catch (err) {
+        throw new DisplayUnavailableError(`X display ${this.display} is not reachable: ${(err as Error).message}`);
+      }
+      if (this.closed) {
+        conn.close();
+        throw closedError();
+      }
+      this.query = { conn, socketId };
+      return this.query;
+    })().finally(() => (this.queryOpening = undefined));
+    return this.queryOpening;
+  }
+
+  /** Where the child finds its cookie when the desktop names no XAUTHORITY: the daemon's, or ~/.Xauthority of the HOME it gets. */
+  private xauthorityFallback(): string | undefined {
+    return process.env.XAUTHORITY || (this.env.HOME ? join(this.env.HOME, '.Xauthority') : undefined);
+  }
+
   /**
    * Runs one op in the child. The caller's promise settles on the child's
    * answer, on abort (CancelledError, at once) or on a crash; the queue slot
@@ -218,10 +328,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
     signal: AbortSignal | undefined,
     extraMs = 0,
   ): Promise<OpResult<N>> {
-    if (this.closed)
-      return Promise.reject(
-        new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)'),
-      );
+    if (this.closed) return Promise.reject(closedError());
     if (signal?.aborted) return Promise.reject(cancelledBy(signal));
     return new Promise<OpResult<N>>((resolve, reject) => {
       let settled = false;
@@ -241,11 +348,11 @@ export class WorkerDesktopDriver implements DesktopDriver {
       const prev = this.tail;
       let freeSlot!: () => void;
       this.tail = new Promise<void>((r) => (freeSlot = r));
+      this.busy++;
       void prev
         .then(async () => {
           if (settled) return; // aborted while queued: never sent
-          if (this.closed)
-            throw new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)');
+          if (this.closed) throw closedError();
           const child = await this.ensureChild();
           if (settled) return;
           const result = await this.request(child, op, args, this.callTimeoutMs + extraMs, (cancel) => {
@@ -254,7 +361,10 @@ export class WorkerDesktopDriver implements DesktopDriver {
           finish(() => resolve(result));
         })
         .catch((err: unknown) => finish(() => reject(err instanceof Error ? err : new Error(String(err)))))
-        .finally(() => freeSlot());
+        .finally(() => {
+          this.busy--;
+          freeSlot();
+        });
     });
   }
 
@@ -367,15 +477,14 @@ export class WorkerDesktopDriver implements DesktopDriver {
     if (child) await child.exited;
     this.child = undefined;
     if (!reachable) throw new DisplayUnavailableError(`X display ${this.display} is not reachable`);
-    if (this.closed)
-      throw new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)');
+    if (this.closed) throw closedError();
     const fresh = this.spawn(socketId);
     this.child = fresh;
     await fresh.ready;
     if (this.closed) {
       // close() ran while this child was starting and did not see it.
       this.kill(fresh, 'desktop driver closed');
-      throw new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)');
+      throw closedError();
     }
     return fresh;
   }
@@ -493,6 +602,11 @@ function socketIdentity(display: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** Every call on a closed driver: retryable (a pooled desktop whose display died is replaced under its session). */
+function closedError(): DisplayUnavailableError {
+  return new DisplayUnavailableError('the desktop was closed (shut down, or replaced after its display died)');
 }
 
 function cancelledBy(signal: AbortSignal): CancelledError {

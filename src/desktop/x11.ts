@@ -3,8 +3,9 @@
  * desktop worker needs that nut-js cannot do safely: read and change the
  * keyboard mapping, send XTEST key events by keycode, query the pointer and
  * focus, and keep a root-window property. No native code, so a broken
- * display is an error here, never a crash. Used only inside the worker
- * process (worker.ts).
+ * display is an error here, never a crash. Used inside the worker process
+ * (worker.ts), and by the daemon itself for read-only queries that need no
+ * worker round trip (worker-driver.ts: the pointer position).
  */
 import { connect, type Socket } from 'node:net';
 import { readFileSync } from 'node:fs';
@@ -80,9 +81,12 @@ export interface RecordRange {
   clientLifetimes?: boolean;
 }
 
-/** The MIT-MAGIC-COOKIE-1 for `displayNumber` from the Xauthority file, if any. */
-function findXauthCookie(displayNumber: string): { name: Buffer; data: Buffer } | undefined {
-  const file = process.env.XAUTHORITY || join(homedir(), '.Xauthority');
+/**
+ * The MIT-MAGIC-COOKIE-1 for `displayNumber` from the Xauthority file (`xauthority`, else this process's
+ * XAUTHORITY, else ~/.Xauthority), if any.
+ */
+function findXauthCookie(displayNumber: string, xauthority?: string): { name: Buffer; data: Buffer } | undefined {
+  const file = xauthority || process.env.XAUTHORITY || join(homedir(), '.Xauthority');
   let buf: Buffer;
   try {
     buf = readFileSync(file);
@@ -139,7 +143,8 @@ export class XConnection {
 
   private constructor(private readonly socket: Socket) {}
 
-  static async open(display: string): Promise<XConnection> {
+  /** `xauthority`: the cookie file to use instead of this process's XAUTHORITY (a pooled desktop's own). */
+  static async open(display: string, xauthority?: string): Promise<XConnection> {
     const path = displaySocketPath(display);
     if (!path) throw new Error(`unsupported DISPLAY ${display}`);
     const socket = connect(path);
@@ -148,12 +153,12 @@ export class XConnection {
       socket.once('error', reject);
     });
     const conn = new XConnection(socket);
-    await conn.handshake(/^(?:unix)?:(\d+)/.exec(display)?.[1] ?? '0');
+    await conn.handshake(/^(?:unix)?:(\d+)/.exec(display)?.[1] ?? '0', xauthority);
     return conn;
   }
 
-  private async handshake(displayNumber: string): Promise<void> {
-    const cookie = findXauthCookie(displayNumber);
+  private async handshake(displayNumber: string, xauthority?: string): Promise<void> {
+    const cookie = findXauthCookie(displayNumber, xauthority);
     const name = cookie?.name ?? Buffer.alloc(0);
     const data = cookie?.data ?? Buffer.alloc(0);
     const head = Buffer.alloc(12);

@@ -6,6 +6,7 @@
  * `limits.maxBufferedBytes` wait unread is closed with 4008: its session is
  * released (batches cancelled, results kept for resume) at once.
  */
+import type { Duplex } from 'node:stream';
 import type { RawData, WebSocket } from 'ws';
 import type { DaemonConfig } from '../config.ts';
 import type { Logger } from '../log.ts';
@@ -70,6 +71,8 @@ export interface ConnectionDeps {
   log: Logger;
   remote: string;
   sessions: SessionRegistry;
+  /** The upgraded socket under `ws` (the HTTP request's): corked so that frames of one turn leave in one write. */
+  socket?: Duplex;
 }
 
 /** How long close() waits for the peer's close frame before terminating. */
@@ -97,6 +100,8 @@ export class Connection {
   private inbox: Promise<void> = Promise.resolve();
   /** Aborts when the socket closes: a hello queued for a desktop stops waiting. */
   private readonly gone = new AbortController();
+  /** Whether `tool_event` frames wait in the corked socket for the end of this turn of the event loop. */
+  private corked = false;
 
   constructor(
     private readonly ws: WebSocket,
@@ -156,11 +161,30 @@ export class Connection {
     });
   }
 
+  /**
+   * A `tool_event` frame waits in the corked socket until the end of this turn of the event loop, or until the
+   * next frame of another type (the batch_result), and leaves in the same write: every write wakes the client,
+   * which costs more than the frame (measured: ~0.1 ms a write here; docs/PERFORMANCE.md). Nothing waits for
+   * another turn, so a `started` event still leaves before its call's answer is awaited.
+   */
   private send(message: ServerMessage): void {
     if (this.ws.readyState !== this.ws.OPEN || this.overflowed) return;
     if (this.ws.bufferedAmount > this.deps.config.limits.maxBufferedBytes) return this.overflow();
+    const socket = this.deps.socket;
+    if (message.type === 'tool_event' && socket && !this.corked) {
+      this.corked = true;
+      socket.cork();
+      setImmediate(this.uncork);
+    }
     this.ws.send(JSON.stringify(message));
+    if (message.type !== 'tool_event') this.uncork();
   }
+
+  private readonly uncork = (): void => {
+    if (!this.corked) return;
+    this.corked = false;
+    this.deps.socket?.uncork();
+  };
 
   /**
    * The client does not read what it is sent: stop sending (the frame at hand is dropped; a batch_result stays

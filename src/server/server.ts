@@ -257,6 +257,7 @@ export class DeskbatchServer {
       ...this.deps,
       remote: req.socket.remoteAddress ?? '',
       sessions: this,
+      socket: req.socket,
     });
     this.connections.add(connection);
     ws.once('close', () => this.connections.delete(connection));
@@ -355,7 +356,9 @@ export class DeskbatchServer {
           ...(session.offer ? { offer: session.offer } : {}),
           desktop: lease.desktop,
         });
-        logBatch(log.child({ session: id }), result, toolUses, notExecuted);
+        // Written once the result is on its way (at the end of this turn of the event loop): the line is a
+        // synchronous write to stderr, ~0.1 ms here (docs/PERFORMANCE.md), which the agent need not wait for.
+        setImmediate(() => logBatch(log.child({ session: id }), result, toolUses, notExecuted));
         if (activity.observed) activity.publish({ type: 'batch_finished', session: id, result, at: Date.now() });
         return result;
       },
