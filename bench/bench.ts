@@ -144,7 +144,12 @@ async function callsMain(): Promise<void> {
   progress(`calls: ${CALLS_ITERATIONS} timed iterations per figure; load average ${load.map(round2).join(' ')}`);
   const display = await startTestDisplay(size);
   try {
-    const daemon = await startDaemonProcess({ display: display.display, format: 'png', browser: 'off' });
+    const daemon = await startDaemonProcess({
+      display: display.display,
+      framebuffer: display.framebuffer,
+      format: 'png',
+      browser: 'off',
+    });
     try {
       const figures = await overheadFigures(daemon, { tag }, CALLS_ITERATIONS);
       const book = new RatioBook(figures);
