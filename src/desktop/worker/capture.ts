@@ -156,6 +156,19 @@ async function waitUntilQuiet(
 }
 
 /**
+ * The RGB buffer of the last capture, used again by the next one of the same
+ * size: the worker runs one op at a time, and sharp has finished with it once
+ * the encode resolves. Without it every capture allocates 3–6 MB that only a
+ * garbage collection (of the whole worker heap) gives back.
+ */
+let rgbReused: Buffer | undefined;
+
+function rgbBuffer(bytes: number): Buffer {
+  if (rgbReused?.length !== bytes) rgbReused = Buffer.allocUnsafe(bytes);
+  return rgbReused;
+}
+
+/**
  * libnut and Xvfb's framebuffer both hold 4 bytes per pixel in B,G,R,X order,
  * rows `byteWidth` apart. The 4th byte is NOT alpha (docs/MEASURED.md): giving
  * it to sharp as RGBA yields mostly black images, so we copy out 3-channel RGB
@@ -164,14 +177,17 @@ async function waitUntilQuiet(
 function bgrxToRgb(img: BgrxImage, area?: Rect): Buffer {
   const { x: left, y: top, width, height } = area ?? { x: 0, y: 0, width: img.width, height: img.height };
   const src = img.data;
-  const out = Buffer.allocUnsafe(width * height * 3);
+  const stride = img.byteWidth;
+  const out = rgbBuffer(width * height * 3);
   let o = 0;
-  for (let y = top; y < top + height; y++) {
-    let i = y * img.byteWidth + left * 4;
-    for (let x = 0; x < width; x++, i += 4) {
-      out[o++] = src[i + 2]!;
-      out[o++] = src[i + 1]!;
-      out[o++] = src[i]!;
+  for (let row = top; row < top + height; row++) {
+    const start = row * stride + left * 4;
+    const end = start + width * 4;
+    for (let i = start; i < end; i += 4) {
+      out[o] = src[i + 2]!;
+      out[o + 1] = src[i + 1]!;
+      out[o + 2] = src[i]!;
+      o += 3;
     }
   }
   return out;
