@@ -22,21 +22,23 @@
  * Prints the tables on stdout (progress on stderr) and writes
  * bench/results.json. BENCH_ITERATIONS sets the timed iterations per figure;
  * BENCH_ONLY=density runs that section alone (bench/results.json then keeps
- * what else it held and gets a fresh `density`).
+ * what else it held and gets a fresh `density`); BENCH_ONLY=browser runs
+ * section `browser` (bench/browser.ts: left_click beside Playwright's own
+ * click, fresh daemons' start and first calls) alone the same way.
  */
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { ImageFormat } from '../src/image.ts';
 import { anatomyFigures } from './anatomy.ts';
 import { densityMain, densityRun, type DensityReport } from './density.ts';
-import { browserFigures, launchFigure, launchSample, withWebPage } from './browser.ts';
+import { browserFigures, browserSection, launchFigure, launchSample, withWebPage } from './browser.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
 import { daemonFigures, linkFigures, sizeTag, withBenchDisplay, type Bench, type Size } from './desktop.ts';
 import { FloorChild, floorFigures } from './floor.ts';
 import { machine, sourceState } from './machine.ts';
 import { MEMORY_SCREENSHOTS, memoryRun, type MemoryReport } from './memory.ts';
-import { FORMATS, ONE_WAY_MS, ratios, SIZES } from './ratios.ts';
+import { browserRatios, FORMATS, ONE_WAY_MS, RatioBook, ratios, SIZES } from './ratios.ts';
 import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
 import { ITERATIONS, progress, round2, WARMUP, type Figure } from './stats.ts';
@@ -45,7 +47,7 @@ import { ITERATIONS, progress, round2, WARMUP, type Figure } from './stats.ts';
 const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
 /** Sections that run alone with BENCH_ONLY. */
-const SECTIONS = ['density'] as const;
+const SECTIONS = ['density', 'browser'] as const;
 
 interface Run {
   figures: Figure[];
@@ -108,13 +110,37 @@ async function browserPart(daemon: DaemonProcess, format: ImageFormat, pageUrl: 
   run.figures.push(...(await browserFigures(daemon, pageUrl)));
 }
 
+/** BENCH_ONLY=browser: section `browser` alone; bench/results.json keeps what else it held and gets a fresh `browser`. */
+async function browserMain(): Promise<void> {
+  const load = os.loadavg();
+  const started = performance.now();
+  const figures = await browserSection();
+  const book = new RatioBook(figures);
+  browserRatios(book);
+  const info = machine(load);
+  console.log(figureTable(figures));
+  console.log(`\n${ratioTable(book.ratios)}`);
+  const duration = round2((performance.now() - started) / 1000);
+  console.log(
+    `browser: ${duration} s on ${info.cpus} CPUs, load average ${info.loadavg_start.join(' ')} → ` +
+      `${info.loadavg_end.join(' ')}; written to bench/results.json (key "browser")`,
+  );
+  const results = new URL('./results.json', import.meta.url);
+  const existing = await readFile(results, 'utf8').then(
+    (text) => JSON.parse(text) as Record<string, unknown>,
+    () => ({}),
+  );
+  const browser = { machine: info, source: await sourceState(), duration_s: duration, figures, ratios: book.ratios };
+  await writeFile(results, `${JSON.stringify({ ...existing, browser }, null, 2)}\n`);
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && only !== '') {
     if (!(SECTIONS as readonly string[]).includes(only)) {
       throw new Error(`BENCH_ONLY must be one of ${SECTIONS.join(', ')}, got ${JSON.stringify(only)}`);
     }
-    return densityMain();
+    return only === 'browser' ? browserMain() : densityMain();
   }
   const started = performance.now();
   const load = os.loadavg();
@@ -129,6 +155,8 @@ async function main(): Promise<void> {
   run.memory = await memoryRun();
   run.figures.push(run.memory.figure);
   if (run.launches.length) run.figures.push(launchFigure(run.launches));
+  progress('browser: the click beside Playwright, fresh daemons');
+  run.figures.push(...(await browserSection()));
   progress('density: a desktop per session');
   run.density = await densityRun();
   const book = ratios(run.figures, run.memory);
