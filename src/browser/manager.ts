@@ -12,6 +12,7 @@ import { sanitizeId } from '../screenshot-store.ts';
 import { oneLine } from '../text.ts';
 import { removeDownloadFolder, removeStaleDownloads, type DownloadSettings } from './downloads.ts';
 import { BrowserCrashedError, BrowserUnavailableError } from './failures.ts';
+import type { SettleCounts } from './call-watch.ts';
 import { BrowserSession } from './session.ts';
 import type { UrlPolicy } from './url-policy.ts';
 
@@ -79,6 +80,8 @@ export class BrowserManager {
    */
   sandbox: boolean | undefined;
   sandboxOffReason: string | undefined;
+  /** How its sessions' actions settled (call-watch.ts), for tests. */
+  readonly actionSettles: SettleCounts = { navigation: 0, roundTrip: 0, capped: 0, unwatched: 0 };
   /** What every session's downloads share: the operator's settings, and the sweep of an earlier run's folders. */
   readonly downloadSettings: DownloadSettings;
 
