@@ -66,6 +66,12 @@ export class BrowserManager {
   private launching: Promise<Browser> | undefined;
   /** A background launch (warm) that no call has joined yet. */
   private warming: Promise<Browser> | undefined;
+  /**
+   * Whether the background launch (warm) still runs, joined by a call or not:
+   * a shared desktop is not ready until it ends (src/ops/health.ts), as a
+   * pooled desktop is not free until its browser runs.
+   */
+  warmingUp = false;
   private readonly sessions = new Map<string, BrowserSession>();
   private browserPid: number | undefined;
   /** Bumped on every launch, so a session can tell its context died with an older browser. */
@@ -142,11 +148,14 @@ export class BrowserManager {
     if (this.browser?.isConnected() || this.launching || this.warming || this.closing) return;
     const warming = this.launch();
     this.warming = warming;
+    this.warmingUp = true;
     warming.then(
       () => {
+        this.warmingUp = false;
         if (this.warming === warming) this.warming = undefined;
       },
       (err: unknown) => {
+        this.warmingUp = false;
         if (this.warming === warming) this.warming = undefined;
         this.options.log.warn('browser did not start in the background; the first browser call will launch it', {
           error: err instanceof Error ? err.message : String(err),
