@@ -23,16 +23,19 @@
  * bench/results.json. BENCH_ITERATIONS sets the timed iterations per figure;
  * BENCH_ONLY=density runs that section alone (bench/results.json then keeps
  * what else it held and gets a fresh `density`); BENCH_ONLY=calls runs the
- * per-call figures alone (bench/results.json untouched).
+ * per-call figures alone (bench/results.json untouched); BENCH_ONLY=browser
+ * runs section `browser` (bench/browser.ts: left_click beside Playwright's
+ * own click, fresh daemons' start and first calls) alone, and
+ * bench/results.json gets a fresh `browser`.
  */
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { ImageFormat } from '../src/image.ts';
 import type { VirtualDisplay } from '../src/desktop/xvfb.ts';
 import { anatomyFigures } from './anatomy.ts';
 import { densityMain, densityRun, type DensityReport } from './density.ts';
-import { browserFigures, launchFigure, launchSample, withWebPage } from './browser.ts';
+import { browserFigures, browserSection, launchFigure, launchSample, withWebPage } from './browser.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
 import {
   daemonFigures,
@@ -46,7 +49,7 @@ import {
 import { FloorChild, floorFigures } from './floor.ts';
 import { machine, sourceState } from './machine.ts';
 import { MEMORY_SCREENSHOTS, memoryRun, type MemoryReport } from './memory.ts';
-import { callRatios, FORMATS, ONE_WAY_MS, RatioBook, ratios, SIZES } from './ratios.ts';
+import { browserRatios, callRatios, FORMATS, ONE_WAY_MS, RatioBook, ratios, SIZES } from './ratios.ts';
 import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
 import { startTestDisplay } from '../test/helpers/display.ts';
@@ -56,7 +59,7 @@ import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from '
 const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
 /** Sections that run alone with BENCH_ONLY. */
-const SECTIONS = ['density', 'calls'] as const;
+const SECTIONS = ['density', 'calls', 'browser'] as const;
 /** Timed runs per figure of `BENCH_ONLY=calls`: each is a few ms, so more than the full run's, for steadier medians. */
 const CALLS_ITERATIONS = positiveInt(process.env.BENCH_ITERATIONS, 200);
 
@@ -170,13 +173,38 @@ async function callsMain(): Promise<void> {
   }
 }
 
+/** BENCH_ONLY=browser: section `browser` alone; bench/results.json keeps what else it held and gets a fresh `browser`. */
+async function browserMain(): Promise<void> {
+  const load = os.loadavg();
+  const started = performance.now();
+  const figures = await browserSection();
+  const book = new RatioBook(figures);
+  browserRatios(book);
+  const info = machine(load);
+  console.log(figureTable(figures));
+  console.log(`\n${ratioTable(book.ratios)}`);
+  const duration = round2((performance.now() - started) / 1000);
+  console.log(
+    `browser: ${duration} s on ${info.cpus} CPUs, load average ${info.loadavg_start.join(' ')} → ` +
+      `${info.loadavg_end.join(' ')}; written to bench/results.json (key "browser")`,
+  );
+  const results = new URL('./results.json', import.meta.url);
+  const existing = await readFile(results, 'utf8').then(
+    (text) => JSON.parse(text) as Record<string, unknown>,
+    () => ({}),
+  );
+  const browser = { machine: info, source: await sourceState(), duration_s: duration, figures, ratios: book.ratios };
+  await writeFile(results, `${JSON.stringify({ ...existing, browser }, null, 2)}\n`);
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && only !== '') {
     if (!(SECTIONS as readonly string[]).includes(only)) {
       throw new Error(`BENCH_ONLY must be one of ${SECTIONS.join(', ')}, got ${JSON.stringify(only)}`);
     }
-    return only === 'calls' ? callsMain() : densityMain();
+    if (only === 'calls') return callsMain();
+    return only === 'browser' ? browserMain() : densityMain();
   }
   const started = performance.now();
   const load = os.loadavg();
@@ -187,7 +215,7 @@ async function main(): Promise<void> {
   await withWebPage(async (url) => {
     for (const [i, size] of SIZES.entries()) await benchSize(size, i === 0, url, run);
   });
-  // BENCH_SKIP=memory,density leaves out the two longest sections (a quicker run while working).
+  // BENCH_SKIP=memory,browser,density leaves out the longest sections (a quicker run while working).
   const skip = new Set((process.env.BENCH_SKIP ?? '').split(','));
   if (!skip.has('memory')) {
     progress(`memory across ${MEMORY_SCREENSHOTS} screenshots`);
@@ -195,6 +223,10 @@ async function main(): Promise<void> {
     run.figures.push(run.memory.figure);
   }
   if (run.launches.length) run.figures.push(launchFigure(run.launches));
+  if (!skip.has('browser')) {
+    progress('browser: the click beside Playwright, fresh daemons');
+    run.figures.push(...(await browserSection()));
+  }
   if (!skip.has('density')) {
     progress('density: a desktop per session');
     run.density = await densityRun();

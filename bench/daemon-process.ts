@@ -34,6 +34,8 @@ export interface DaemonProcessOptions {
    * both processes for a full garbage collection and their heap figures.
    */
   gcOnSignal?: boolean;
+  /** Return as soon as it listens, without the warm-up call that waits for the desktop worker (default: wait). */
+  waitForWorker?: boolean;
 }
 
 /** process.memoryUsage() of a process right after a full GC, in bytes. */
@@ -100,7 +102,7 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     stop,
   };
   try {
-    await waitForWorker(daemon);
+    if (options.waitForWorker !== false) await waitForWorker(daemon);
     return daemon;
   } catch (err) {
     await stop();

@@ -142,6 +142,7 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
     `batch11.loopback.${t}`,
   );
   if (memory) memoryRatios(book, memory);
+  browserRatios(book);
   return book;
 }
 
@@ -156,6 +157,28 @@ export function callRatios(book: RatioBook, t: string): void {
   book.difference(`per-call overhead ${t}: cursor_position − ping`, `cursor.${t}`, `ping.${t}`);
   book.difference(`per-call overhead ${t}: cursor_position − replayed batch`, `cursor.${t}`, `replay.${t}`);
   book.difference(`marginal cost of a call inside a batch ${t}`, `cursor10.${t}`, `cursor.${t}`, 9);
+}
+
+/** Issue 16's browser rows (bench/browser.ts, section `browser`). */
+export function browserRatios(book: RatioBook): void {
+  book.quotient(
+    "browser left_click / Playwright's own click, one process",
+    'bclick.ours',
+    'bclick.playwright',
+    below(1.5),
+  );
+  book.quotient(
+    'first browser call after start / a new session on a running browser',
+    'bstart.first-browser',
+    'bstart.session-warm',
+    below(1.2),
+  );
+  book.quotient('first browser call after start / a warm navigate', 'bstart.first-browser', 'bstart.navigate-warm');
+  book.quotient(
+    'first computer call after start / a warm screenshot',
+    'bstart.first-computer',
+    'bstart.screenshot-warm',
+  );
 }
 
 /** Our fastest screenshot figure at this size (by median), whatever its format. */

@@ -241,6 +241,10 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   });
   const address = await server.listen();
   listening.port = address.port;
+  // The shared desktop's browser starts now, in the background, as a pooled desktop's does when it is
+  // built warm: the first browser call should not wait for Chromium's launch (1–2 s here). After
+  // listen(), so loading Playwright does not hold up the daemon's start.
+  if (desktops instanceof SharedDesktop) desktops.desktop.browser?.warm();
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   log.info(
     desktops.mode === 'pool'

@@ -7,6 +7,8 @@
 import assert from 'node:assert/strict';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
+import type { BrowserManager } from '../src/browser/manager.ts';
+import { SharedDesktop } from '../src/desktops/pool.ts';
 import type { BatchResult, ToolEvent, ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import type { TestClient } from './helpers/daemon.ts';
@@ -195,5 +197,47 @@ describe('browser lifecycle', () => {
     const at = ticks();
     await until('ten more ticks of the clock page', () => ticks() >= at + 10, { timeoutMs: 30_000 });
     assert.equal(pings(), settled, 'no page of the ended session is still running');
+  });
+});
+
+describe('warm start: the shared desktop launches its browser when the daemon starts', () => {
+  const managerOf = (fx: BrowserFixture): BrowserManager => {
+    const desktops = fx.daemon.daemon.desktops;
+    assert.ok(desktops instanceof SharedDesktop && desktops.desktop.browser, 'one shared desktop with a browser');
+    return desktops.desktop.browser;
+  };
+
+  test('with no call, the browser starts; the first call uses that browser, no second launch', async () => {
+    const fx = await startBrowserFixture();
+    try {
+      fx.web.route('/a', '<title>Page A</title>');
+      const manager = managerOf(fx);
+      await until('the browser to run with no call made', () => manager.pid !== undefined, { timeoutMs: 60_000 });
+      const launched = manager.generation;
+      const pid = manager.pid;
+      const r = await run(fx.client, [use('navigate', { url: `${fx.web.origin}/a` })]);
+      assert.match(textOf(r.tool_results[0]!), /^Navigated to .*\/a — Page A \(HTTP 200\)/);
+      assert.equal(manager.generation, launched, 'the call launched no browser of its own');
+      assert.equal(manager.pid, pid);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  test('a background launch that fails leaves the daemon up; each browser call gets the launch error it would get without one', async () => {
+    const fx = await startBrowserFixture({ browserSettings: { executablePath: '/nonexistent/chromium' } });
+    try {
+      // The first call may come while the background launch still runs (it joins it) or after it
+      // failed (it launches again): the same error either way, and the daemon keeps serving.
+      for (const attempt of [1, 2]) {
+        const r = await run(fx.client, [use('navigate', { url: 'http://127.0.0.1:9/' })]);
+        assert.equal(textOf(r.tool_results[0]!), "Tool 'navigate' failed with BrowserUnavailableError.");
+        assert.equal(r.failures[0]?.error.type, 'BrowserUnavailableError', `attempt ${attempt}`);
+        assert.match(r.failures[0]!.error.message, /the browser did not start/, `attempt ${attempt}`);
+        assert.equal(r.failures[0]!.error.retry_after_ms, undefined, 'not refused by an open circuit (3 failures)');
+      }
+    } finally {
+      await fx.close();
+    }
   });
 });

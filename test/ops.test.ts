@@ -452,7 +452,13 @@ describe('metrics and readiness on a daemon with a display', () => {
     try {
       const c = await b.connect();
       await c.hello(); // the first welcome waits for the desktop worker to answer
-      const before = await readyz(b);
+      // The launch at start fails too (it is not counted by the breaker): ready once it ended.
+      let before = await readyz(b);
+      await until(
+        'readiness once the launch at start failed',
+        async () => (before = await readyz(b)).status === 200 || reasonOf(before.body).reason !== 'browser_starting',
+        { timeoutMs: 60_000, intervalMs: 50, seen: () => [before.status, before.text] },
+      );
       assert.equal(before.status, 200, before.text);
       assert.equal(before.body.browser, 'ok');
       const uses = () => [browserUse('navigate', { url: 'http://127.0.0.1:9/' })];
@@ -470,6 +476,24 @@ describe('metrics and readiness on a daemon with a display', () => {
     } finally {
       await b.close();
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('/readyz: a shared desktop is ready once the browser it launches at start runs, as a pooled desktop is free once its browser runs', async () => {
+    const b = await startTestDaemon({ display: display.display, browser: 'headless' });
+    try {
+      const desktops = b.daemon.desktops;
+      assert.ok(desktops instanceof SharedDesktop && desktops.desktop.browser);
+      const browser = desktops.desktop.browser;
+      let last = await readyz(b);
+      await until('readiness', async () => (last = await readyz(b)).status === 200, {
+        timeoutMs: 60_000,
+        intervalMs: 50,
+        seen: () => [last.status, last.text],
+      });
+      assert.ok(browser.pid !== undefined, 'the browser runs, with no browser call made');
+    } finally {
+      await b.close();
     }
   });
 

@@ -13,11 +13,25 @@ import type { Page, Request } from 'playwright';
  * (measured 60–800 ms after the click returned on a loaded VM).
  */
 const POPUP_WAIT_MS = 1_500;
-/** After an action: how long the round trip to the page may take, and the grace after it, for a navigation to start. */
+/** After an action: how long the round trip to the page may take (a page stuck in a script answers late). */
 const NAVIGATION_START_WAIT_MS = 200;
-const NAVIGATION_START_GRACE_MS = 30;
 /** How long a call waits for a navigation it set off to reach DOMContentLoaded. */
 const NAVIGATION_WAIT_MS = 5_000;
+
+/**
+ * How actions' settling ended (CallWatch.actionSettled), counted over a
+ * browser's sessions: a navigation the action asked for (waited for), the
+ * round trip back with none asked for, the round trip's cap reached (a page
+ * busy in a script), or a tab with no CDP session to ask (not watched yet,
+ * or closed). Tests read it: an action that navigates nowhere ends on the
+ * round trip, never on a timer.
+ */
+export interface SettleCounts {
+  navigation: number;
+  roundTrip: number;
+  capped: number;
+  unwatched: number;
+}
 
 export class CallWatch {
   /** The call that runs now: a call that timed out and finished later must not end it. */
@@ -37,6 +51,8 @@ export class CallWatch {
    * 'page' event can come several hundred ms after the call returned.
    */
   private popupsPending = 0;
+  constructor(private readonly settles: SettleCounts) {}
+
   /** Set while the session opens a tab itself (new_tab), so the tab is not taken for a popup. */
   openingTab = false;
   /** The tab a `new_tab` call opened: the only `tab_opened` its result may carry (the API's rule). */
@@ -125,15 +141,39 @@ export class CallWatch {
   }
 
   /**
-   * After an action (a click, a key) that set off no navigation yet: its
-   * first sign (the request) may not be out yet, so one round trip to the
-   * active page, then a short grace, lets it show up (measured: without this,
-   * 3 of 8 link clicks reported the old URL).
+   * After an action (a click, a key): whether it asked for a navigation.
+   * Chromium says so itself, in `Page.frameRequestedNavigation` on the tab's
+   * CDP session (session.ts `watchPopups`), which then makes the call wait
+   * for the new document (`awaitDocument`). The event is sent by the renderer
+   * while it handles the input (a link, a script setting `location` in a
+   * click handler), or in the task right after it (a form's submission is
+   * a task of its own): so it may still be on its way when the action
+   * returns. `roundTrip` is one command on that same CDP session, handled by
+   * the renderer after the input: its answer comes after any event the
+   * renderer sent before, so once it is back, a navigation the action asked
+   * for has been seen, and an action that asked for none returns at once.
+   * (The request event alone comes too late: 3 of 8 link clicks reported
+   * the old URL when only requests were watched. The round trip used to go
+   * through Playwright's own session, which nothing orders with this one's
+   * events, and a fixed 30 ms grace followed it.)
    */
-  async actionSettled(activePage: Page | undefined, acted: boolean): Promise<void> {
-    if (!acted || this.navigations.length !== 0) return;
-    await Promise.race([activePage?.evaluate('0').catch(() => undefined), sleep(NAVIGATION_START_WAIT_MS)]);
-    await sleep(NAVIGATION_START_GRACE_MS);
+  async actionSettled(roundTrip: (() => Promise<unknown>) | undefined, acted: boolean): Promise<void> {
+    if (!acted) return;
+    let capped = false;
+    if (this.navigations.length === 0 && roundTrip) {
+      let timer: NodeJS.Timeout | undefined;
+      capped = await Promise.race([
+        roundTrip().then(
+          () => false,
+          () => false,
+        ),
+        new Promise<boolean>((resolve) => (timer = setTimeout(resolve, NAVIGATION_START_WAIT_MS, true))),
+      ]);
+      clearTimeout(timer);
+    }
+    this.settles[
+      this.navigations.length !== 0 ? 'navigation' : capped ? 'capped' : roundTrip ? 'roundTrip' : 'unwatched'
+    ]++;
   }
 
   /**

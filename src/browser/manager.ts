@@ -1,6 +1,7 @@
 /**
  * The browser driver: one Chromium (Debian's, never a downloaded one), started
- * on first use and kept warm, relaunched after a crash; one BrowserSession
+ * in the background with its desktop (`warm`, or a pooled desktop built warm)
+ * or else on first use, kept running, relaunched after a crash; one BrowserSession
  * (session.ts) per session, each with its own BrowserContext, so sessions
  * never see each other's tabs, cookies or storage.
  */
@@ -12,6 +13,7 @@ import { sanitizeId } from '../screenshot-store.ts';
 import { oneLine } from '../text.ts';
 import { removeDownloadFolder, removeStaleDownloads, type DownloadSettings } from './downloads.ts';
 import { BrowserCrashedError, BrowserUnavailableError } from './failures.ts';
+import type { SettleCounts } from './call-watch.ts';
 import { BrowserSession } from './session.ts';
 import type { UrlPolicy } from './url-policy.ts';
 
@@ -62,6 +64,14 @@ const CHROMIUM_ARGS = [
 export class BrowserManager {
   private browser: Browser | undefined;
   private launching: Promise<Browser> | undefined;
+  /** A background launch (warm) that no call has joined yet. */
+  private warming: Promise<Browser> | undefined;
+  /**
+   * Whether the background launch (warm) still runs, joined by a call or not:
+   * a shared desktop is not ready until it ends (src/ops/health.ts), as a
+   * pooled desktop is not free until its browser runs.
+   */
+  warmingUp = false;
   private readonly sessions = new Map<string, BrowserSession>();
   private browserPid: number | undefined;
   /** Bumped on every launch, so a session can tell its context died with an older browser. */
@@ -79,6 +89,8 @@ export class BrowserManager {
    */
   sandbox: boolean | undefined;
   sandboxOffReason: string | undefined;
+  /** How its sessions' actions settled (call-watch.ts), for tests. */
+  readonly actionSettles: SettleCounts = { navigation: 0, roundTrip: 0, capped: 0, unwatched: 0 };
   /** What every session's downloads share: the operator's settings, and the sweep of an earlier run's folders. */
   readonly downloadSettings: DownloadSettings;
 
@@ -100,14 +112,56 @@ export class BrowserManager {
     };
   }
 
-  /** The running browser, launching it if needed. */
+  /**
+   * The running browser, launching it if needed. A background launch
+   * (`warm`) still under way is joined, through the launch guard, so the
+   * guard counts its outcome as this call's own launch.
+   */
   async browserNow(): Promise<Browser> {
     if (this.browser?.isConnected()) return this.browser;
-    const guard = this.options.launchGuard;
-    this.launching ??= (guard ? guard.run(() => this.launch()) : this.launch()).finally(
-      () => (this.launching = undefined),
-    );
+    if (!this.launching) {
+      const warming = this.warming;
+      this.warming = undefined;
+      const start = (): Promise<Browser> => warming ?? this.launch();
+      const guard = this.options.launchGuard;
+      const launching = guard ? guard.run(start) : start();
+      this.launching = launching;
+      void launching
+        .finally(() => {
+          if (this.launching === launching) this.launching = undefined;
+        })
+        .catch(() => undefined); // the caller gets the failure
+    }
     return this.launching;
+  }
+
+  /**
+   * Starts the browser now, in the background, so the first call finds it
+   * running (the shared desktop's, at daemon start; a pooled desktop's is
+   * launched when the desktop is built warm). Not through the launch guard:
+   * a failure here is logged and left for the first call, which then
+   * launches as it would have without this (through the guard: the same
+   * error, counted once), or, if it comes while this launch still runs,
+   * joins it (browserNow).
+   */
+  warm(): void {
+    if (this.browser?.isConnected() || this.launching || this.warming || this.closing) return;
+    const warming = this.launch();
+    this.warming = warming;
+    this.warmingUp = true;
+    warming.then(
+      () => {
+        this.warmingUp = false;
+        if (this.warming === warming) this.warming = undefined;
+      },
+      (err: unknown) => {
+        this.warmingUp = false;
+        if (this.warming === warming) this.warming = undefined;
+        this.options.log.warn('browser did not start in the background; the first browser call will launch it', {
+          error: err instanceof Error ? err.message : String(err),
+        });
+      },
+    );
   }
 
   private async launch(): Promise<Browser> {
@@ -115,7 +169,8 @@ export class BrowserManager {
     const headless = mode === 'headless' || !display;
     const t0 = performance.now();
     // Imported on first launch: loading Playwright takes about 2.5 s of CPU here, which a daemon
-    // started with the browser off, or one that never receives a browser call, should not pay.
+    // started with the browser off should not pay, nor a daemon's start before it listens (the
+    // shared desktop's background launch starts after listen(): src/daemon.ts).
     const { chromium } = await import('playwright');
     const start = (sandbox: boolean): Promise<Browser> =>
       chromium.launch({
@@ -157,6 +212,11 @@ export class BrowserManager {
     } catch (err) {
       // The caller reads the cause; the model reads only the type (paths stay out of its text).
       throw new BrowserUnavailableError(`the browser did not start: ${err instanceof Error ? err.message : err}`);
+    }
+    if (this.closing) {
+      // close() came while Chromium started (a background launch at a daemon stopped at once).
+      await browser.close().catch(() => undefined);
+      throw new BrowserUnavailableError('the browser was closed while it started');
     }
     this.generation++;
     this.browser = browser;
@@ -258,6 +318,8 @@ export class BrowserManager {
     const sessions = [...this.sessions.values()];
     this.sessions.clear();
     this.closing = true;
+    // A launch under way closes what it started once it has (launch).
+    await (this.launching ?? this.warming)?.catch(() => undefined);
     await this.browser?.close().catch(() => undefined);
     this.browser = undefined;
     await Promise.all(sessions.map((s) => s.close()));

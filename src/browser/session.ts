@@ -7,7 +7,7 @@
  * lists for pages' own navigations (navigation-guard.ts) and the notices for
  * the model (notices.ts). A call's result reports what it changed (CallReport).
  */
-import type { BrowserContext, Page, Request } from 'playwright';
+import type { BrowserContext, CDPSession, Page, Request } from 'playwright';
 import { TabStateError, ToolInputError } from '../errors.ts';
 import type { BrowserStateChange } from '../protocol.ts';
 import { oneLine } from '../text.ts';
@@ -59,7 +59,13 @@ export class BrowserSession {
   private heldOpened: string[] = [];
   private readonly notices = new Notices();
   private readonly tabs = new Tabs();
-  private readonly call = new CallWatch();
+  private readonly call: CallWatch;
+  /**
+   * Each tab's own CDP session, once it listens (watchPopups): the one that
+   * hears the tab's `Page.frameRequestedNavigation`, so a round trip on it
+   * after an action is ordered with those events (CallWatch.actionSettled).
+   */
+  private readonly watched = new WeakMap<Page, Promise<CDPSession | undefined>>();
   private readonly downloads: Downloads;
   private readonly guard: NavigationGuard;
 
@@ -67,6 +73,7 @@ export class BrowserSession {
     private readonly manager: BrowserManager,
     readonly id: string,
   ) {
+    this.call = new CallWatch(manager.actionSettles);
     this.downloads = new Downloads(id, manager.downloadSettings, this.notices);
     this.guard = new NavigationGuard(manager.options.urlPolicy, this.notices);
   }
@@ -133,7 +140,7 @@ export class BrowserSession {
     }
     const id = this.tabs.add(page);
     this.call.tabOpened(id);
-    void this.watchPopups(page);
+    this.watched.set(page, this.watchPopups(page));
     page.on('close', () => this.tabs.closed(id));
     page.on('framenavigated', (frame) => {
       if (frame === page.mainFrame()) this.guard.checkLanding(page, frame.url());
@@ -147,25 +154,50 @@ export class BrowserSession {
     return id;
   }
 
-  /** Counts the popups a tab opens, from the moment Chromium decides to open them. */
-  private async watchPopups(page: Page): Promise<void> {
+  /**
+   * Counts the popups a tab opens, from the moment Chromium decides to open
+   * them, and the navigations it is asked for; resolves to the tab's CDP
+   * session once it listens (undefined if the tab closed first).
+   */
+  private async watchPopups(page: Page): Promise<CDPSession | undefined> {
     try {
       const cdp = await page.context().newCDPSession(page);
       cdp.on('Page.windowOpen', () => this.call.popupAnnounced());
       // Downloads in this tab, while Chromium receives them: the session's byte cap applies before one is saved.
       cdp.on('Page.downloadWillBegin', (event) => this.downloads.willBegin(event.guid, event.url));
       cdp.on('Page.downloadProgress', (event) => this.downloads.progress(event));
-      // Sent while the click that asks for a navigation is still being dispatched, so before the
-      // click returns; the navigation's request only starts later (measured: the result of a link
-      // click still showed the old URL when only requests were watched).
+      // Sent by the renderer when a navigation is asked for: while a link click or a click handler
+      // setting `location` is dispatched (before the click returns), or in the task a form's
+      // submission runs in (just after). The navigation's request comes later (measured: the
+      // result of a link click still showed the old URL when only requests were watched).
       const mainFrameId = (await cdp.send('Page.getFrameTree')).frameTree.frame.id;
       cdp.on('Page.frameRequestedNavigation', (event) => {
         if (event.disposition === 'currentTab' && event.frameId === mainFrameId) this.call.awaitDocument(page);
       });
       await cdp.send('Page.enable');
+      return cdp;
     } catch {
-      // The tab closed first.
+      return undefined; // the tab closed first
     }
+  }
+
+  /**
+   * One command on the tab's own CDP session, answered by its renderer's
+   * main thread after the action's input: the renderer's
+   * `Page.frameRequestedNavigation` for a navigation that input asked for was
+   * sent before the answer, on the same session, so it has arrived by then.
+   * A form's submission runs in a task the input queued; its event came
+   * before the answer too in every run measured, also behind a 60 ms task of
+   * the page's own queued first.
+   */
+  private roundTrip(page: Page): (() => Promise<unknown>) | undefined {
+    const watched = this.watched.get(page);
+    if (!watched) return undefined;
+    return async () => {
+      const cdp = await watched;
+      if (!cdp) throw new Error('the tab has no CDP session');
+      return cdp.send('Runtime.evaluate', { expression: '0', silent: true, returnByValue: true });
+    };
   }
 
   private noTab(tabId: string): ToolInputError {
@@ -345,7 +377,8 @@ export class BrowserSession {
    */
   private async settle(acted: boolean): Promise<void> {
     const active = this.tabs.active;
-    await this.call.actionSettled(active ? this.tabs.page(active) : undefined, acted);
+    const page = active ? this.tabs.page(active) : undefined;
+    await this.call.actionSettled(page && this.roundTrip(page), acted);
     await this.call.popupsSettled(() => this.connected());
     await this.downloads.settle();
     await this.call.navigationsSettled();

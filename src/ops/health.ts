@@ -22,7 +22,12 @@ import type { DesktopResources } from '../desktops/desktop.ts';
 type DesktopDriver = Pick<DesktopResources['driver'], 'displaySize'>;
 
 export type NotReadyReason =
-  'shutting_down' | 'display_unreachable' | 'display_unresponsive' | 'browser_circuit_open' | 'no_free_desktop';
+  | 'shutting_down'
+  | 'display_unreachable'
+  | 'display_unresponsive'
+  | 'browser_starting'
+  | 'browser_circuit_open'
+  | 'no_free_desktop';
 
 /** The desktops' capacity, in every answer: what a router needs to pick a host with room. */
 export type DesktopCapacity = Pick<Capacity, 'mode' | 'max' | 'free' | 'leased' | 'waiting'>;
@@ -123,6 +128,9 @@ export function createReadiness(deps: ReadinessDeps): ReadinessCheck {
     }
     const d = await display(shared.driver);
     if (!d.ok) return notReady(d.reason);
+    // The browser launched at start (BrowserManager.warm), as a pooled desktop is free only once its
+    // browser runs; a launch that fails ends this too, and calls then get its error.
+    if (shared.browser?.warmingUp) return notReady('browser_starting');
     if (shared.browser?.options.launchGuard?.coolingDown) return notReady('browser_circuit_open');
     // Shutdown may have begun while the display answered.
     if (!deps.status().accepting) return notReady('shutting_down');
