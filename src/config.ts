@@ -73,6 +73,12 @@ export interface DaemonConfig {
     /** Debian's chromium; never a downloaded browser. */
     executablePath: string;
     launchTimeoutMs: number;
+    /**
+     * A shared desktop launches its browser when the daemon starts, so the
+     * first browser call does not wait for the launch (pooled desktops start
+     * theirs when they are built). Off: the first browser call launches it.
+     */
+    launchAtStart: boolean;
   };
   screenshotsDir: string;
   screenshot: {
@@ -217,6 +223,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     viewport: { width: 1280, height: 800 },
     executablePath: '/usr/bin/chromium',
     launchTimeoutMs: 30_000,
+    launchAtStart: true,
   },
   screenshotsDir: 'screenshots',
   screenshot: {

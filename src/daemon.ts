@@ -244,7 +244,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // The shared desktop's browser starts now, in the background, as a pooled desktop's does when it is
   // built warm: the first browser call should not wait for Chromium's launch (1–2 s here). After
   // listen(), so loading Playwright does not hold up the daemon's start.
-  if (desktops instanceof SharedDesktop) desktops.desktop.browser?.warm();
+  if (desktops instanceof SharedDesktop && config.browserSettings.launchAtStart) desktops.desktop.browser?.warm();
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   log.info(
     desktops.mode === 'pool'

@@ -208,7 +208,7 @@ describe('warm start: the shared desktop launches its browser when the daemon st
   };
 
   test('with no call, the browser starts; the first call uses that browser, no second launch', async () => {
-    const fx = await startBrowserFixture();
+    const fx = await startBrowserFixture({ browserSettings: { launchAtStart: true } });
     try {
       fx.web.route('/a', '<title>Page A</title>');
       const manager = managerOf(fx);
@@ -225,7 +225,9 @@ describe('warm start: the shared desktop launches its browser when the daemon st
   });
 
   test('a background launch that fails leaves the daemon up; each browser call gets the launch error it would get without one', async () => {
-    const fx = await startBrowserFixture({ browserSettings: { executablePath: '/nonexistent/chromium' } });
+    const fx = await startBrowserFixture({
+      browserSettings: { executablePath: '/nonexistent/chromium', launchAtStart: true },
+    });
     try {
       // The first call may come while the background launch still runs (it joins it) or after it
       // failed (it launches again): the same error either way, and the daemon keeps serving.

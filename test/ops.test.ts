@@ -446,7 +446,7 @@ describe('metrics and readiness on a daemon with a display', () => {
     const b = await startTestDaemon({
       display: display.display,
       browser: 'headless',
-      browserSettings: { executablePath: join(dir, 'no-chromium') },
+      browserSettings: { executablePath: join(dir, 'no-chromium'), launchAtStart: true },
       resilience: { breaker: { failures: 1, coolDownMs: 3_600_000 } },
     });
     try {
@@ -480,7 +480,11 @@ describe('metrics and readiness on a daemon with a display', () => {
   });
 
   test('/readyz: a shared desktop is ready once the browser it launches at start runs, as a pooled desktop is free once its browser runs', async () => {
-    const b = await startTestDaemon({ display: display.display, browser: 'headless' });
+    const b = await startTestDaemon({
+      display: display.display,
+      browser: 'headless',
+      browserSettings: { launchAtStart: true },
+    });
     try {
       const desktops = b.daemon.desktops;
       assert.ok(desktops instanceof SharedDesktop && desktops.desktop.browser);

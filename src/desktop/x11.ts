@@ -402,15 +402,9 @@ export class XConnection {
     this.send(req);
   }
 
+  /** An extension's major opcode, undefined if the server lacks it. */
   async queryExtension(name: string): Promise<number | undefined> {
-    const n = pad4(Buffer.from(name, 'latin1'));
-    const req = Buffer.alloc(8 + n.length);
-    req[0] = X_QUERY_EXTENSION;
-    req.writeUInt16LE(req.length / 4, 2);
-    req.writeUInt16LE(name.length, 4);
-    n.copy(req, 8);
-    const reply = await this.request(req);
-    return reply[8] ? reply[9] : undefined;
+    return (await this.extension(name))?.major;
   }
 
   /** An extension's major opcode and its first event code, undefined if the server lacks it. */

@@ -55,7 +55,9 @@ export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDa
     ...overrides,
     // The tests' web servers listen on 127.0.0.1: the browser reaches them through the operator's
     // opt-in, as a deployment reaching an intranet would. test/containment.test.ts turns it off.
-    browserSettings: { allowPrivateNetworks: true, ...overrides.browserSettings },
+    // Most test daemons never call the browser: they do not launch one at start (each launch costs
+    // seconds of CPU on these small machines); the tests of that launch turn it on.
+    browserSettings: { allowPrivateNetworks: true, launchAtStart: false, ...overrides.browserSettings },
   } as Parameters<typeof resolveConfig>[0]);
   // Every line at debug level goes to the test file's log folder (test/helpers/artifacts.ts);
   // DESKBATCH_TEST_LOG=1 also prints them.
