@@ -1311,3 +1311,27 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     });
   });
 });
+
+describe('settle without DAMAGE: an X server that does not report drawing', () => {
+  test('a capture after input falls back to comparing frames, and ends on a stable one', async () => {
+    const bare = await startBareXvfb(undefined, { width: 320, height: 200 }, ['-extension', 'DAMAGE']);
+    const logs: string[] = [];
+    const d = new WorkerDesktopDriver({ display: bare.display, log: (level, msg) => logs.push(`${level} ${msg}`) });
+    try {
+      const settle = { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, intervalMs: 20, maxMs: 2_000 };
+      await d.moveMouse({ x: 10, y: 10 });
+      const shot = await d.capture({ output: { width: 320, height: 200 }, format: 'png', quality: 80, settle });
+      assert.ok(shot.settled, 'the settle step ran');
+      assert.equal(shot.settled.method, 'frames');
+      assert.ok(shot.settled.frames >= 2, `frames ${shot.settled.frames}`);
+      assert.equal(shot.settled.stable, true, 'nothing draws on a bare root window: two frames match');
+      assert.ok(
+        logs.some((l) => l.includes('no DAMAGE')),
+        `the worker said why it compares frames: ${logs.join('; ')}`,
+      );
+    } finally {
+      await d.close();
+      await bare.stop();
+    }
+  });
+});

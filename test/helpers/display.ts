@@ -83,10 +83,13 @@ export function pickFreeDisplay(): number {
 export async function startBareXvfb(
   number = pickFreeDisplay(),
   size: { width: number; height: number } = { width: 1280, height: 800 },
+  /** More Xvfb arguments, e.g. `['-extension', 'DAMAGE']` to leave an extension out. */
+  extraArgs: readonly string[] = [],
 ): Promise<BareXvfb> {
   const display = `:${number}`;
   const screen = `${size.width}x${size.height}x24`;
-  const proc = spawn('Xvfb', [display, '-screen', '0', screen, '-nolisten', 'tcp', '-noreset'], { stdio: 'ignore' });
+  const args = [display, '-screen', '0', screen, '-nolisten', 'tcp', '-noreset', ...extraArgs];
+  const proc = spawn('Xvfb', args, { stdio: 'ignore' });
   let exited = false;
   const exit = new Promise<void>((r) => proc.once('exit', () => ((exited = true), r())));
   const deadline = Date.now() + 10_000;
