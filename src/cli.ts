@@ -226,7 +226,7 @@ async function serve(argv: string[]): Promise<void> {
     token,
     tokenConfigured: Boolean(envToken),
     display,
-    // An operator's own Xvfb started with -fbdir: its screen file (docs/OPERATIONS.md).
+    // An operator's own Xvfb started with -fbdir: its screen file (README.md, docs/PERFORMANCE.md "Grabbing the screen").
     ...(display && process.env[FRAMEBUFFER_ENV] ? { displayFramebuffer: process.env[FRAMEBUFFER_ENV] } : {}),
   });
   if (pooled) {
