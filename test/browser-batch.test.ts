@@ -59,6 +59,10 @@ describe('browser calls in batches', () => {
       `<title>script</title><div ${box} onclick="location.href = '/landed?by=script'">go</div>`,
     );
     fx.web.route(
+      '/start-timer',
+      `<title>timer</title><div ${box} onclick="setTimeout(() => { location.href = '/landed?by=timer'; }, 0)">go</div>`,
+    );
+    fx.web.route(
       '/start-form',
       `<title>form</title><form method="post" action="/landed?by=form"><input type="hidden" name="a" value="1"><button ${box}>go</button></form>`,
     );
@@ -80,6 +84,7 @@ describe('browser calls in batches', () => {
     const kinds = [
       ['link', browserUse('left_click', at)],
       ['script', browserUse('left_click', at)],
+      ['timer', browserUse('left_click', at)],
       ['form', browserUse('left_click', at)],
       ['enter', browserUse('key', { text: 'Enter' })],
     ] as const;

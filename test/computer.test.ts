@@ -6,8 +6,9 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, utimes, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import sharp from 'sharp';
@@ -28,6 +29,7 @@ import type { RecordedKey } from './helpers/event-page.ts';
 import { until } from './helpers/wait.ts';
 import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
 import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
+import { sweepStaleFramebuffers } from '../src/desktop/xvfb.ts';
 
 const PRINTABLE_ASCII = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join('');
 
@@ -350,6 +352,30 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
     } finally {
       await direct.close();
       await grabbed.close();
+    }
+  });
+
+  test("framebuffer folders a killed daemon left are swept; a live display's and a young one are kept", async () => {
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    const live = dirname(d.display.framebuffer!);
+    const stale = await mkdtemp('/dev/shm/deskbatch-fb-');
+    const young = await mkdtemp('/dev/shm/deskbatch-fb-');
+    try {
+      await writeFile(join(stale, 'Xvfb_screen0'), Buffer.alloc(4096));
+      await utimes(stale, hourAgo, hourAgo);
+      await utimes(live, hourAgo, hourAgo); // old, but its Xvfb maps the file
+      const removed = await sweepStaleFramebuffers();
+      assert.ok(removed.includes(stale), `the stale folder was removed: ${JSON.stringify(removed)}`);
+      assert.ok(!removed.includes(live) && !removed.includes(young), JSON.stringify(removed));
+      assert.equal(existsSync(stale), false);
+      assert.equal(existsSync(d.display.framebuffer!), true);
+      assert.equal(existsSync(young), true);
+      // The live display still answers from its file.
+      const { result } = await run(d, [use('screenshot')]);
+      assert.equal(firstImage(result).source.media_type, 'image/png');
+    } finally {
+      await rm(stale, { recursive: true, force: true });
+      await rm(young, { recursive: true, force: true });
     }
   });
 

@@ -186,9 +186,11 @@ export class BrowserSession {
    * main thread after the action's input: the renderer's
    * `Page.frameRequestedNavigation` for a navigation that input asked for was
    * sent before the answer, on the same session, so it has arrived by then.
-   * A form's submission runs in a task the input queued; its event came
-   * before the answer too in every run measured, also behind a 60 ms task of
-   * the page's own queued first.
+   * A form's submission, or a script's `setTimeout(…, 0)` that sets
+   * `location`, runs in a task the input queued: the command answers only
+   * after a zero-delay timer of its own, queued behind those, has run (a
+   * page that replaces `setTimeout` can only make it wait for the 200 ms cap
+   * of CallWatch.actionSettled).
    */
   private roundTrip(page: Page): (() => Promise<unknown>) | undefined {
     const watched = this.watched.get(page);
@@ -196,7 +198,12 @@ export class BrowserSession {
     return async () => {
       const cdp = await watched;
       if (!cdp) throw new Error('the tab has no CDP session');
-      return cdp.send('Runtime.evaluate', { expression: '0', silent: true, returnByValue: true });
+      return cdp.send('Runtime.evaluate', {
+        expression: 'new Promise((done) => setTimeout(done, 0))',
+        awaitPromise: true,
+        silent: true,
+        returnByValue: true,
+      });
     };
   }
 

@@ -272,7 +272,8 @@ export class WorkerDesktopDriver implements DesktopDriver {
           this.callTimeoutMs,
         );
         if (signal) {
-          onAbort = () => fail(cancelledBy(signal));
+          // This caller only: the connection is shared with the other sessions' queries, and fine.
+          onAbort = () => reject(cancelledBy(signal));
           signal.addEventListener('abort', onAbort, { once: true });
         }
         conn
@@ -296,7 +297,12 @@ export class WorkerDesktopDriver implements DesktopDriver {
       const socketId = socketIdentity(this.display);
       let conn: XConnection;
       try {
-        conn = await XConnection.open(this.display, this.env.XAUTHORITY ?? this.xauthorityFallback());
+        // A stopped X server accepts the socket and never answers the setup: bounded like a call.
+        conn = await XConnection.open(
+          this.display,
+          this.env.XAUTHORITY ?? this.xauthorityFallback(),
+          this.callTimeoutMs,
+        );
       } catch (err) {
         throw new DisplayUnavailableError(`X display ${this.display} is not reachable: ${(err as Error).message}`);
       }

@@ -144,17 +144,29 @@ export class XConnection {
   private constructor(private readonly socket: Socket) {}
 
   /** `xauthority`: the cookie file to use instead of this process's XAUTHORITY (a pooled desktop's own). */
-  static async open(display: string, xauthority?: string): Promise<XConnection> {
+  /** Connects and completes the setup; with `timeoutMs`, a server that does not answer in time is given up (the socket destroyed). */
+  static async open(display: string, xauthority?: string, timeoutMs?: number): Promise<XConnection> {
     const path = displaySocketPath(display);
     if (!path) throw new Error(`unsupported DISPLAY ${display}`);
     const socket = connect(path);
-    await new Promise<void>((resolve, reject) => {
-      socket.once('connect', resolve);
-      socket.once('error', reject);
-    });
-    const conn = new XConnection(socket);
-    await conn.handshake(/^(?:unix)?:(\d+)/.exec(display)?.[1] ?? '0', xauthority);
-    return conn;
+    const timer =
+      timeoutMs === undefined
+        ? undefined
+        : setTimeout(
+            () => socket.destroy(new Error(`X server on ${display} did not complete the setup within ${timeoutMs} ms`)),
+            timeoutMs,
+          );
+    try {
+      await new Promise<void>((resolve, reject) => {
+        socket.once('connect', resolve);
+        socket.once('error', reject);
+      });
+      const conn = new XConnection(socket);
+      await conn.handshake(/^(?:unix)?:(\d+)/.exec(display)?.[1] ?? '0', xauthority);
+      return conn;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private async handshake(displayNumber: string, xauthority?: string): Promise<void> {

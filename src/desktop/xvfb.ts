@@ -18,7 +18,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdtemp, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, open, readdir, readFile, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -195,8 +195,61 @@ function onExitHookKill(child: ChildProcess, afterKill: () => void): void {
 
 /** Where Xvfb's framebuffer file goes when it can (a tmpfs on Linux); else beside its other files. */
 const SHM_DIR = '/dev/shm';
+/** The folders of framebuffer files on /dev/shm: `deskbatch-fb-XXXXXX`. */
+const FRAMEBUFFER_DIR_PREFIX = 'deskbatch-fb-';
 /** The name Xvfb gives screen 0's file in its -fbdir. */
 const XVFB_FRAMEBUFFER_FILE = 'Xvfb_screen0';
+
+/**
+ * A folder of its own for Xvfb's framebuffer file: on /dev/shm (memory) when
+ * it has room for it four times over (Chromium uses it too, and Xvfb fails
+ * to start when it cannot write its screen there), else `fallback` (on a disk
+ * the kernel writes the screen back to it now and then, which costs I/O, not
+ * correctness).
+ */
+async function framebufferDir(bytes: number, fallback: string): Promise<string> {
+  try {
+    const fs = await statfs(SHM_DIR);
+    if (fs.bavail * fs.bsize >= 4 * bytes) return await mkdtemp(join(SHM_DIR, FRAMEBUFFER_DIR_PREFIX));
+  } catch {
+    // no /dev/shm here, or not writable
+  }
+  return fallback;
+}
+
+/** A framebuffer folder younger than this is never swept: its Xvfb may be starting. */
+const SWEEP_MIN_AGE_MS = 10 * 60_000;
+let sweptOnce = false;
+
+/**
+ * Removes framebuffer folders on /dev/shm that a killed daemon left behind
+ * (SIGKILL, the OOM killer: nothing ran its stop()). Each holds a whole
+ * screen in memory, and /dev/shm outlives a container's restart in its pod.
+ * A folder is taken only if it is this user's, older than SWEEP_MIN_AGE_MS,
+ * and its file is mapped by no process (a live Xvfb maps it). Returns the
+ * folders removed.
+ */
+export async function sweepStaleFramebuffers(minAgeMs = SWEEP_MIN_AGE_MS): Promise<string[]> {
+  const uid = process.getuid?.();
+  const names = await readdir(SHM_DIR).catch(() => [] as string[]);
+  const stale: string[] = [];
+  for (const name of names) {
+    if (!name.startsWith(FRAMEBUFFER_DIR_PREFIX)) continue;
+    const dir = join(SHM_DIR, name);
+    const st = await stat(dir).catch(() => undefined);
+    if (st?.isDirectory() && st.uid === uid && Date.now() - st.mtimeMs >= minAgeMs) stale.push(dir);
+  }
+  if (stale.length === 0) return [];
+  const mapped = new Set<string>();
+  for (const pid of await readdir('/proc').catch(() => [] as string[])) {
+    if (!/^\d+$/.test(pid)) continue;
+    const maps = await readFile(`/proc/${pid}/maps`, 'utf8').catch(() => '');
+    for (const dir of stale) if (maps.includes(`${dir}/`)) mapped.add(dir);
+  }
+  const removed = stale.filter((dir) => !mapped.has(dir));
+  for (const dir of removed) await rm(dir, { recursive: true, force: true });
+  return removed;
+}
 
 /** `setpriv --pdeathsig KILL -- cmd args…` when setpriv exists (util-linux, present on Debian). */
 function dieWithParent(command: string, args: string[]): [string, string[]] {
@@ -518,8 +571,14 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
 
   const startedAt = performance.now();
   const workDir = await mkdtemp(join(tmpdir(), 'deskbatch-xvfb-'));
-  // In memory (tmpfs) where possible: on a disk the kernel would write the screen back to it.
-  const fbDir = depth === 24 ? await mkdtemp(join(SHM_DIR, 'deskbatch-fb-')).catch(() => workDir) : undefined;
+  if (!sweptOnce) {
+    sweptOnce = true;
+    void sweepStaleFramebuffers().then(
+      (removed) => removed.length && log('info', 'removed framebuffer folders a killed daemon left', { removed }),
+      () => undefined,
+    );
+  }
+  const fbDir = depth === 24 ? await framebufferDir(width * height * 4, workDir) : undefined;
   // The server's cookie: only clients that hold it can connect (no other local user or process).
   const cookie = randomBytes(16);
   const serverAuthPath = join(workDir, 'server-auth');

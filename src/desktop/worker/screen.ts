@@ -116,22 +116,32 @@ export class Framebuffer {
       return { why: `cannot open the framebuffer file: ${(err as Error).message}` };
     }
     const fb = new Framebuffer(fd, conn, size);
-    const layout = fb.layout();
-    const why =
-      typeof layout === 'string'
-        ? layout
-        : layout.width !== size.width || layout.height !== size.height
-          ? `the framebuffer is ${layout.width}x${layout.height}, the display ${size.width}x${size.height}`
-          : undefined;
-    const xfixes = why ? undefined : await conn.extension('XFIXES');
-    if (why || !xfixes) {
+    try {
+      const layout = fb.layout();
+      const why =
+        typeof layout === 'string'
+          ? layout
+          : layout.width !== size.width || layout.height !== size.height
+            ? `the framebuffer is ${layout.width}x${layout.height}, the display ${size.width}x${size.height}`
+            : undefined;
+      if (why) {
+        fb.close();
+        return { why };
+      }
+      const xfixes = await conn.extension('XFIXES');
+      // HideCursor came with XFIXES 4.
+      const [major] = xfixes ? await conn.extensionVersion(xfixes.major, 4, 0) : [0];
+      if (!xfixes || major < 4) {
+        fb.close();
+        return { why: 'the X server has no XFIXES 4 to hide the pointer with' };
+      }
+      conn.hideCursor(xfixes.major);
+      await conn.sync();
+      return { framebuffer: fb };
+    } catch (err) {
       fb.close();
-      return { why: why ?? 'the X server has no XFIXES to hide the pointer with' };
+      throw err;
     }
-    await conn.extensionVersion(xfixes.major, 4, 0);
-    conn.hideCursor(xfixes.major);
-    await conn.sync();
-    return { framebuffer: fb };
   }
 
   /** The file's header, checked: where the pixels start and how they lie, or why they cannot be read. */
