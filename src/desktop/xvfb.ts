@@ -188,6 +188,23 @@ function trackChild(child: ChildProcess): void {
   }
 }
 
+/**
+ * Folders of displays not stopped yet (their logs, cookie, framebuffer):
+ * removed if the process exits first, also when it exits while a display is
+ * still starting (a daemon shut down while a pool desktop was being built).
+ */
+const ownedDirs = new Set<string>();
+let dirsHookInstalled = false;
+
+function ownDir(dir: string): void {
+  ownedDirs.add(dir);
+  if (dirsHookInstalled) return;
+  dirsHookInstalled = true;
+  process.on('exit', () => {
+    for (const d of ownedDirs) rmSync(d, { recursive: true, force: true });
+  });
+}
+
 /** Sets what the exit hook does after SIGKILLing `child` (a killed Xvfb leaves its lock and socket behind). */
 function onExitHookKill(child: ChildProcess, afterKill: () => void): void {
   if (liveChildren.has(child)) liveChildren.set(child, afterKill);
@@ -578,7 +595,9 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
       () => undefined,
     );
   }
+  ownDir(workDir);
   const fbDir = depth === 24 ? await framebufferDir(width * height * 4, workDir) : undefined;
+  if (fbDir) ownDir(fbDir);
   // The server's cookie: only clients that hold it can connect (no other local user or process).
   const cookie = randomBytes(16);
   const serverAuthPath = join(workDir, 'server-auth');
@@ -600,6 +619,8 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     await openboxLog?.close().catch(() => {});
     await rm(workDir, { recursive: true, force: true });
     if (fbDir) await rm(fbDir, { recursive: true, force: true });
+    ownedDirs.delete(workDir);
+    if (fbDir) ownedDirs.delete(fbDir);
   };
 
   let display: string;
@@ -635,13 +656,9 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     throw err;
   }
   const displayNumber = display.slice(1);
+  // Its folders go with the exit hook of ownDir.
   onExitHookKill(xvfb, () => {
-    for (const path of [
-      `/tmp/.X${displayNumber}-lock`,
-      `/tmp/.X11-unix/X${displayNumber}`,
-      workDir,
-      fbDir ?? workDir,
-    ]) {
+    for (const path of [`/tmp/.X${displayNumber}-lock`, `/tmp/.X11-unix/X${displayNumber}`]) {
       rmSync(path, { recursive: true, force: true });
     }
   });
