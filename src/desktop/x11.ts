@@ -265,9 +265,7 @@ export class XConnection {
 
   /** Round trip: the server has processed everything sent before. Throws the first X error since the last sync. */
   async sync(): Promise<void> {
-    const req = Buffer.alloc(4);
-    req[0] = X_GET_INPUT_FOCUS;
-    req.writeUInt16LE(1, 2);
+    const req = newRequest(X_GET_INPUT_FOCUS, 4);
     await this.request(req);
     const errors = this.asyncErrors;
     this.asyncErrors = [];
@@ -276,9 +274,7 @@ export class XConnection {
 
   /** The window that has the keyboard focus: 0 for None, 1 for PointerRoot. */
   async inputFocus(): Promise<number> {
-    const req = Buffer.alloc(4);
-    req[0] = X_GET_INPUT_FOCUS;
-    req.writeUInt16LE(1, 2);
+    const req = newRequest(X_GET_INPUT_FOCUS, 4);
     return (await this.request(req)).readUInt32LE(8);
   }
 
@@ -288,10 +284,7 @@ export class XConnection {
    * cannot tell (a remote client).
    */
   async clientPid(xresOpcode: number, xid: number): Promise<number | undefined> {
-    const req = Buffer.alloc(16);
-    req[0] = xresOpcode;
-    req[1] = XRES_QUERY_CLIENT_IDS;
-    req.writeUInt16LE(4, 2);
+    const req = newRequest(xresOpcode, 16, XRES_QUERY_CLIENT_IDS);
     req.writeUInt32LE(1, 4); // one spec
     req.writeUInt32LE(xid, 8);
     req.writeUInt32LE(XRES_LOCAL_CLIENT_PID_MASK, 12);
@@ -315,10 +308,7 @@ export class XConnection {
    * no extra element headers, so each recorded request arrives bare.
    */
   recordCreateContext(recordOpcode: number, context: number, ranges: RecordRange[]): void {
-    const req = Buffer.alloc(24 + 24 * ranges.length);
-    req[0] = recordOpcode;
-    req[1] = RECORD_CREATE_CONTEXT;
-    req.writeUInt16LE(req.length / 4, 2);
+    const req = newRequest(recordOpcode, 24 + 24 * ranges.length, RECORD_CREATE_CONTEXT);
     req.writeUInt32LE(context, 4);
     req[8] = 0; // element header: none
     req.writeUInt32LE(1, 12); // one client spec
@@ -342,10 +332,7 @@ export class XConnection {
    * data, one reply per recorded element, until the context is disabled or freed.
    */
   recordEnableContext(recordOpcode: number, context: number, onReply: (reply: Buffer) => void): Promise<void> {
-    const req = Buffer.alloc(8);
-    req[0] = recordOpcode;
-    req[1] = RECORD_ENABLE_CONTEXT;
-    req.writeUInt16LE(2, 2);
+    const req = newRequest(recordOpcode, 8, RECORD_ENABLE_CONTEXT);
     req.writeUInt32LE(context, 4);
     const seq = this.send(req);
     return new Promise((resolve, reject) => {
@@ -361,10 +348,7 @@ export class XConnection {
   }
 
   recordFreeContext(recordOpcode: number, context: number): void {
-    const req = Buffer.alloc(8);
-    req[0] = recordOpcode;
-    req[1] = RECORD_FREE_CONTEXT;
-    req.writeUInt16LE(2, 2);
+    const req = newRequest(recordOpcode, 8, RECORD_FREE_CONTEXT);
     req.writeUInt32LE(context, 4);
     this.send(req);
   }
@@ -376,9 +360,7 @@ export class XConnection {
 
   async internAtom(name: string): Promise<number> {
     const n = pad4(Buffer.from(name, 'latin1'));
-    const req = Buffer.alloc(8 + n.length);
-    req[0] = X_INTERN_ATOM;
-    req.writeUInt16LE(req.length / 4, 2);
+    const req = newRequest(X_INTERN_ATOM, 8 + n.length);
     req.writeUInt16LE(name.length, 4);
     n.copy(req, 8);
     return (await this.request(req)).readUInt32LE(8);
@@ -386,9 +368,7 @@ export class XConnection {
 
   /** A root-window property of 32-bit INTEGERs (empty if unset). */
   async getRootIntegers(atom: number): Promise<number[]> {
-    const req = Buffer.alloc(24);
-    req[0] = X_GET_PROPERTY;
-    req.writeUInt16LE(6, 2);
+    const req = newRequest(X_GET_PROPERTY, 24);
     req.writeUInt32LE(this.root, 4);
     req.writeUInt32LE(atom, 8);
     req.writeUInt32LE(XA_INTEGER, 12);
@@ -401,10 +381,7 @@ export class XConnection {
   }
 
   setRootIntegers(atom: number, values: number[]): void {
-    const req = Buffer.alloc(24 + 4 * values.length);
-    req[0] = X_CHANGE_PROPERTY;
-    req[1] = 0; // Replace
-    req.writeUInt16LE(req.length / 4, 2);
+    const req = newRequest(X_CHANGE_PROPERTY, 24 + 4 * values.length, 0); // Replace
     req.writeUInt32LE(this.root, 4);
     req.writeUInt32LE(atom, 8);
     req.writeUInt32LE(XA_INTEGER, 12);
@@ -422,9 +399,7 @@ export class XConnection {
   /** An extension's major opcode and its first event code, undefined if the server lacks it. */
   async extension(name: string): Promise<{ major: number; firstEvent: number } | undefined> {
     const n = pad4(Buffer.from(name, 'latin1'));
-    const req = Buffer.alloc(8 + n.length);
-    req[0] = X_QUERY_EXTENSION;
-    req.writeUInt16LE(req.length / 4, 2);
+    const req = newRequest(X_QUERY_EXTENSION, 8 + n.length);
     req.writeUInt16LE(name.length, 4);
     n.copy(req, 8);
     const reply = await this.request(req);
@@ -437,10 +412,7 @@ export class XConnection {
    * the server's version.
    */
   async extensionVersion(opcode: number, major: number, minor: number): Promise<[number, number]> {
-    const req = Buffer.alloc(12);
-    req[0] = opcode;
-    req[1] = EXT_QUERY_VERSION;
-    req.writeUInt16LE(3, 2);
+    const req = newRequest(opcode, 12, EXT_QUERY_VERSION);
     req.writeUInt32LE(major, 4);
     req.writeUInt32LE(minor, 8);
     const reply = await this.request(req);
@@ -449,20 +421,14 @@ export class XConnection {
 
   /** XFixesHideCursor on the root: the pointer is not drawn until this connection closes. */
   hideCursor(xfixesOpcode: number): void {
-    const req = Buffer.alloc(8);
-    req[0] = xfixesOpcode;
-    req[1] = XFIXES_HIDE_CURSOR;
-    req.writeUInt16LE(2, 2);
+    const req = newRequest(xfixesOpcode, 8, XFIXES_HIDE_CURSOR);
     req.writeUInt32LE(this.root, 4);
     this.send(req);
   }
 
   /** DamageCreate on the root window: DamageNotify events for what any client draws. */
   damageCreate(damageOpcode: number, damage: number, level: number): void {
-    const req = Buffer.alloc(16);
-    req[0] = damageOpcode;
-    req[1] = DAMAGE_CREATE;
-    req.writeUInt16LE(4, 2);
+    const req = newRequest(damageOpcode, 16, DAMAGE_CREATE);
     req.writeUInt32LE(damage, 4);
     req.writeUInt32LE(this.root, 8);
     req[12] = level;
@@ -471,10 +437,7 @@ export class XConnection {
 
   /** DamageSubtract with no repair region: empties `damage`, so the next drawing reports again. */
   damageSubtract(damageOpcode: number, damage: number): void {
-    const req = Buffer.alloc(16);
-    req[0] = damageOpcode;
-    req[1] = DAMAGE_SUBTRACT;
-    req.writeUInt16LE(4, 2);
+    const req = newRequest(damageOpcode, 16, DAMAGE_SUBTRACT);
     req.writeUInt32LE(damage, 4);
     this.send(req);
   }
@@ -486,18 +449,14 @@ export class XConnection {
    * server's state is one consistent moment. `read` must be synchronous.
    */
   async whileServerGrabbed<T>(read: () => T): Promise<T> {
-    const grab = Buffer.alloc(4);
-    grab[0] = X_GRAB_SERVER;
-    grab.writeUInt16LE(1, 2);
+    const grab = newRequest(X_GRAB_SERVER, 4);
     this.send(grab);
     try {
       await this.sync();
       return read();
     } finally {
       if (!this.closed) {
-        const ungrab = Buffer.alloc(4);
-        ungrab[0] = X_UNGRAB_SERVER;
-        ungrab.writeUInt16LE(1, 2);
+        const ungrab = newRequest(X_UNGRAB_SERVER, 4);
         this.send(ungrab);
       }
     }
@@ -506,9 +465,7 @@ export class XConnection {
   /** The core keymap: `keysyms[(keycode - minKeycode) * perKeycode + column]`. */
   async getKeyboardMapping(): Promise<{ perKeycode: number; keysyms: Uint32Array }> {
     const count = this.maxKeycode - this.minKeycode + 1;
-    const req = Buffer.alloc(8);
-    req[0] = X_GET_KEYBOARD_MAPPING;
-    req.writeUInt16LE(2, 2);
+    const req = newRequest(X_GET_KEYBOARD_MAPPING, 8);
     req[4] = this.minKeycode;
     req[5] = count;
     const reply = await this.request(req);
@@ -520,10 +477,7 @@ export class XConnection {
 
   /** Maps `keycode` to `keysym` on both levels (Shift does not change it), or clears it with 0. */
   changeKeyboardMapping(keycode: number, keysym: number): void {
-    const req = Buffer.alloc(16);
-    req[0] = X_CHANGE_KEYBOARD_MAPPING;
-    req[1] = 1; // keycode count
-    req.writeUInt16LE(4, 2);
+    const req = newRequest(X_CHANGE_KEYBOARD_MAPPING, 16, 1); // keycode count
     req[4] = keycode;
     req[5] = 2; // keysyms per keycode in this request
     req.writeUInt32LE(keysym, 8);
@@ -550,9 +504,7 @@ export class XConnection {
    * is over (0 for the root itself) and the modifier and button mask.
    */
   async queryPointer(): Promise<{ x: number; y: number; child: number; mask: number }> {
-    const req = Buffer.alloc(8);
-    req[0] = X_QUERY_POINTER;
-    req.writeUInt16LE(2, 2);
+    const req = newRequest(X_QUERY_POINTER, 8);
     req.writeUInt32LE(this.root, 4);
     const reply = await this.request(req);
     return {
@@ -565,9 +517,7 @@ export class XConnection {
 
   /** The children of `window`, bottom to top. */
   async queryTree(window: number): Promise<number[]> {
-    const req = Buffer.alloc(8);
-    req[0] = X_QUERY_TREE;
-    req.writeUInt16LE(2, 2);
+    const req = newRequest(X_QUERY_TREE, 8);
     req.writeUInt32LE(window, 4);
     const reply = await this.request(req);
     const n = reply.readUInt16LE(16);
@@ -576,9 +526,7 @@ export class XConnection {
 
   /** Whether `window` has property `atom` (of any type). */
   async hasProperty(window: number, atom: number): Promise<boolean> {
-    const req = Buffer.alloc(24);
-    req[0] = X_GET_PROPERTY;
-    req.writeUInt16LE(6, 2);
+    const req = newRequest(X_GET_PROPERTY, 24);
     req.writeUInt32LE(window, 4);
     req.writeUInt32LE(atom, 8);
     req.writeUInt32LE(ANY_PROPERTY_TYPE, 12);
@@ -587,9 +535,7 @@ export class XConnection {
 
   /** A root-window property holding one WINDOW (0 if unset). */
   async getRootWindow(atom: number): Promise<number> {
-    const req = Buffer.alloc(24);
-    req[0] = X_GET_PROPERTY;
-    req.writeUInt16LE(6, 2);
+    const req = newRequest(X_GET_PROPERTY, 24);
     req.writeUInt32LE(this.root, 4);
     req.writeUInt32LE(atom, 8);
     req.writeUInt32LE(XA_WINDOW, 12);
@@ -600,10 +546,7 @@ export class XConnection {
 
   /** Sends a 32-bit ClientMessage about `window` to the window manager (EWMH: to the root, substructure masks). */
   sendToWindowManager(window: number, type: number, data: number[]): void {
-    const req = Buffer.alloc(44);
-    req[0] = X_SEND_EVENT;
-    req[1] = 0; // propagate: no
-    req.writeUInt16LE(11, 2);
+    const req = newRequest(X_SEND_EVENT, 44, 0); // propagate: no
     req.writeUInt32LE(this.root, 4);
     req.writeUInt32LE(EWMH_REQUEST_MASK, 8);
     req[12] = CLIENT_MESSAGE;
@@ -622,12 +565,22 @@ export class XConnection {
 
 /** An XTestFakeInput request (xXTestFakeInputReq, 36 bytes): time 0 (now), root and position 0 unless set. */
 function fakeInputRequest(xtestOpcode: number, type: number, detail: number): Buffer {
-  const req = Buffer.alloc(36);
-  req[0] = xtestOpcode;
-  req[1] = XTEST_FAKE_INPUT;
-  req.writeUInt16LE(9, 2);
+  const req = newRequest(xtestOpcode, 36, XTEST_FAKE_INPUT);
   req[4] = type;
   req[5] = detail;
+  return req;
+}
+
+/**
+ * A request of `bytes` (a multiple of 4), zeroed, with its header written:
+ * the major opcode, the byte after it (an extension's minor opcode, or a core
+ * request's one-byte field) and the length in 4-byte units.
+ */
+function newRequest(opcode: number, bytes: number, second = 0): Buffer {
+  const req = Buffer.alloc(bytes);
+  req[0] = opcode;
+  req[1] = second;
+  req.writeUInt16LE(bytes / 4, 2);
   return req;
 }
 
