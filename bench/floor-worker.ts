@@ -3,7 +3,8 @@
  * the display exactly as the desktop worker does (src/desktop/worker/capture.ts
  * `capture`: a read of Xvfb's framebuffer file while the X server is grabbed,
  * src/desktop/worker/screen.ts `Framebuffer`), make 3-channel RGB of the
- * B,G,R,X pixels, scale if the output size differs, encode with the daemon's
+ * B,G,R,X pixels with the worker's own loop (screen.ts `bgrxToRgb`), scale
+ * if the output size differs, encode with the daemon's
  * own settings, base64. No IPC inside the timing, no executor, no socket, no
  * file. Each run also grabs once through nut-js (libnut's XGetImage, the
  * worker's way without a framebuffer file), timed apart and outside the
@@ -22,7 +23,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import sharp from 'sharp';
-import { Framebuffer } from '../src/desktop/worker/screen.ts';
+import { bgrxToRgb, Framebuffer } from '../src/desktop/worker/screen.ts';
 import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
 import { XConnection } from '../src/desktop/x11.ts';
 
@@ -69,22 +70,6 @@ export const PIPELINES: Record<string, { encode: Encoder; label: string }> = {
   'webp-effort0': { label: 'WebP q80 effort 0', encode: (p, q) => p.webp({ quality: q, effort: 0 }) },
 };
 
-/** The pixels are B,G,R,X (the 4th byte is not alpha): keep the first three, reversed, row by row. */
-function rgbFromBgrx(bgrx: Buffer, width: number, height: number, stride: number): Buffer {
-  const rgb = Buffer.allocUnsafe(width * height * 3);
-  let out = 0;
-  for (let row = 0; row < height; row++) {
-    const end = row * stride + width * 4;
-    for (let px = row * stride; px < end; px += 4) {
-      rgb[out] = bgrx[px + 2]!;
-      rgb[out + 1] = bgrx[px + 1]!;
-      rgb[out + 2] = bgrx[px]!;
-      out += 3;
-    }
-  }
-  return rgb;
-}
-
 async function loadNut(): Promise<Nut> {
   // A CommonJS module: its exports arrive as the namespace or as `default`, depending on the loader.
   const mod = (await import('@nut-tree-fork/nut-js')) as Nut & { default?: Nut };
@@ -100,7 +85,7 @@ async function runOnce(nut: Nut, fb: Framebuffer, req: FloorRequest): Promise<Fl
   const t0 = performance.now();
   const img = await fb.read();
   const t1 = performance.now();
-  const rgb = rgbFromBgrx(img.data, img.width, img.height, img.byteWidth);
+  const rgb = bgrxToRgb(img);
   const t2 = performance.now();
   let p = sharp(rgb, { raw: { width: img.width, height: img.height, channels: 3 } });
   if (img.width !== req.output.width || img.height !== req.output.height) {

@@ -8,7 +8,7 @@ import type { Rect } from '../../geometry.ts';
 import type { CapturedImage, SettleOptions } from '../../image.ts';
 import { WorkerInputError, sleep, throwIfCancelled, type OpContext } from './context.ts';
 import { displaySize, type Devices } from './devices.ts';
-import type { BgrxImage, ScreenChanges } from './screen.ts';
+import { bgrxToRgb, type BgrxImage, type ScreenChanges } from './screen.ts';
 
 type Sharp = typeof import('sharp').default;
 
@@ -153,42 +153,4 @@ async function waitUntilQuiet(
     changes: changes.count - before,
     stable,
   };
-}
-
-/**
- * The RGB buffer of the last capture, used again by the next one of the same
- * size: the worker runs one op at a time, and sharp has finished with it once
- * the encode resolves. Without it every capture allocates 3–6 MB that only a
- * garbage collection (of the whole worker heap) gives back.
- */
-let rgbReused: Buffer | undefined;
-
-function rgbBuffer(bytes: number): Buffer {
-  if (rgbReused?.length !== bytes) rgbReused = Buffer.allocUnsafe(bytes);
-  return rgbReused;
-}
-
-/**
- * libnut and Xvfb's framebuffer both hold 4 bytes per pixel in B,G,R,X order,
- * rows `byteWidth` apart. The 4th byte is NOT alpha (docs/MEASURED.md): giving
- * it to sharp as RGBA yields mostly black images, so we copy out 3-channel RGB
- * (measured faster than sharp's own channel recombination), of `area` if given.
- */
-function bgrxToRgb(img: BgrxImage, area?: Rect): Buffer {
-  const { x: left, y: top, width, height } = area ?? { x: 0, y: 0, width: img.width, height: img.height };
-  const src = img.data;
-  const stride = img.byteWidth;
-  const out = rgbBuffer(width * height * 3);
-  let o = 0;
-  for (let row = top; row < top + height; row++) {
-    const start = row * stride + left * 4;
-    const end = start + width * 4;
-    for (let i = start; i < end; i += 4) {
-      out[o] = src[i + 2]!;
-      out[o + 1] = src[i + 1]!;
-      out[o + 2] = src[i]!;
-      o += 3;
-    }
-  }
-  return out;
 }

@@ -18,7 +18,7 @@
  * libnut's grab.
  */
 import { closeSync, openSync, readSync } from 'node:fs';
-import type { Size } from '../../geometry.ts';
+import type { Rect, Size } from '../../geometry.ts';
 import { DAMAGE_REPORT_NON_EMPTY, type XConnection } from '../x11.ts';
 
 export class ScreenChanges {
@@ -191,4 +191,42 @@ export class Framebuffer {
   close(): void {
     closeSync(this.fd);
   }
+}
+
+/**
+ * The RGB buffer of the last conversion, used again by the next one of the
+ * same size: its users (the worker's capture, the bench's floor) convert one
+ * frame at a time, and sharp has finished with it once the encode resolves. Without it every capture allocates 3–6 MB that only a
+ * garbage collection (of the whole worker heap) gives back.
+ */
+let rgbReused: Buffer | undefined;
+
+function rgbBuffer(bytes: number): Buffer {
+  if (rgbReused?.length !== bytes) rgbReused = Buffer.allocUnsafe(bytes);
+  return rgbReused;
+}
+
+/**
+ * libnut and Xvfb's framebuffer both hold 4 bytes per pixel in B,G,R,X order,
+ * rows `byteWidth` apart. The 4th byte is NOT alpha (docs/MEASURED.md): giving
+ * it to sharp as RGBA yields mostly black images, so we copy out 3-channel RGB
+ * (measured faster than sharp's own channel recombination), of `area` if given.
+ */
+export function bgrxToRgb(img: BgrxImage, area?: Rect): Buffer {
+  const { x: left, y: top, width, height } = area ?? { x: 0, y: 0, width: img.width, height: img.height };
+  const src = img.data;
+  const stride = img.byteWidth;
+  const out = rgbBuffer(width * height * 3);
+  let o = 0;
+  for (let row = top; row < top + height; row++) {
+    const start = row * stride + left * 4;
+    const end = start + width * 4;
+    for (let i = start; i < end; i += 4) {
+      out[o] = src[i + 2]!;
+      out[o + 1] = src[i + 1]!;
+      out[o + 2] = src[i]!;
+      o += 3;
+    }
+  }
+  return out;
 }
