@@ -149,19 +149,16 @@ export class BrowserManager {
     const warming = this.launch();
     this.warming = warming;
     this.warmingUp = true;
-    warming.then(
-      () => {
-        this.warmingUp = false;
-        if (this.warming === warming) this.warming = undefined;
-      },
-      (err: unknown) => {
-        this.warmingUp = false;
-        if (this.warming === warming) this.warming = undefined;
+    void warming
+      .catch((err: unknown) =>
         this.options.log.warn('browser did not start in the background; the first browser call will launch it', {
           error: err instanceof Error ? err.message : String(err),
-        });
-      },
-    );
+        }),
+      )
+      .finally(() => {
+        this.warmingUp = false;
+        if (this.warming === warming) this.warming = undefined;
+      });
   }
 
   private async launch(): Promise<Browser> {

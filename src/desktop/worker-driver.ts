@@ -259,18 +259,13 @@ export class WorkerDesktopDriver implements DesktopDriver {
     let onAbort: (() => void) | undefined;
     try {
       const { x, y } = await new Promise<{ x: number; y: number }>((resolve, reject) => {
-        // A stopped X server never answers: the connection is dropped (the next query opens another).
-        const fail = (err: Error): void => {
+        timer = setTimeout(() => {
+          // A stopped X server never answers: the connection is dropped (the next query opens another).
           conn.close();
-          reject(err);
-        };
-        timer = setTimeout(
-          () =>
-            fail(
-              new DisplayUnavailableError(`X display ${this.display} did not answer within ${this.callTimeoutMs} ms`),
-            ),
-          this.callTimeoutMs,
-        );
+          reject(
+            new DisplayUnavailableError(`X display ${this.display} did not answer within ${this.callTimeoutMs} ms`),
+          );
+        }, this.callTimeoutMs);
         if (signal) {
           // This caller only: the connection is shared with the other sessions' queries, and fine.
           onAbort = () => reject(cancelledBy(signal));
