@@ -386,6 +386,9 @@ describe('viewer on a real daemon (no display)', () => {
       ['/viewer', 'text/html'],
       ['/viewer/app.js', 'text/javascript'],
       ['/viewer/app.css', 'text/css'],
+      ['/viewer/replay', 'text/html'],
+      ['/viewer/replay.js', 'text/javascript'],
+      ['/viewer/replay.css', 'text/css'],
     ] as const) {
       const res = await fetch(`${base}${path}`);
       assert.equal(res.status, 200, path);
@@ -396,24 +399,39 @@ describe('viewer on a real daemon (no display)', () => {
         "script-src 'self'",
         "style-src 'self'",
         'img-src data: blob:',
+        'media-src blob:',
         "frame-ancestors 'none'",
       ]) {
         assert.ok(csp.split('; ').includes(directive), `${path}: ${directive} in ${csp}`);
       }
       assert.match(csp, /connect-src 'self' ws:\/\/127\.0\.0\.1:\d+ wss:\/\/127\.0\.0\.1:\d+(;|$)/);
       assert.doesNotMatch(csp, /unsafe-|\*/);
+      assert.deepEqual(
+        csp.split('; ').map((directive) => directive.split(' ')[0]),
+        [
+          'default-src',
+          'script-src',
+          'style-src',
+          'img-src',
+          'media-src',
+          'connect-src',
+          'base-uri',
+          'form-action',
+          'frame-ancestors',
+        ],
+        'no directive more than these',
+      );
       assert.equal(res.headers.get('x-frame-options'), 'DENY');
       assert.equal(res.headers.get('referrer-policy'), 'no-referrer');
       assert.equal(res.headers.get('cache-control'), 'no-store');
       assert.equal(res.headers.get('x-content-type-options'), 'nosniff');
       const body = await res.text();
-      if (path === '/viewer') {
+      if (path === '/viewer' || path === '/viewer/replay') {
         assert.doesNotMatch(body, /<script(?![^>]*\bsrc=)/, 'no inline script');
         assert.doesNotMatch(body, /\sstyle=|<style/, 'no inline style');
         assert.doesNotMatch(body, /https?:\/\//, 'no external resource');
       }
-      if (path === '/viewer/app.js')
-        assert.doesNotMatch(body, /innerHTML|outerHTML|insertAdjacentHTML|document\.write/);
+      if (path.endsWith('.js')) assert.doesNotMatch(body, /innerHTML|outerHTML|insertAdjacentHTML|document\.write/);
     }
   });
 

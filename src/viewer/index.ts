@@ -5,7 +5,11 @@
  * - `GET /viewer`, `/viewer/app.js`, `/viewer/app.css`: static files read at
  *   start, served without a token (they hold no data and no secrets) under a
  *   strict Content-Security-Policy: scripts and styles only from this origin,
- *   no inline code, images only from data: and blob: URLs, no framing.
+ *   no inline code, images only from data: and blob: URLs, media (the
+ *   recordings' video) only from blob: URLs, no framing.
+ * - `GET /viewer/replay`, `/viewer/replay.js`, `/viewer/replay.css`: the
+ *   replay page (docs/VIEWER.md "Replay"), static too, under the same policy;
+ *   it reads the recordings' routes (src/recording/routes.ts) with the token.
  * - `/viewer/feed`: the WebSocket the page reads (feed.ts), behind the usual
  *   handshake checks plus a same-origin exception for the page itself; the
  *   token travels as the `deskbatch.token.<token>` subprotocol.
@@ -21,6 +25,7 @@ export { VIEWER_FEED_PATH, VIEWER_SUBPROTOCOL, ViewerFeed } from './feed.ts';
 export type { FeedMessage, ImageView, SessionView, TimelineEntry, ViewerLimits } from './feed.ts';
 
 export const VIEWER_PATH = '/viewer';
+export const REPLAY_PATH = '/viewer/replay';
 
 /** A Host header we are willing to write into the CSP: a host name or IP literal and a port, nothing else. */
 const PLAIN_HOST = /^(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/;
@@ -37,6 +42,8 @@ export function contentSecurityPolicy(host: string | undefined): string {
     "script-src 'self'",
     "style-src 'self'",
     'img-src data: blob:',
+    // The replay page plays a recording's video from a blob: URL (fetched with the token).
+    'media-src blob:',
     `connect-src 'self'${socket}`,
     "base-uri 'none'",
     "form-action 'none'",
@@ -76,6 +83,9 @@ const ASSETS = [
   { path: VIEWER_PATH, file: 'page.html', type: 'text/html; charset=utf-8' },
   { path: `${VIEWER_PATH}/app.js`, file: 'app.js', type: 'text/javascript; charset=utf-8' },
   { path: `${VIEWER_PATH}/app.css`, file: 'app.css', type: 'text/css; charset=utf-8' },
+  { path: REPLAY_PATH, file: 'replay.html', type: 'text/html; charset=utf-8' },
+  { path: `${VIEWER_PATH}/replay.js`, file: 'replay.js', type: 'text/javascript; charset=utf-8' },
+  { path: `${VIEWER_PATH}/replay.css`, file: 'replay.css', type: 'text/css; charset=utf-8' },
 ] as const;
 
 /** Reads the page's files (once, here) and starts observing the activity hub. */
