@@ -1,0 +1,448 @@
+/**
+ * The viewer's replay page (docs/VIEWER.md "Replay"): a real daemon on a real
+ * Xvfb records a session; a second daemon on the same recordings folder
+ * serves it; the page runs in Debian's Chromium (kiosk, on that display),
+ * lists the recordings and plays the session back through the token-guarded
+ * routes, showing images through blob: URLs.
+ */
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, test } from 'node:test';
+import type { Page } from 'playwright';
+import sharp from 'sharp';
+import type { BatchResult } from '../src/protocol.ts';
+import { launchKioskChromium, type KioskChromium } from './helpers/chromium.ts';
+import { TEST_TOKEN, computerUse as use, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
+import { until } from './helpers/wait.ts';
+
+const ARTIFACTS = fileURLToPath(new URL('../test-artifacts/', import.meta.url));
+const TOKEN_KEY = 'deskbatch.viewer.token';
+const SYNTHETIC = 's_synthetic_crashed';
+const SYNTHETIC_BATCHES = 250;
+
+/** Runs an expression in the page (the project's types have no DOM, so expressions are strings). */
+const inPage = <T>(page: Page, expression: string): Promise<T> => page.evaluate(expression) as Promise<T>;
+
+interface Line {
+  type: string;
+  at: number;
+  [k: string]: unknown;
+}
+
+interface ShownCall {
+  name: string;
+  id: string;
+  outcome: string;
+  type: string | null;
+  message: string | null;
+  flags: string | null;
+}
+
+interface Shot {
+  src: string;
+  path: string | undefined;
+  width: number;
+  height: number;
+  caption: string;
+  complete: boolean;
+}
+
+/** Console errors (a CSP violation is one) and page errors, collected for a final check. */
+function watchProblems(page: Page): string[] {
+  const problems: string[] = [];
+  page.on('console', (m) => m.type() === 'error' && problems.push(`console: ${m.text()}`));
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  return problems;
+}
+
+/** A trajectory as a daemon killed mid-session leaves it: many batches, no session_closed, a last line cut short. */
+function syntheticTrajectory(startedAt: number): string {
+  const lines: object[] = [
+    {
+      type: 'recording',
+      at: startedAt,
+      format: 'deskbatch.trajectory',
+      version: 1,
+      session_id: SYNTHETIC,
+      desktop: { id: null },
+      redaction: { typed: false, passwords: false },
+      daemon: { version: '0.1.0', protocol: 1 },
+    },
+  ];
+  for (let i = 0; i < SYNTHETIC_BATCHES; i++) {
+    const at = startedAt + i * 10;
+    const batch_id = `syn-${i}`;
+    const tool_use_id = `toolu_syn_${i}`;
+    lines.push(
+      {
+        type: 'batch_started',
+        at,
+        batch_id,
+        tool_uses: [
+          { type: 'tool_use', id: tool_use_id, name: 'cursor_position', toolset_name: 'computer', input: {} },
+        ],
+      },
+      {
+        type: 'tool_event',
+        at: at + 1,
+        event: { batch_id, index: 0, tool_use_id, toolset_name: 'computer', name: 'cursor_position', phase: 'started' },
+      },
+      {
+        type: 'tool_event',
+        at: at + 2,
+        event: {
+          batch_id,
+          index: 0,
+          tool_use_id,
+          toolset_name: 'computer',
+          name: 'cursor_position',
+          phase: 'succeeded',
+          duration_ms: 1,
+        },
+      },
+      {
+        type: 'batch_finished',
+        at: at + 3,
+        result: {
+          batch_id,
+          tool_results: [
+            {
+              type: 'tool_result',
+              tool_use_id,
+              toolset_name: 'computer',
+              content: [{ type: 'text', text: 'X=1,Y=1' }],
+            },
+          ],
+          failures: [],
+          halted: {},
+          cancelled: false,
+          replayed: false,
+          duration_ms: 3,
+          screenshots: [],
+        },
+      },
+    );
+  }
+  return `${lines.map((l) => JSON.stringify(l)).join('\n')}\n{"type":"batch_started","at":${startedAt + 99_999},"batch_id":"syn-cu`;
+}
+
+describe('replay page in Chromium, playing back a recorded session', () => {
+  let display: VirtualDisplay;
+  let dir: string;
+  let d: TestDaemon;
+  let kiosk: KioskChromium;
+  let base: string;
+  let session = '';
+  let results: BatchResult[] = [];
+  let lines: Line[] = [];
+
+  before(async () => {
+    display = await startTestDisplay({ width: 1280, height: 800 });
+    dir = await mkdtemp(join(tmpdir(), 'deskbatch-replay-'));
+    const recording = { mode: 'all', dir, video: false, trace: false } as const;
+    const options = { display: display.display, displayFramebuffer: display.framebuffer, browser: 'off', recording };
+    // The first daemon records a session and ends it.
+    const first = await startTestDaemon(options as Parameters<typeof startTestDaemon>[0]);
+    try {
+      const c = await first.connect();
+      const welcome = await c.hello(undefined, { record: true, tools: [{ type: 'computer_toolset_20260801' }] });
+      assert.equal(welcome.recording, true);
+      session = welcome.session_id;
+      const b1 = await c.batch('b1', [
+        use('screenshot', {}, 'toolu_shot1'),
+        use('mouse_move', { coordinate: [10, 10] }, 'toolu_move1'),
+      ]);
+      // A click outside the screen fails and halts the toolset; the screenshot after it does not run.
+      const b2 = await c.batch('b2', [
+        use('left_click', { coordinate: [99_999, 5] }, 'toolu_bad1'),
+        use('screenshot', {}, 'toolu_skip1'),
+      ]);
+      const b3 = await c.batch('b3', [
+        use('mouse_move', { coordinate: [40, 40] }, 'toolu_move2'),
+        use('screenshot', {}, 'toolu_shot2'),
+      ]);
+      results = [b1.result, b2.result, b3.result];
+      assert.equal(b2.result.failures.length, 1);
+    } finally {
+      await first.close();
+    }
+    lines = (await readFile(join(dir, session, 'trajectory.jsonl'), 'utf8'))
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Line);
+    // A recording an earlier daemon left behind when it was killed: long, unclosed, its last line cut.
+    await mkdir(join(dir, SYNTHETIC, 'images'), { recursive: true, mode: 0o700 });
+    await writeFile(join(dir, SYNTHETIC, 'trajectory.jsonl'), syntheticTrajectory(Date.now() - 3_600_000), {
+      mode: 0o600,
+    });
+    // The second daemon, on the same folder, lists and serves both.
+    d = await startTestDaemon(options as Parameters<typeof startTestDaemon>[0]);
+    base = `http://127.0.0.1:${d.daemon.address.port}`;
+    kiosk = await launchKioskChromium({ display: display.display, width: 1280, height: 800, url: 'about:blank' });
+  });
+
+  after(async () => {
+    await kiosk?.close();
+    await d?.close();
+    await display?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** The image files the session's batches returned, by tool_use id. */
+  const imagePaths = (): Map<string, { path: string; width: number; height: number }> => {
+    const out = new Map<string, { path: string; width: number; height: number }>();
+    for (const l of lines.filter((x) => x.type === 'batch_finished')) {
+      for (const tr of (l.result as BatchResult).tool_results) {
+        for (const block of tr.content as unknown as { type: string; path: string; width: number; height: number }[]) {
+          if (block.type === 'image_file') out.set(tr.tool_use_id, block);
+        }
+      }
+    }
+    return out;
+  };
+
+  const shot = (page: Page): Promise<Shot> =>
+    inPage<Shot>(
+      page,
+      `(() => { const i = document.getElementById('shot'); return { src: i.src, path: i.dataset.path,
+        width: i.naturalWidth, height: i.naturalHeight, complete: i.complete && !i.hidden,
+        caption: document.getElementById('shot-caption').textContent }; })()`,
+    );
+
+  /** Waits until the page shows the image file `path`, loaded (polled with evaluate: the page's CSP forbids eval). */
+  const waitForImage = (page: Page, path: string): Promise<Shot> =>
+    until(`the page to show ${path}`, async () => {
+      const s = await shot(page);
+      return s.complete && s.path === path && s.width > 0 ? s : undefined;
+    });
+
+  const selectedId = (page: Page): Promise<string | null> =>
+    inPage(page, `document.querySelector('li.call[aria-current="true"]')?.dataset.toolUseId ?? null`);
+
+  test('lists the recordings newest first with their counts, and plays the session back', async () => {
+    const page = kiosk.page;
+    const problems = watchProblems(page);
+    const urls: string[] = [];
+    page.on('request', (r) => urls.push(r.url()));
+    try {
+      await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}`);
+      await page.waitForSelector(`tr.recording[data-id="${session}"]`);
+      // The token left the address bar; it is only in this tab's sessionStorage.
+      assert.equal(page.url(), `${base}/viewer/replay`);
+      assert.equal(await inPage(page, `sessionStorage.getItem('${TOKEN_KEY}')`), TEST_TOKEN);
+
+      const rows = await inPage<Record<string, string>[]>(
+        page,
+        `[...document.querySelectorAll('tr.recording')].map((tr) => ({ id: tr.dataset.id,
+          ...Object.fromEntries([...tr.cells].map((td) => [td.className.split(' ').pop(), td.textContent])) }))`,
+      );
+      assert.deepEqual(
+        rows.map((r) => r.id),
+        [session, SYNTHETIC],
+        'newest first',
+      );
+      const row = rows[0]!;
+      assert.equal(row.batches, '3');
+      assert.equal(row.calls, '6');
+      assert.equal(row.failures, '1');
+      assert.equal(row['rec-state'], 'finished');
+      assert.match(row.duration ?? '', /^\d+(\.\d)? (ms|s)$/);
+      assert.match(row.size ?? '', /^\d+(\.\d)? (B|KiB|MiB)$/);
+      assert.match(row.started ?? '', /\d/);
+      assert.equal(row['session-id'], session);
+      assert.equal(rows[1]!['rec-state'], 'ended without a close (daemon stopped)');
+      assert.equal(rows[1]!.batches, String(SYNTHETIC_BATCHES));
+
+      // Open the session: its calls in order, with their outcomes and the failure's whole error.
+      await page.click(`tr.recording[data-id="${session}"]`);
+      await page.waitForSelector('section.batch[data-batch-id="b3"] li.call[data-tool-use-id="toolu_shot2"]');
+      assert.equal(page.url(), `${base}/viewer/replay#recording=${session}`);
+      const calls = await inPage<ShownCall[]>(
+        page,
+        `[...document.querySelectorAll('#batches li.call')].map((li) => ({
+          name: li.querySelector('.call-name').textContent,
+          id: li.dataset.toolUseId,
+          outcome: li.querySelector('.badge').textContent,
+          type: li.querySelector('.error-type')?.textContent ?? null,
+          message: li.querySelector('.error-message')?.textContent ?? null,
+          flags: li.querySelector('.error-flags')?.textContent ?? null,
+        }))`,
+      );
+      assert.deepEqual(
+        calls.map((c) => [c.name, c.id, c.outcome]),
+        [
+          ['screenshot', 'toolu_shot1', 'succeeded'],
+          ['mouse_move', 'toolu_move1', 'succeeded'],
+          ['left_click', 'toolu_bad1', 'failed'],
+          ['screenshot', 'toolu_skip1', 'not_executed'],
+          ['mouse_move', 'toolu_move2', 'succeeded'],
+          ['screenshot', 'toolu_shot2', 'succeeded'],
+        ],
+      );
+      const failure = results[1]!.failures[0]!.error;
+      assert.equal(calls[2]!.type, failure.type);
+      assert.equal(calls[2]!.message, failure.message, 'the whole message');
+      assert.ok(failure.message.length > 0);
+      assert.ok(calls[2]!.flags?.includes(`timed out: ${failure.timed_out ? 'yes' : 'no'}`), calls[2]!.flags ?? '');
+      assert.ok(calls[2]!.flags?.includes(`retryable: ${failure.retryable ? 'yes' : 'no'}`), calls[2]!.flags ?? '');
+      const halted = Object.keys(results[1]!.halted);
+      assert.ok(halted.length > 0, 'the failure halted a toolset');
+      const haltedText = await page.textContent('section.batch[data-batch-id="b2"] .halted');
+      assert.ok(haltedText?.includes(`halted: ${halted[0]}`), haltedText ?? '');
+
+      // The first call is selected: the screenshot, shown from a blob: URL, the recorded image's size.
+      const images = imagePaths();
+      const shot1 = images.get('toolu_shot1')!;
+      const shot2 = images.get('toolu_shot2')!;
+      const onDisk = await sharp(join(dir, session, shot1.path)).metadata();
+      await waitForImage(page, shot1.path);
+      assert.equal(await selectedId(page), 'toolu_shot1');
+      let s = await shot(page);
+      assert.match(s.src, /^blob:http:\/\/127\.0\.0\.1:\d+\//);
+      assert.deepEqual([s.width, s.height], [onDisk.width, onDisk.height]);
+      assert.deepEqual([s.width, s.height], [shot1.width, shot1.height]);
+      const firstBlob = s.src;
+
+      // A call that returned no image shows the latest one returned before it.
+      await page.click('li.call[data-tool-use-id="toolu_bad1"]');
+      assert.equal(await selectedId(page), 'toolu_bad1');
+      s = await shot(page);
+      assert.equal(s.path, shot1.path);
+      assert.ok(s.caption.includes('returned 2 calls earlier'), s.caption);
+      assert.ok(s.caption.includes('toolu_shot1'), s.caption);
+      // Arrow keys and the buttons step through the calls.
+      await page.keyboard.press('ArrowDown');
+      assert.equal(await selectedId(page), 'toolu_skip1');
+      await page.click('#next');
+      assert.equal(await selectedId(page), 'toolu_move2');
+      assert.equal((await shot(page)).path, shot1.path);
+      await page.keyboard.press('ArrowRight');
+      assert.equal(await selectedId(page), 'toolu_shot2');
+      await waitForImage(page, shot2.path);
+      s = await shot(page);
+      assert.match(s.src, /^blob:/);
+      assert.notEqual(s.src, firstBlob);
+      assert.deepEqual([s.width, s.height], [shot2.width, shot2.height]);
+      assert.equal(await inPage(page, `document.getElementById('next').disabled`), true, 'the last call');
+      for (let i = 0; i < 5; i++) await page.keyboard.press('ArrowUp');
+      assert.equal(await selectedId(page), 'toolu_shot1');
+      await waitForImage(page, shot1.path);
+      assert.equal(await inPage(page, `document.getElementById('prev').disabled`), true, 'the first call');
+
+      // Downloads: the trajectory (the bytes on disk); no video and no trace were recorded, and the page says so.
+      const links = await inPage<string[]>(
+        page,
+        `[...document.querySelectorAll('a.download')].map((a) => a.dataset.file)`,
+      );
+      assert.deepEqual(links, ['trajectory.jsonl']);
+      const absent = await page.textContent('#downloads');
+      assert.ok(absent?.includes('No video in this recording'), absent ?? '');
+      assert.ok(absent?.includes('No browser trace in this recording'), absent ?? '');
+      const [download] = await Promise.all([
+        page.waitForEvent('download', { timeout: 10_000 }),
+        page.click('a.download[data-file="trajectory.jsonl"]'),
+      ]);
+      assert.equal(download.suggestedFilename(), `${session}-trajectory.jsonl`);
+      const saved = await download.path();
+      assert.deepEqual(await readFile(saved), await readFile(join(dir, session, 'trajectory.jsonl')));
+
+      // The session's facts and the selected call's details.
+      const info = await page.textContent('#session-info');
+      assert.ok(info?.includes(session) && info.includes('shutdown'), info ?? '');
+      await page.click('li.call[data-tool-use-id="toolu_bad1"]');
+      await page.click('li.call[data-tool-use-id="toolu_shot1"]');
+      await waitForImage(page, shot1.path);
+      await mkdir(ARTIFACTS, { recursive: true });
+      await page.screenshot({ path: `${ARTIFACTS}viewer-replay.png` });
+
+      assert.deepEqual(problems, [], 'no CSP violation, no script error');
+      assert.ok(
+        urls.every((u) => !u.includes(TEST_TOKEN)),
+        `the token is in no URL the page requested: ${urls.join(' ')}`,
+      );
+      assert.ok(urls.includes(`${base}/recordings/${session}/${shot1.path}`), urls.join(' '));
+    } finally {
+      page.removeAllListeners();
+    }
+  });
+
+  test('a long trajectory is shown 100 batches at a time; a line cut by a crash is left out', async () => {
+    const page = await kiosk.context.newPage();
+    const problems = watchProblems(page);
+    try {
+      await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}&recording=${SYNTHETIC}`);
+      await page.waitForSelector('section.batch[data-batch-id="syn-0"]');
+      const count = (): Promise<number> => inPage(page, `document.querySelectorAll('#batches section.batch').length`);
+      assert.equal(await count(), 100);
+      assert.equal(await page.textContent('#more-batches'), 'Show 100 more batches (150 not shown)');
+      await page.click('#more-batches');
+      assert.equal(await count(), 200);
+      assert.equal(await selectedId(page), 'toolu_syn_0', 'the first call is selected');
+      // Stepping past what is shown shows more.
+      await page.click('li.call[data-tool-use-id="toolu_syn_199"]');
+      await page.keyboard.press('ArrowDown');
+      assert.equal(await selectedId(page), 'toolu_syn_200');
+      assert.equal(await count(), SYNTHETIC_BATCHES);
+      assert.equal(await page.isVisible('#more-batches'), false);
+      const note = await page.textContent('#trajectory-note');
+      assert.ok(note?.includes(`${SYNTHETIC_BATCHES} batches`), note ?? '');
+      assert.ok(note?.includes('the last line was cut'), note ?? '');
+      assert.equal(await inPage(page, `document.getElementById('trajectory-note').dataset.lastLineCut`), 'true');
+      const info = await page.textContent('#session-info');
+      assert.ok(info?.includes('no close recorded'), info ?? '');
+      assert.equal(
+        await page.textContent('#shot-caption'),
+        'No image was returned at or before this call.',
+        'no image in this recording',
+      );
+      assert.deepEqual(problems, []);
+    } finally {
+      await page.close();
+    }
+  });
+
+  test('without the token nothing is listed and the routes say 401; a wrong token is refused', async () => {
+    for (const path of [
+      '/recordings',
+      `/recordings/${session}/trajectory.jsonl`,
+      `/recordings/${session}/${imagePaths().get('toolu_shot1')!.path}`,
+    ]) {
+      const res = await fetch(`${base}${path}`);
+      assert.equal(res.status, 401, path);
+      await res.arrayBuffer();
+    }
+    const page = await kiosk.context.newPage();
+    const problems = watchProblems(page);
+    try {
+      await page.goto(`${base}/viewer/replay`);
+      await page.waitForSelector('#state[data-state="no-token"]');
+      assert.equal(await page.isVisible('#list'), false, 'no list without a token');
+      assert.equal(await inPage(page, `document.querySelectorAll('tr.recording').length`), 0);
+      assert.equal(await inPage(page, `document.getElementById('token').type`), 'password');
+      await page.fill('#token', 'wrong-token-0123456789abcdef0123');
+      await page.click('#login button[type="submit"]');
+      await page.waitForSelector('#login-message:has-text("The daemon refused that token.")');
+      assert.equal(await inPage(page, `sessionStorage.getItem('${TOKEN_KEY}')`), null, 'a refused token is forgotten');
+      assert.equal(await page.isVisible('#list'), false);
+      await page.fill('#token', TEST_TOKEN);
+      await page.click('#login button[type="submit"]');
+      await page.waitForSelector(`tr.recording[data-id="${session}"]`);
+      assert.equal(await inPage(page, `document.getElementById('token').value`), '');
+      await page.click('#forget');
+      await page.waitForSelector('#state[data-state="no-token"]');
+      assert.equal(await inPage(page, `document.querySelectorAll('tr.recording').length`), 0);
+      assert.equal(await inPage(page, `sessionStorage.getItem('${TOKEN_KEY}')`), null);
+      // The 401s the page received are console errors of the browser's own; nothing else went wrong.
+      assert.deepEqual(
+        problems.filter((p) => !p.includes('401')),
+        [],
+      );
+    } finally {
+      await page.close();
+    }
+  });
+});
