@@ -896,8 +896,8 @@ function renderError(error) {
 /** The selected call's details: the whole kept input and what it returned. */
 function renderDetails(call) {
   const node = el('div', 'details');
-  const empty = call.input && typeof call.input === 'object' && Object.keys(call.input).length === 0;
-  if (call.input !== undefined && !empty) {
+  // The timeline shows the input's first characters; the whole kept input only when that was not all of it.
+  if (call.input !== undefined && JSON.stringify(call.input).length > LIMITS.inputShown) {
     node.append(el('div', 'detail-label', 'input'), el('pre', 'detail', JSON.stringify(call.input, null, 2)));
   }
   for (const text of call.texts) node.append(el('div', 'detail-label', 'returned text'), el('pre', 'detail', text));
