@@ -199,6 +199,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     config.recording.mode === 'off'
       ? undefined
       : await startRecorder(config, activity, log, {
+          desktopOf: (id) => server.findSession(id)?.desktop?.desktop,
           bytes: (artifact, n) => reportTo.metrics?.recordingBytes(artifact, n),
           removed: (reason) => reportTo.metrics?.recordingRemoved(reason),
         });
@@ -297,6 +298,7 @@ async function startRecorder(
   activity: ActivityHub,
   log: Logger,
   report: {
+    desktopOf: (sessionId: string) => DesktopResources | undefined;
     bytes: (artifact: Artifact, bytes: number) => void;
     removed: (reason: 'count' | 'bytes' | 'age' | 'not_kept') => void;
   },
@@ -306,7 +308,13 @@ async function startRecorder(
     report.removed(why),
   );
   await store.init();
-  const recorder = new Recorder({ settings: config.recording, store, log: rlog, onBytes: report.bytes });
+  const recorder = new Recorder({
+    settings: config.recording,
+    store,
+    log: rlog,
+    onBytes: report.bytes,
+    desktopOf: report.desktopOf,
+  });
   recorder.attach(activity);
   log.info(`recording ${config.recording.mode === 'all' ? 'every session' : 'sessions that ask'} into ${store.root}`);
   return { store, recorder };

@@ -392,7 +392,6 @@ export class DeskbatchServer {
       type: 'session_opened',
       session: session.id,
       desktop: lease.desktop.id,
-      resources: lease.desktop,
       record,
       at: Date.now(),
     });
