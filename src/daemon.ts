@@ -358,7 +358,20 @@ function createDesktops(
     (err: unknown) => log.warn('display not reachable at start', { error: String(err) }),
   );
   return new SharedDesktop(
-    { id: 'shared', driver, browser, lane: new Lane() },
+    {
+      id: 'shared',
+      driver,
+      browser,
+      lane: new Lane(),
+      ...(config.display
+        ? {
+            screen: {
+              display: config.display,
+              ...(process.env.XAUTHORITY ? { xauthority: process.env.XAUTHORITY } : {}),
+            },
+          }
+        : {}),
+    },
     () => size,
     () => ({ worker: driver.pid, browser: browser?.pid }),
     async () => {
