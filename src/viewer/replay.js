@@ -586,6 +586,16 @@ function parseTimestamp(text) {
   return Number(m[1] || 0) * 3600 + Number(m[2]) * 60 + Number(m[3]) + Number(m[4]) / 1000;
 }
 
+/** A cue's text as written (WebVTT escapes `&`, `<` and `>`); shown with textContent, so nothing else is undone. */
+function unescapeCue(text) {
+  return text
+    .replace(/&lt;/g, '<')
+    .replace(/&gt;/g, '>')
+    .replace(/&nbsp;/g, '\u00a0')
+    .replace(/&lrm;|&rlm;/g, '')
+    .replace(/&amp;/g, '&');
+}
+
 /** WebVTT cues: `{ start, end, title, toolUseId }` (the title is `member · tool_use_id`, docs/RECORDING.md). */
 function parseChapters(text) {
   const cues = [];
@@ -598,10 +608,12 @@ function parseChapters(text) {
     const start = parseTimestamp(from);
     const end = parseTimestamp((to || '').trim().split(/\s+/)[0] || '');
     if (!Number.isFinite(start) || !Number.isFinite(end)) continue;
-    const title = lines
-      .slice(timing + 1)
-      .join(' ')
-      .trim();
+    const title = unescapeCue(
+      lines
+        .slice(timing + 1)
+        .join(' ')
+        .trim(),
+    );
     const sep = title.lastIndexOf(' · ');
     cues.push({ start, end, title, toolUseId: sep >= 0 ? title.slice(sep + 3) : '' });
     if (cues.length >= 100_000) break;
