@@ -6,6 +6,7 @@
  * routes, showing images through blob: URLs.
  */
 import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,6 +24,9 @@ const ARTIFACTS = fileURLToPath(new URL('../test-artifacts/', import.meta.url));
 const TOKEN_KEY = 'deskbatch.viewer.token';
 const SYNTHETIC = 's_synthetic_crashed';
 const SYNTHETIC_BATCHES = 250;
+const WITH_VIDEO = 's_with_video';
+/** The replay page's video path needs a video: made here with Debian's ffmpeg when it is installed. */
+const HAS_FFMPEG = spawnSync('ffmpeg', ['-version'], { stdio: 'ignore' }).status === 0;
 
 /** Runs an expression in the page (the project's types have no DOM, so expressions are strings). */
 const inPage = <T>(page: Page, expression: string): Promise<T> => page.evaluate(expression) as Promise<T>;
@@ -130,6 +134,76 @@ function syntheticTrajectory(startedAt: number): string {
   return `${lines.map((l) => JSON.stringify(l)).join('\n')}\n{"type":"batch_started","at":${startedAt + 99_999},"batch_id":"syn-cu`;
 }
 
+/** `hh:mm:ss.ttt`, as WebVTT cue timings are written. */
+const vttTime = (ms: number): string => new Date(ms).toISOString().slice(11, 23);
+
+/**
+ * A recording with a video in the layout docs/RECORDING.md gives: `video.mp4` (H.264 in fragmented MP4, made
+ * here by ffmpeg from its test pattern, 10 s at 5 frames a second), `video.vtt` (one cue per call, titled
+ * `member · tool_use_id`, with `&` escaped as WebVTT writes it), the trajectory's `video` line naming time zero,
+ * and a trace file. Four calls, one every 2 s from 1 s on, each 0.5 s long.
+ */
+async function writeVideoRecording(folder: string, startedAt: number): Promise<void> {
+  await mkdir(join(folder, 'images'), { recursive: true, mode: 0o700 });
+  execFileSync('ffmpeg', [
+    ...['-loglevel', 'error', '-nostdin', '-y', '-f', 'lavfi', '-i', 'testsrc=size=640x400:rate=5', '-t', '10'],
+    ...['-c:v', 'libx264', '-pix_fmt', 'yuv420p', '-g', '5'],
+    ...['-movflags', 'frag_keyframe+empty_moov+default_base_moof', join(folder, 'video.mp4')],
+  ]);
+  const lines: object[] = [
+    {
+      type: 'recording',
+      at: startedAt,
+      format: 'deskbatch.trajectory',
+      version: 1,
+      session_id: WITH_VIDEO,
+      desktop: { id: 'desktop-1' },
+      redaction: { typed: false, passwords: false },
+      daemon: { version: '0.1.0', protocol: 1 },
+    },
+    { type: 'video', at: startedAt + 50, path: 'video.mp4', chapters: 'video.vtt', started_at: startedAt },
+  ];
+  let vtt = 'WEBVTT\n\n';
+  for (let i = 0; i < 4; i++) {
+    const batch_id = `v${i}`;
+    const tool_use_id = `toolu_v${i}`;
+    const at = startedAt + 1000 + i * 2000;
+    const event = { batch_id, index: 0, tool_use_id, toolset_name: 'computer', name: 'mouse_move' };
+    lines.push(
+      {
+        type: 'batch_started',
+        at,
+        batch_id,
+        tool_uses: [{ type: 'tool_use', id: tool_use_id, name: 'mouse_move', input: { coordinate: [i, i] } }],
+      },
+      { type: 'tool_event', at, event: { ...event, phase: 'started' } },
+      { type: 'tool_event', at: at + 500, event: { ...event, phase: 'succeeded', duration_ms: 500 } },
+      {
+        type: 'batch_finished',
+        at: at + 500,
+        result: {
+          batch_id,
+          tool_results: [
+            { type: 'tool_result', tool_use_id, toolset_name: 'computer', content: [{ type: 'text', text: 'moved' }] },
+          ],
+          failures: [],
+          halted: {},
+          cancelled: false,
+          replayed: false,
+          duration_ms: 500,
+          screenshots: [],
+        },
+      },
+    );
+    vtt += `${vttTime(at - startedAt)} --> ${vttTime(at + 500 - startedAt)}\nmouse_move &amp; co · ${tool_use_id}\n\n`;
+  }
+  lines.push({ type: 'session_closed', at: startedAt + 10_000, reason: 'expired' });
+  await writeFile(join(folder, 'trajectory.jsonl'), `${lines.map((l) => JSON.stringify(l)).join('\n')}\n`);
+  await writeFile(join(folder, 'video.vtt'), vtt);
+  // An empty zip stands for the trace: the page only links it.
+  await writeFile(join(folder, 'trace.zip'), Buffer.concat([Buffer.from('PK\x05\x06', 'latin1'), Buffer.alloc(18)]));
+}
+
 describe('replay page in Chromium, playing back a recorded session', () => {
   let display: VirtualDisplay;
   let dir: string;
@@ -179,7 +253,8 @@ describe('replay page in Chromium, playing back a recorded session', () => {
     await writeFile(join(dir, SYNTHETIC, 'trajectory.jsonl'), syntheticTrajectory(Date.now() - 3_600_000), {
       mode: 0o600,
     });
-    // The second daemon, on the same folder, lists and serves both.
+    if (HAS_FFMPEG) await writeVideoRecording(join(dir, WITH_VIDEO), Date.now() - 7_200_000);
+    // The second daemon, on the same folder, lists and serves them all.
     d = await startTestDaemon(options as Parameters<typeof startTestDaemon>[0]);
     base = `http://127.0.0.1:${d.daemon.address.port}`;
     kiosk = await launchKioskChromium({ display: display.display, width: 1280, height: 800, url: 'about:blank' });
@@ -242,7 +317,7 @@ describe('replay page in Chromium, playing back a recorded session', () => {
       );
       assert.deepEqual(
         rows.map((r) => r.id),
-        [session, SYNTHETIC],
+        [session, SYNTHETIC, ...(HAS_FFMPEG ? [WITH_VIDEO] : [])],
         'newest first',
       );
       const row = rows[0]!;
@@ -404,6 +479,84 @@ describe('replay page in Chromium, playing back a recorded session', () => {
       await page.close();
     }
   });
+
+  test(
+    'with a video: a selected call seeks the video to its chapter; playing or scrubbing the video moves the selection',
+    { skip: !HAS_FFMPEG && 'ffmpeg is not installed' },
+    async () => {
+      const page = await kiosk.context.newPage();
+      const problems = watchProblems(page);
+      interface VideoState {
+        selected: string | null;
+        time: number;
+        duration: number;
+        ready: number;
+        paused: boolean;
+        src: string;
+        chapter: string;
+      }
+      const video = (): Promise<VideoState> =>
+        inPage<VideoState>(
+          page,
+          `(() => { const v = document.getElementById('video'); return {
+            selected: document.querySelector('li.call[aria-current="true"]')?.dataset.toolUseId ?? null,
+            time: v.currentTime, duration: v.duration, ready: v.readyState, paused: v.paused, src: v.src,
+            chapter: document.getElementById('chapter').textContent }; })()`,
+        );
+      try {
+        await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}&recording=${WITH_VIDEO}`);
+        // The first call is selected and the video, once loaded, stands at its chapter (1 s in).
+        let v = await until('the video to load and stand at the first call', async () => {
+          const now = await video();
+          return now.ready >= 1 && now.selected === 'toolu_v0' && Math.abs(now.time - 1) < 0.01 ? now : undefined;
+        });
+        assert.match(v.src, /^blob:http:\/\/127\.0\.0\.1:\d+\//);
+        assert.ok(Math.abs(v.duration - 10) < 0.5, `duration ${v.duration}`);
+        assert.equal(v.chapter, 'chapter: mouse_move & co · toolu_v0 (1.0–1.5 s)', 'unescaped, shown as text');
+        // Selecting a call seeks the video to that call.
+        await page.click('li.call[data-tool-use-id="toolu_v2"]');
+        v = await video();
+        assert.equal(v.selected, 'toolu_v2');
+        assert.ok(Math.abs(v.time - 5) < 0.01, `seeked to ${v.time}`);
+        assert.ok(v.chapter.includes('toolu_v2'), v.chapter);
+        // Scrubbing the video (its own controls set currentTime the same way) selects the call on screen then.
+        await inPage(page, `document.getElementById('video').currentTime = 3.2`);
+        await until('the selection to follow the scrubbed video to toolu_v1', async () => {
+          const now = await video();
+          return now.selected === 'toolu_v1' && now.chapter.includes('toolu_v1');
+        });
+        // Playing from toolu_v2 (5 s) reaches toolu_v3's chapter (7 s): the selection follows.
+        await page.click('li.call[data-tool-use-id="toolu_v2"]');
+        await inPage(page, `document.getElementById('video').play()`);
+        v = await until(
+          'the playing video to move the selection to toolu_v3',
+          async () => {
+            const now = await video();
+            return now.selected === 'toolu_v3' ? now : undefined;
+          },
+          { timeoutMs: 15_000, seen: video },
+        );
+        assert.ok(v.time >= 7, `at ${v.time}`);
+        assert.equal(v.paused, false);
+        await inPage(page, `document.getElementById('video').pause()`);
+        // Downloads: the video, its chapters, the trace with how to open it.
+        const links = await inPage<{ file: string; text: string }[]>(
+          page,
+          `[...document.querySelectorAll('a.download')].map((a) => ({ file: a.dataset.file,
+            text: a.parentElement.textContent }))`,
+        );
+        assert.deepEqual(
+          links.map((l) => l.file),
+          ['trajectory.jsonl', 'video.mp4', 'video.vtt', 'trace.zip'],
+        );
+        assert.ok(links[3]!.text.includes('open with npx playwright show-trace trace.zip'), links[3]!.text);
+        await page.screenshot({ path: `${ARTIFACTS}viewer-replay-video.png` });
+        assert.deepEqual(problems, [], 'no CSP violation (media-src blob:), no script error');
+      } finally {
+        await page.close();
+      }
+    },
+  );
 
   test('without the token nothing is listed and the routes say 401; a wrong token is refused', async () => {
     for (const path of [
