@@ -17,6 +17,7 @@ import { FRAMEBUFFER_ENV } from './desktop/worker-protocol.ts';
 import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel } from './log.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
+       deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]  (replay --help)
 
 Options:
   --host HOST              address to bind (default ${DEFAULT_CONFIG.host}; others need DESKBATCH_TOKEN)
@@ -277,6 +278,7 @@ export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   try {
     if (command === 'serve') return await serve(rest);
+    if (command === 'replay') return await (await import('./recording/replay-cli.ts')).replay(rest);
     if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
       process.stdout.write(USAGE);
       return;
