@@ -4,7 +4,8 @@
  * An observer that throws is cut off, never the batch: observing must not
  * change what the model reads.
  */
-import type { BatchResult, ToolEvent, ToolUse } from './protocol.ts';
+import type { DesktopResources } from './desktops/desktop.ts';
+import type { AgentToolEntry, BatchResult, ToolEvent, ToolUse } from './protocol.ts';
 
 export type Activity =
   | {
@@ -12,7 +13,13 @@ export type Activity =
       session: string;
       at: number;
       /** Its desktop's id (`shared`, or `d<N>` from a pool). */ desktop?: string;
+      /** The desktop itself, for observers that act on it (the recorder's video). */
+      resources?: DesktopResources;
+      /** Whether the session is recorded (docs/RECORDING.md). */
+      record?: boolean;
     }
+  /** The agent's `hello.tools`: what its model is offered from now on. */
+  | { type: 'tools_offered'; session: string; tools: readonly AgentToolEntry[]; at: number }
   | { type: 'session_closed'; session: string; at: number; reason: 'expired' | 'shutdown' }
   | { type: 'batch_started'; session: string; batch_id: string; tool_uses: readonly ToolUse[]; at: number }
   | { type: 'tool_event'; session: string; event: ToolEvent; at: number }

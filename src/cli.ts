@@ -8,7 +8,7 @@ import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ConfigError, DEFAULT_CONFIG, resolveConfig, type BrowserMode } from './config.ts';
+import { ConfigError, DEFAULT_CONFIG, resolveConfig, type BrowserMode, type RecordingSettings } from './config.ts';
 import { startDaemon } from './daemon.ts';
 import { BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
 import type { ImageFormat } from './image.ts';
@@ -64,6 +64,22 @@ Options:
                            ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes / 1024 ** 2} MiB)
   --expose-download-paths  show the model where downloads were saved; only for an agent
                            with another tool that can read that path (default: hidden)
+  --record                 record every session: its batches, a video of its desktop, its
+                           browser's Playwright trace (docs/RECORDING.md)
+  --record-on-request      record the sessions whose hello asks ("record": true)
+  --recordings-dir DIR     where recordings are written (default ${DEFAULT_CONFIG.recording.dir})
+  --record-keep WHICH      all | failures: keep only recordings with a failed or cancelled
+                           batch (default ${DEFAULT_CONFIG.recording.keep})
+  --record-video on|off    the desktop video (default on, when ffmpeg is installed)
+  --record-video-fps N     its frames per second, 1-30 (default ${DEFAULT_CONFIG.recording.videoFps})
+  --record-trace on|off    the browser's Playwright trace (default on)
+  --record-network-bodies  the trace keeps every network body (default: stylesheets,
+                           fonts and images only)
+  --record-redact WHAT     typed | passwords | typed,passwords: store typed text as
+                           "[N characters]" (passwords: only text typed into password fields)
+  --record-max-sessions N  recordings kept at most (default ${DEFAULT_CONFIG.recording.retention.maxSessions})
+  --record-max-bytes B     bytes all recordings may hold (default ${DEFAULT_CONFIG.recording.retention.maxBytes}, 2 GiB)
+  --record-max-age-ms MS   age after which a recording is removed (default ${DEFAULT_CONFIG.recording.retention.maxAgeMs}, 7 days)
   --log-level LEVEL        debug | info | warn | error (default ${DEFAULT_CONFIG.logLevel})
   --log-format FORMAT      json | pretty (default: pretty when stderr is a terminal, else json)
 
@@ -108,6 +124,46 @@ function parseSizes(one: string | undefined, list: string | undefined): { width:
   return [first, ...sizes.filter((s) => s.width !== first.width || s.height !== first.height)];
 }
 
+/** `on` | `off` flags; undefined when not given. */
+function onOff(name: string, v: string | undefined): boolean | undefined {
+  if (v === undefined) return undefined;
+  if (v !== 'on' && v !== 'off') throw new ConfigError(`--${name} must be on or off, got ${JSON.stringify(v)}`);
+  return v === 'on';
+}
+
+/** The `--record*` flags as `recording` settings (docs/RECORDING.md). */
+function recordingOptions(
+  values: Record<string, string | boolean | string[] | undefined>,
+  num: (v: string | undefined) => number | undefined,
+): Partial<Omit<RecordingSettings, 'retention' | 'redact'>> & {
+  retention: Partial<RecordingSettings['retention']>;
+  redact?: RecordingSettings['redact'];
+} {
+  const str = (k: string): string | undefined => values[k] as string | undefined;
+  if (values.record && values['record-on-request'])
+    throw new ConfigError('give --record or --record-on-request, not both');
+  const redact = str('record-redact');
+  const what = redact?.split(',').map((w) => w.trim());
+  if (what?.some((w) => w !== 'typed' && w !== 'passwords')) {
+    throw new ConfigError(`--record-redact takes typed, passwords or both, got ${JSON.stringify(redact)}`);
+  }
+  return {
+    ...(values.record ? { mode: 'all' as const } : values['record-on-request'] ? { mode: 'on_request' as const } : {}),
+    dir: str('recordings-dir'),
+    keep: str('record-keep') as RecordingSettings['keep'] | undefined,
+    video: onOff('record-video', str('record-video')),
+    videoFps: num(str('record-video-fps')),
+    trace: onOff('record-trace', str('record-trace')),
+    networkBodies: values['record-network-bodies'] as boolean | undefined,
+    ...(what ? { redact: { typed: what.includes('typed'), passwords: what.includes('passwords') } } : {}),
+    retention: {
+      maxSessions: num(str('record-max-sessions')),
+      maxBytes: num(str('record-max-bytes')),
+      maxAgeMs: num(str('record-max-age-ms')),
+    },
+  };
+}
+
 async function serve(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
@@ -145,6 +201,18 @@ async function serve(argv: string[]): Promise<void> {
       'max-downloads': { type: 'string' },
       'max-download-bytes': { type: 'string' },
       'expose-download-paths': { type: 'boolean' },
+      record: { type: 'boolean' },
+      'record-on-request': { type: 'boolean' },
+      'recordings-dir': { type: 'string' },
+      'record-keep': { type: 'string' },
+      'record-video': { type: 'string' },
+      'record-video-fps': { type: 'string' },
+      'record-trace': { type: 'string' },
+      'record-network-bodies': { type: 'boolean' },
+      'record-redact': { type: 'string' },
+      'record-max-sessions': { type: 'string' },
+      'record-max-bytes': { type: 'string' },
+      'record-max-age-ms': { type: 'string' },
       'log-level': { type: 'string' },
       'log-format': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -223,6 +291,7 @@ async function serve(argv: string[]): Promise<void> {
       maxDownloadBytes: num(values['max-download-bytes']),
       exposeDownloadPaths: values['expose-download-paths'],
     },
+    recording: recordingOptions(values, num),
     logLevel: values['log-level'] as LogLevel | undefined,
     token,
     tokenConfigured: Boolean(envToken),

@@ -92,6 +92,8 @@ export interface DaemonConfig {
     settle: SettleOptions;
   };
   retention: { maxFiles: number; maxBytes: number };
+  /** Session recordings (docs/RECORDING.md). */
+  recording: RecordingSettings;
   limits: {
     /** Largest WebSocket frame, in bytes; a larger one closes the socket with 1009. */
     maxPayloadBytes: number;
@@ -141,6 +143,26 @@ export interface DaemonConfig {
    */
   resilience: { breaker: BreakerSettings; retry: RetrySettings };
   logLevel: LogLevel;
+}
+
+export interface RecordingSettings {
+  /** `all`: every session is recorded; `on_request`: those whose hello asks (`record: true`); `off`. */
+  mode: 'off' | 'all' | 'on_request';
+  /** Where recordings are written, one folder per session. */
+  dir: string;
+  /** `failures`: a session's recording is deleted when it ends unless a batch failed or was cancelled. */
+  keep: 'all' | 'failures';
+  /** A video of the desktop (ffmpeg), from the session's first computer call. */
+  video: boolean;
+  videoFps: number;
+  /** A Playwright trace of the session's browser context. */
+  trace: boolean;
+  /** Whether the trace keeps every network body; off: only stylesheets, fonts and images (docs/RECORDING.md). */
+  networkBodies: boolean;
+  /** `typed`: typed text is stored as `[N characters]`; `passwords`: only text typed into a password field. */
+  redact: { typed: boolean; passwords: boolean };
+  /** Finished recordings kept at most: how many, how many bytes in all (live ones count too), how old (ms). */
+  retention: { maxSessions: number; maxBytes: number; maxAgeMs: number };
 }
 
 export interface DesktopSettings {
@@ -235,6 +257,17 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     settle: { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, intervalMs: 50, maxMs: 1_000 },
   },
   retention: { maxFiles: 2_000, maxBytes: 1024 * 1024 * 1024 },
+  recording: {
+    mode: 'off',
+    dir: 'recordings',
+    keep: 'all',
+    video: true,
+    videoFps: 5,
+    trace: true,
+    networkBodies: false,
+    redact: { typed: false, passwords: false },
+    retention: { maxSessions: 200, maxBytes: 2 * 1024 ** 3, maxAgeMs: 7 * 24 * 3_600_000 },
+  },
   limits: {
     maxPayloadBytes: 1024 * 1024,
     maxToolUsesPerBatch: 100,
@@ -379,6 +412,7 @@ export function resolveConfig(
     ['screenshot.maxBase64Bytes', config.screenshot.maxBase64Bytes],
     ...Object.entries(config.limits).map(([k, v]): [string, number] => [`limits.${k}`, v]),
     ...Object.entries(config.retention).map(([k, v]): [string, number] => [`retention.${k}`, v]),
+    ...Object.entries(config.recording.retention).map(([k, v]): [string, number] => [`recording.retention.${k}`, v]),
     ...Object.entries(config.resultCache).map(([k, v]): [string, number] => [`resultCache.${k}`, v]),
     ['resilience.breaker.failures', config.resilience.breaker.failures],
     ['resilience.breaker.coolDownMs', config.resilience.breaker.coolDownMs],
@@ -452,6 +486,16 @@ export function resolveConfig(
     if (!Number.isSafeInteger(value) || value < 0) {
       throw new ConfigError(`${name} must be a whole number, 0 or more, got ${value}`);
     }
+  }
+  const rec = config.recording;
+  if (!['off', 'all', 'on_request'].includes(rec.mode)) {
+    throw new ConfigError(`recording.mode must be off, all or on_request, got ${String(rec.mode)}`);
+  }
+  if (!['all', 'failures'].includes(rec.keep)) {
+    throw new ConfigError(`--record-keep must be all or failures, got ${String(rec.keep)}`);
+  }
+  if (!Number.isInteger(rec.videoFps) || rec.videoFps < 1 || rec.videoFps > 30) {
+    throw new ConfigError(`--record-video-fps must be 1–30, got ${rec.videoFps}`);
   }
   const q = config.screenshot.quality;
   if (!Number.isInteger(q) || q < 1 || q > 100) throw new ConfigError(`screenshot quality must be 1–100, got ${q}`);

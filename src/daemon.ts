@@ -31,6 +31,9 @@ import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './des
 import type { Ops } from './ops/index.ts';
 import { resolve } from 'node:path';
 import { createViewer } from './viewer/index.ts';
+import { RecordingStore } from './recording/store.ts';
+import { Recorder } from './recording/recorder.ts';
+import { recordingRoutes } from './recording/routes.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -191,6 +194,9 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const viewer = createViewer({ activity, log: log.child({ component: 'viewer' }) });
   routes.push(...viewer.routes);
   sockets.push(viewer.socket);
+  // Session recordings (docs/RECORDING.md): written as the activity goes by, served behind the token.
+  const recorder = config.recording.mode === 'off' ? undefined : await startRecorder(config, activity, log);
+  if (recorder) routes.push(...recordingRoutes(recorder.store, (id) => recorder.recorder.summary(id)));
   // /metrics and /readyz (docs/OPERATIONS.md); `server` is read only when a request comes.
   const ops = createOps({
     activity,
@@ -263,6 +269,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     close() {
       closing ??= (async () => {
         await server.close();
+        // Every session closed: their recordings are finalised (the videos' last fragments written).
+        await recorder?.recorder.close();
         ops.metrics.close();
         viewer.close();
         await desktops.close();
@@ -271,6 +279,21 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       return closing;
     },
   };
+}
+
+/** The recordings' store, its retention applied to what an earlier run left, and the recorder observing `activity`. */
+async function startRecorder(
+  config: DaemonConfig,
+  activity: ActivityHub,
+  log: Logger,
+): Promise<{ store: RecordingStore; recorder: Recorder }> {
+  const rlog = log.child({ component: 'recording' });
+  const store = new RecordingStore(config.recording.dir, config.recording.retention, rlog);
+  await store.init();
+  const recorder = new Recorder({ settings: config.recording, store, log: rlog });
+  recorder.attach(activity);
+  log.info(`recording ${config.recording.mode === 'all' ? 'every session' : 'sessions that ask'} into ${store.root}`);
+  return { store, recorder };
 }
 
 /**

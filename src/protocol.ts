@@ -98,6 +98,11 @@ export const HelloSchema = z.strictObject({
    * `{}`, also asks for `welcome.desktop`, `desktop_wait` frames and the `no_desktop` error.
    */
   desktop: DesktopRequestSchema.optional(),
+  /**
+   * `true`: record this session (docs/RECORDING.md), when the operator lets clients ask
+   * (`--record-on-request`). Giving it, even `false`, also asks for `welcome.recording`.
+   */
+  record: z.boolean().optional(),
 });
 
 export const BatchSchema = z.strictObject({
@@ -318,6 +323,8 @@ export const WelcomeSchema = z.strictObject({
       display: SizeSchema.optional(),
     })
     .optional(),
+  /** Only when `hello.record` was given: whether this session is recorded. */
+  recording: z.boolean().optional(),
   limits: z.strictObject({
     max_tool_uses: z.number().int().positive(),
     max_payload_bytes: z.number().int().positive(),

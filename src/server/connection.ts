@@ -29,6 +29,8 @@ import { TokenBucket } from './rate-limit.ts';
 /** What a new session's hello asks of its desktop, and how the connection hears of its wait. */
 export interface OpenRequest {
   desktop?: DesktopRequest;
+  /** `hello.record`: the client asks for this session to be recorded. */
+  record?: boolean;
   /** Aborts when the connection goes away: a queued session leaves the queue. */
   signal: AbortSignal;
   onQueue?: (position: number, waiting: number) => void;
@@ -64,6 +66,8 @@ export interface WelcomeOptions {
   allLimits?: boolean;
   /** `hello.desktop` was given: the welcome says which desktop. */
   desktop?: boolean;
+  /** `hello.record` was given: the welcome says whether the session is recorded. */
+  recording?: boolean;
 }
 
 export interface ConnectionDeps {
@@ -260,6 +264,7 @@ export class Connection {
     if (msg.legacy_tools !== undefined) this.welcomeOptions = { ...this.welcomeOptions, legacyTools: msg.legacy_tools };
     if (msg.all_limits !== undefined) this.welcomeOptions = { ...this.welcomeOptions, allLimits: msg.all_limits };
     if (msg.desktop !== undefined) this.welcomeOptions = { ...this.welcomeOptions, desktop: true };
+    if (msg.record !== undefined) this.welcomeOptions = { ...this.welcomeOptions, recording: true };
     const refuse = (code: ErrorCode, message: string, retryAfterMs?: number): false => {
       this.error(code, message, undefined, retryAfterMs);
       return false;
@@ -281,6 +286,7 @@ export class Connection {
       const wantsDesktop = msg.desktop !== undefined;
       const opened = await this.deps.sessions.openSession({
         ...(msg.desktop ? { desktop: msg.desktop } : {}),
+        ...(msg.record !== undefined ? { record: msg.record } : {}),
         signal: this.gone.signal,
         // Only a client that asked about desktops meets this frame (a v1 client that parses strictly never does).
         ...(wantsDesktop

@@ -36,6 +36,8 @@ import { logBatch } from './batch-log.ts';
 export interface HttpRoute {
   method: 'GET';
   path: string;
+  /** Also answers every path under `path/` (the handler reads the rest from `req.url`). */
+  prefix?: boolean;
   auth: 'none' | 'token';
   handle(req: IncomingMessage, res: ServerResponse): void | Promise<void>;
 }
@@ -111,7 +113,9 @@ export class DeskbatchServer {
       auth: 'none',
       handle: (_req, res) => void res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}'),
     };
-    this.routes = new Map([healthz, ...(deps.routes ?? [])].map((r) => [`${r.method} ${r.path}`, r]));
+    this.routes = new Map(
+      [healthz, ...(deps.routes ?? [])].map((r) => [`${r.method} ${r.path}${r.prefix ? '/*' : ''}`, r]),
+    );
     this.http = createServer((req, res) => void this.onRequest(req, res));
     this.wss = new WebSocketServer({
       noServer: true,
@@ -145,7 +149,10 @@ export class DeskbatchServer {
     }
     const path = (req.url ?? '').split('?')[0] ?? '';
     // HEAD is answered as GET; Node leaves the body out.
-    const route = this.routes.get(`${req.method === 'HEAD' ? 'GET' : req.method} ${path}`);
+    const method = req.method === 'HEAD' ? 'GET' : req.method;
+    const route =
+      this.routes.get(`${method} ${path}`) ??
+      [...this.routes.values()].find((r) => r.prefix === true && r.method === method && path.startsWith(`${r.path}/`));
     if (!route) {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
       return;
@@ -214,6 +221,9 @@ export class DeskbatchServer {
 
   offerTools(session: Session, entries: readonly AgentToolEntry[]): void {
     session.offer = this.deps.executor.agentOffer(entries);
+    if (this.activity.observed) {
+      this.activity.publish({ type: 'tools_offered', session: session.id, tools: entries, at: Date.now() });
+    }
   }
 
   accepting(): boolean {
@@ -317,10 +327,11 @@ export class DeskbatchServer {
         };
       }
     }
-    return this.createSession(id, lease);
+    const mode = config.recording.mode;
+    return this.createSession(id, lease, mode === 'all' || (mode === 'on_request' && request.record === true));
   }
 
-  private createSession(id: string, lease: DesktopLease): Session {
+  private createSession(id: string, lease: DesktopLease, record: boolean): Session {
     const { config, executor, log } = this.deps;
     const repeats = new RepeatTracker();
     const activity = this.activity;
@@ -365,9 +376,21 @@ export class DeskbatchServer {
       id,
     );
     session.desktop = lease;
+    session.recorded = record;
     this.sessions.set(session.id, session);
-    log.info('session opened', { session: session.id, desktop: lease.desktop.id });
-    this.activity.publish({ type: 'session_opened', session: session.id, desktop: lease.desktop.id, at: Date.now() });
+    log.info('session opened', {
+      session: session.id,
+      desktop: lease.desktop.id,
+      ...(record ? { recorded: true } : {}),
+    });
+    this.activity.publish({
+      type: 'session_opened',
+      session: session.id,
+      desktop: lease.desktop.id,
+      resources: lease.desktop,
+      record,
+      at: Date.now(),
+    });
     return session;
   }
 
@@ -384,8 +407,15 @@ export class DeskbatchServer {
   /** A session whose connection went away before its welcome: ended at once. */
   abandonSession(session: Session): void {
     this.sessions.delete(session.id);
-    void this.endSession(session);
-    this.activity.publish({ type: 'session_closed', session: session.id, at: Date.now(), reason: 'expired' });
+    void this.endSession(session).finally(() => this.closed(session, 'expired'));
+  }
+
+  /**
+   * Published once the session's toolsets released what they held (endSession): by then its browser context
+   * has closed and saved its trace, which the recorder lists.
+   */
+  private closed(session: Session, reason: 'expired' | 'shutdown'): void {
+    this.activity.publish({ type: 'session_closed', session: session.id, at: Date.now(), reason });
   }
 
   findSession(id: string): Session | undefined {
@@ -400,9 +430,8 @@ export class DeskbatchServer {
   releaseSession(session: Session, owner: object): void {
     session.detach(owner, this.deps.config.sessionGraceMs, () => {
       this.sessions.delete(session.id);
-      void this.endSession(session);
       this.deps.log.info('session expired', { session: session.id });
-      this.activity.publish({ type: 'session_closed', session: session.id, at: Date.now(), reason: 'expired' });
+      void this.endSession(session).finally(() => this.closed(session, 'expired'));
     });
   }
 
@@ -422,6 +451,7 @@ export class DeskbatchServer {
       toolsets: described.toolsets,
       ...(geometry ? { display: geometry.display, screenshot: geometry.screenshot } : {}),
       ...(described.legacy_tools ? { legacy_tools: described.legacy_tools } : {}),
+      ...(options.recording ? { recording: session.recorded } : {}),
       ...(options.desktop && desktop
         ? {
             desktop: {
@@ -471,7 +501,7 @@ export class DeskbatchServer {
     ]);
     for (const s of this.sessions.values()) {
       await this.endSession(s);
-      this.activity.publish({ type: 'session_closed', session: s.id, at: Date.now(), reason: 'shutdown' });
+      this.closed(s, 'shutdown');
     }
     this.sessions.clear();
     for (const wss of [this.wss, ...[...this.sockets.values()].map((x) => x.wss)]) {

@@ -109,6 +109,8 @@ export class Session {
   offer: AgentOffer | undefined;
   /** The session's desktop, held until the session ends (src/desktops/pool.ts). */
   desktop: DesktopLease | undefined;
+  /** Whether the session is recorded (docs/RECORDING.md). */
+  recorded = false;
   /** The attached connection, and how to drop it when another resumes the session. */
   private owner: { id: object; evict: () => void } | undefined;
   private readonly batches = new Map<string, StoredBatch>();

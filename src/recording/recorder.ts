@@ -1,0 +1,407 @@
+/**
+ * Session recordings (docs/RECORDING.md): for each recorded session, its
+ * trajectory (every batch, call event and result, images as files beside
+ * it), a video of its desktop from its first computer call, and the
+ * Playwright trace of its browser context.
+ *
+ * The recorder observes the daemon's activity stream (src/activity.ts), as
+ * the viewer and the metrics do: what a batch returns never waits for it.
+ * Work on the batch path is one JSON serialisation per line and a base64
+ * decode per image; the writes themselves run in a queue of their own, in
+ * order, so a line is on disk only after the images it names.
+ */
+import { createHash } from 'node:crypto';
+import { open, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Activity, ActivityHub } from '../activity.ts';
+import type { RecordingSettings } from '../config.ts';
+import type { DesktopResources } from '../desktops/desktop.ts';
+import type { Logger } from '../log.ts';
+import { PROTOCOL_VERSION, type BatchResult, type ResultBlock, type ToolUse } from '../protocol.ts';
+import { sanitizeId } from '../screenshot-store.ts';
+import { IMAGES_DIR, listFiles, TRAJECTORY_FILE, type RecordingStore, type RecordingSummary } from './store.ts';
+
+export const TRAJECTORY_FORMAT = 'deskbatch.trajectory';
+export const TRAJECTORY_VERSION = 1;
+const DAEMON_VERSION = '0.1.0';
+
+/** What the recorder needs of a desktop video (src/recording/video.ts). */
+export interface VideoHandle {
+  readonly startedAt: number;
+  chapter(title: string, startAt: number, endAt: number): void;
+  stop(): Promise<void>;
+  bytes(): number;
+}
+
+/** Starts a video of a desktop's display into `path` and its chapters into `chaptersPath`; undefined: no video. */
+export type VideoStarter = (
+  desktop: DesktopResources,
+  paths: { path: string; chaptersPath: string },
+) => Promise<VideoHandle | undefined>;
+
+/** Where recorded bytes go, by artifact, for the metrics. */
+export type Artifact = 'trajectory' | 'images' | 'video' | 'trace';
+
+export interface RecorderDeps {
+  settings: RecordingSettings;
+  store: RecordingStore;
+  log: Logger;
+  /** Absent: no video (off, or ffmpeg missing). */
+  video?: VideoStarter;
+  onBytes?: (artifact: Artifact, bytes: number) => void;
+}
+
+const EXTENSION: Record<string, string> = {
+  'image/png': 'png',
+  'image/jpeg': 'jpg',
+  'image/webp': 'webp',
+  'image/gif': 'gif',
+};
+
+/** The image block as a trajectory stores it: a reference to the file written beside it. */
+export interface ImageFileBlock {
+  type: 'image_file';
+  path: string;
+  media_type: string;
+  width?: number;
+  height?: number;
+  bytes: number;
+  sha256: string;
+}
+
+/** `[N characters]`: what a redacted text becomes. */
+export const redactedText = (text: string): string => `[${[...text].length} characters]`;
+
+/**
+ * A batch's tool_uses with typed text replaced (docs/RECORDING.md "Privacy"): `type` (both toolsets), the
+ * browser's `form_input` value, and the older `computer` tool's `type` action. `secret` names the calls whose
+ * text went into a password field; with `all`, every one's.
+ */
+export function redactToolUses(toolUses: readonly ToolUse[], all: boolean, secret: ReadonlySet<string>): ToolUse[] {
+  return toolUses.map((tu) => {
+    if (!all && !secret.has(tu.id)) return tu;
+    const input = (tu.input ?? {}) as Record<string, unknown>;
+    const field =
+      tu.name === 'type' || (tu.name === 'computer' && input.action === 'type')
+        ? 'text'
+        : tu.name === 'form_input'
+          ? 'value'
+          : undefined;
+    const value = field ? input[field] : undefined;
+    if (field === undefined || value === undefined || typeof value === 'boolean') return tu;
+    return { ...tu, input: { ...input, [field]: redactedText(String(value)) } };
+  });
+}
+
+class SessionRecording {
+  readonly summary: RecordingSummary;
+  private queue: Promise<unknown>;
+  private file: FileHandle | undefined;
+  private imageCounter = 0;
+  private bytes = 0;
+  private stopped = false;
+  private video: Promise<VideoHandle | undefined> | undefined;
+  private readonly callStarts = new Map<string, { name: string; at: number }>();
+  /** batch_started lines held until the batch ends, when password redaction needs to know which calls were secret. */
+  private readonly heldBatches = new Map<string, { at: number; toolUses: readonly ToolUse[] }>();
+  /** Calls whose text went into a password field (reported by the browser toolset). */
+  readonly secretInputs = new Set<string>();
+
+  constructor(
+    readonly id: string,
+    readonly dir: string,
+    private readonly desktop: DesktopResources | undefined,
+    private readonly deps: RecorderDeps,
+    first: object,
+  ) {
+    const at = Date.now();
+    this.summary = {
+      id,
+      session_id: (first as { session_id: string }).session_id,
+      started_at: at,
+      batches: 0,
+      calls: 0,
+      failures: 0,
+      cancelled: 0,
+      files: [],
+      images: 0,
+    };
+    this.queue = open(join(dir, TRAJECTORY_FILE), 'a', 0o600).then((fh) => (this.file = fh));
+    this.line({ type: 'recording', at, ...first });
+  }
+
+  private enqueue(work: () => Promise<unknown>): void {
+    this.queue = this.queue.then(work).catch((err: unknown) => {
+      this.deps.log.warn('recording write failed', { recording: this.id, error: String(err) });
+    });
+  }
+
+  /** Appends one line (one write: whole or not at all). */
+  line(record: object): void {
+    if (this.stopped) return;
+    const text = `${JSON.stringify(record)}\n`;
+    this.enqueue(async () => {
+      await this.file?.write(text);
+      this.count('trajectory', Buffer.byteLength(text));
+    });
+  }
+
+  private count(artifact: Artifact, bytes: number): void {
+    this.bytes += bytes;
+    this.deps.store.grew(this.id, bytes);
+    this.deps.onBytes?.(artifact, bytes);
+    const max = this.deps.settings.retention.maxBytes;
+    if (!this.stopped && this.bytes > max) {
+      // A live recording is never removed by retention; past the whole budget it stops growing instead.
+      this.deps.log.warn('a recording reached the recordings byte budget; it stops here', {
+        recording: this.id,
+        max_bytes: max,
+      });
+      const text = `${JSON.stringify({ type: 'stopped', at: Date.now(), reason: 'byte_budget' })}\n`;
+      this.stopped = true;
+      void this.file?.write(text).catch(() => undefined);
+      void this.stopVideo();
+    }
+  }
+
+  batchStarted(batchId: string, toolUses: readonly ToolUse[], at: number): void {
+    if (this.deps.settings.redact.passwords && !this.deps.settings.redact.typed) {
+      this.heldBatches.set(batchId, { at, toolUses });
+      return;
+    }
+    this.writeBatchStarted(batchId, toolUses, at);
+  }
+
+  private writeBatchStarted(batchId: string, toolUses: readonly ToolUse[], at: number): void {
+    const { typed, passwords } = this.deps.settings.redact;
+    const shown = typed || passwords ? redactToolUses(toolUses, typed, this.secretInputs) : toolUses;
+    this.line({ type: 'batch_started', at, batch_id: batchId, tool_uses: shown });
+  }
+
+  toolEvent(event: Activity & { type: 'tool_event' }): void {
+    const { type: _type, ...rest } = event.event;
+    this.line({ type: 'tool_event', at: event.at, event: rest });
+    const e = event.event;
+    if (e.phase === 'started') {
+      this.callStarts.set(e.tool_use_id, { name: e.name, at: event.at });
+      // The video starts with the session's first computer call (the older `computer` tool's too).
+      if (!this.video && this.deps.video && this.desktop && (e.toolset_name === 'computer' || e.name === 'computer')) {
+        this.startVideo();
+      }
+    } else if (e.phase !== 'not_executed') {
+      const start = this.callStarts.get(e.tool_use_id);
+      this.callStarts.delete(e.tool_use_id);
+      if (start && this.video) {
+        const title = `${start.name} · ${e.tool_use_id}`;
+        void this.video.then((v) => v?.chapter(title, start.at, event.at));
+      }
+    }
+  }
+
+  private startVideo(): void {
+    const started = this.deps.video!(this.desktop!, {
+      path: join(this.dir, 'video.mp4'),
+      chaptersPath: join(this.dir, 'video.vtt'),
+    }).catch((err: unknown) => {
+      this.deps.log.warn('the desktop video did not start; the recording goes on without it', {
+        recording: this.id,
+        error: err instanceof Error ? err.message : String(err),
+      });
+      return undefined;
+    });
+    this.video = started;
+    void started.then((v) => {
+      if (v)
+        this.line({ type: 'video', at: Date.now(), path: 'video.mp4', chapters: 'video.vtt', started_at: v.startedAt });
+    });
+  }
+
+  private async stopVideo(): Promise<void> {
+    const video = await this.video;
+    if (!video) return;
+    await video.stop().catch(() => undefined);
+    this.deps.onBytes?.('video', video.bytes());
+  }
+
+  batchFinished(result: BatchResult, at: number): void {
+    const held = this.heldBatches.get(result.batch_id);
+    if (held) {
+      this.heldBatches.delete(result.batch_id);
+      this.writeBatchStarted(result.batch_id, held.toolUses, held.at);
+    }
+    const s = this.summary;
+    s.batches++;
+    s.calls += result.tool_results.length;
+    s.failures += result.failures.length;
+    if (result.cancelled) s.cancelled++;
+    if (this.stopped) return;
+    // Images become files; the line names them. Decoding is the only per-image work done now.
+    const sizes = new Map(result.screenshots.map((f) => [f.tool_use_id, f]));
+    const writes: { path: string; data: Buffer }[] = [];
+    const toolResults = result.tool_results.map((tr) => ({
+      ...tr,
+      content: tr.content.map((block: ResultBlock): ResultBlock | ImageFileBlock => {
+        if (block.type !== 'image') return block;
+        const data = Buffer.from(block.source.data, 'base64');
+        const name = `${IMAGES_DIR}/${sanitizeId(result.batch_id, 64)}_${sanitizeId(tr.tool_use_id, 64)}_${(this.imageCounter++).toString(36)}.${EXTENSION[block.source.media_type] ?? 'bin'}`;
+        writes.push({ path: join(this.dir, name), data });
+        const size = sizes.get(tr.tool_use_id);
+        return {
+          type: 'image_file',
+          path: name,
+          media_type: block.source.media_type,
+          ...(size ? { width: size.width, height: size.height } : {}),
+          bytes: data.length,
+          sha256: createHash('sha256').update(data).digest('hex'),
+        };
+      }),
+    }));
+    const { type: _type, ...rest } = result;
+    const record = { type: 'batch_finished', at, result: { ...rest, tool_results: toolResults } };
+    this.enqueue(async () => {
+      for (const w of writes) {
+        const fh = await open(w.path, 'wx', 0o600);
+        try {
+          await fh.write(w.data);
+        } finally {
+          await fh.close();
+        }
+        this.count('images', w.data.length);
+      }
+    });
+    this.line(record);
+  }
+
+  /** Whether a batch failed or was cancelled (`--record-keep failures` keeps only such recordings). */
+  get eventful(): boolean {
+    return this.summary.failures > 0 || this.summary.cancelled > 0;
+  }
+
+  /** The session ended: the last line, the video finalised, the file closed. */
+  async close(at: number, reason: string): Promise<RecordingSummary> {
+    for (const [batchId, held] of this.heldBatches) this.writeBatchStarted(batchId, held.toolUses, held.at);
+    this.heldBatches.clear();
+    this.line({ type: 'session_closed', at, reason });
+    this.enqueue(() => this.stopVideo());
+    this.enqueue(async () => {
+      await this.file?.close();
+      this.file = undefined;
+    });
+    await this.queue;
+    this.summary.ended_at = at;
+    Object.assign(this.summary, await listFiles(this.dir));
+    return this.summary;
+  }
+}
+
+/**
+ * Records the sessions that should be: every one with `--record`, those whose hello asked with
+ * `--record-on-request` (the server decides, and marks `session_opened` with `record`).
+ */
+export class Recorder {
+  private readonly live = new Map<string, Promise<SessionRecording | undefined>>();
+  private unsubscribe: (() => void) | undefined;
+
+  constructor(private readonly deps: RecorderDeps) {}
+
+  attach(activity: ActivityHub): void {
+    this.unsubscribe = activity.subscribe((a) => this.on(a));
+  }
+
+  /** Opened recordings, by session id: what on() can reach synchronously. */
+  private readonly liveDone = new Map<string, SessionRecording>();
+
+  /** A live recording's summary (by recording id), for the listing. */
+  summary(id: string): RecordingSummary | undefined {
+    for (const r of this.liveDone.values()) if (r.id === id) return { ...r.summary };
+    return undefined;
+  }
+
+  /** Marks a call whose text went into a password field (src/browser: the toolset tells). */
+  secretInput(sessionId: string, toolUseId: string): void {
+    this.liveDone.get(sessionId)?.secretInputs.add(toolUseId);
+  }
+
+  private on(a: Activity): void {
+    if (a.type === 'session_opened') {
+      if (a.record) this.open(a.session, a.resources);
+      return;
+    }
+    if (!this.live.has(a.session)) return;
+    const r = this.liveDone.get(a.session);
+    if (!r) {
+      // Opening (a mkdir) is still under way: this line follows it.
+      void this.live.get(a.session)!.then((rec) => rec && this.apply(rec, a));
+      return;
+    }
+    this.apply(r, a);
+  }
+
+  private apply(r: SessionRecording, a: Activity): void {
+    switch (a.type) {
+      case 'tools_offered':
+        return r.line({ type: 'tools', at: a.at, tools: a.tools });
+      case 'batch_started':
+        return r.batchStarted(a.batch_id, a.tool_uses, a.at);
+      case 'tool_event':
+        return r.toolEvent(a);
+      case 'batch_finished':
+        return r.batchFinished(a.result, a.at);
+      case 'batch_replayed':
+        return r.line({ type: 'batch_replayed', at: a.at, batch_id: a.batch_id });
+      case 'session_closed':
+        void this.finish(a.session, r, a.at, a.reason);
+        return;
+    }
+  }
+
+  private open(sessionId: string, desktop: DesktopResources | undefined): void {
+    const opening = this.deps.store.open(sessionId).then(
+      ({ id, dir }) => {
+        const { typed, passwords } = this.deps.settings.redact;
+        const r = new SessionRecording(id, dir, desktop, this.deps, {
+          format: TRAJECTORY_FORMAT,
+          version: TRAJECTORY_VERSION,
+          session_id: sessionId,
+          desktop: { id: desktop?.id ?? null },
+          redaction: { typed, passwords },
+          daemon: { version: DAEMON_VERSION, protocol: PROTOCOL_VERSION },
+        });
+        this.liveDone.set(sessionId, r);
+        return r;
+      },
+      (err: unknown) => {
+        this.deps.log.warn('could not start a recording; the session runs unrecorded', {
+          session: sessionId,
+          error: String(err),
+        });
+        this.live.delete(sessionId);
+        return undefined;
+      },
+    );
+    this.live.set(sessionId, opening);
+  }
+
+  private readonly finishing = new Set<Promise<void>>();
+
+  private finish(sessionId: string, r: SessionRecording, at: number, reason: string): void {
+    this.live.delete(sessionId);
+    this.liveDone.delete(sessionId);
+    const done = r
+      .close(at, reason)
+      .then((summary) => this.deps.store.finish(r.id, summary, this.deps.settings.keep === 'all' || r.eventful))
+      .catch((err: unknown) =>
+        this.deps.log.warn('could not finish a recording', { recording: r.id, error: String(err) }),
+      )
+      .finally(() => this.finishing.delete(done));
+    this.finishing.add(done);
+  }
+
+  /** Waits for every recording being finished (daemon shutdown, after the sessions closed). */
+  async close(): Promise<void> {
+    this.unsubscribe?.();
+    await Promise.all([...this.live.values()]); // recordings still opening finish once open
+    await Promise.all([...this.finishing]);
+    this.deps.store.close();
+  }
+}
