@@ -39,9 +39,11 @@ export const TRAJECTORY_VERSION = 1;
 /**
  * Default largest mean absolute difference (0–255) between two images'
  * grayscale thumbnails for them to count as the same picture. Measured
- * (docs/RECORDING.md "Replay"): the same desktop state on two desktops
- * differs by 0–1.5 (a blinking caret, the pointer), a page before and after
- * a click that changed a box by 10 and more.
+ * (docs/RECORDING.md "Replay"): the same state on two desktops 0–0.01, the
+ * same picture as a JPEG 0.43, the same page in another host's fonts 3.9;
+ * another page 165, an empty desktop against one showing the browser 250. A
+ * line of typed text (2–3) or a small box (1.5–3.3) stays under it: texts are
+ * compared exactly, images only for a screen that shows something else.
  */
 export const DEFAULT_IMAGE_TOLERANCE = 8;
 /** The thumbnail both images are reduced to before they are compared (16:10, as the default display). */
@@ -192,6 +194,8 @@ class Replay {
   private display: { width: number; height: number } | undefined;
   private redaction = { typed: false, passwords: false };
   private redactedCalls = 0;
+  /** A `stopped` line's reason: the recorder wrote no more lines after it. */
+  private stoppedBecause: string | undefined;
   /** Batches sent whose recorded result has not been read yet, in the order they were sent. */
   private readonly waiting = new Map<string, Outcome>();
   /** Batch ids already sent in this session (a second `batch_started` of one is not sent again). */
@@ -281,7 +285,9 @@ class Replay {
     for (const batchId of this.waiting.keys()) {
       this.report.notComparable.push({
         batch_id: batchId,
-        reason: 'the recording has no batch_finished for it (the recording daemon stopped during the batch)',
+        reason: this.stoppedBecause
+          ? `the recording stopped during the batch (${this.stoppedBecause})`
+          : 'the recording has no batch_finished for it (the recording daemon stopped during the batch)',
       });
     }
     this.waiting.clear();
@@ -349,6 +355,13 @@ class Replay {
         return this.startBatch(entry, lineNo);
       case 'batch_finished':
         return this.finishBatch(entry, lineNo);
+      case 'stopped':
+        // The recorder wrote nothing more after this (its byte budget): later batches are not in the file.
+        this.stoppedBecause = typeof entry.reason === 'string' ? entry.reason.slice(0, 100) : 'no reason given';
+        this.warn(
+          `the recording stopped before the session ended (${this.stoppedBecause}): later batches were not recorded`,
+        );
+        return;
       default:
         return; // tool_event, batch_replayed, video, session_closed and any type added later
     }
@@ -554,8 +567,12 @@ class Replay {
   }
 
   private compareText(at: Omit<ReplayDifference, 'what' | 'recorded' | 'replayed'>, a: string, b: string): void {
-    if (a === b) return;
     const pairs = refPairs(a, b);
+    if (a === b) {
+      // The same numbers on both daemons: they map to themselves (unless that contradicts what is known).
+      if (pairs) this.learnRefs(pairs.filter(([from]) => !this.refs.has(from)));
+      return;
+    }
     if (pairs && this.learnRefs(pairs)) return;
     this.differ({ ...at, what: pairs ? 'text (element references)' : 'text', recorded: quote(a), replayed: quote(b) });
   }
@@ -626,7 +643,8 @@ class Replay {
     };
     if (media !== replayedMedia)
       this.differ({ ...at, what: 'image media type', recorded: media, replayed: replayedMedia });
-    if (recorded.width !== replayed.width || recorded.height !== replayed.height) {
+    const sizeKnown = recorded.width > 0 && recorded.height > 0;
+    if (sizeKnown && (recorded.width !== replayed.width || recorded.height !== replayed.height)) {
       this.differ({
         ...at,
         what: 'image size',
@@ -688,6 +706,14 @@ class Replay {
       return { media_type, size };
     }
     if (size.bytes === 0) size.bytes = data.length;
+    if (size.width === 0 || size.height === 0) {
+      // The recorder names the size only when it knows it: then it is the file's own.
+      const meta = await sharp(data)
+        .metadata()
+        .catch(() => undefined);
+      size.width = meta?.width ?? 0;
+      size.height = meta?.height ?? 0;
+    }
     if (typeof file.sha256 === 'string' && createHash('sha256').update(data).digest('hex') !== file.sha256) {
       this.warn(
         `batch ${batchId}: the recorded image ${file.path} does not match its sha256: it changed after recording`,
