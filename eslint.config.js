@@ -39,7 +39,7 @@ const browserGlobals = Object.fromEntries(
 
 /**
  * The layers, top to bottom; an import may only point down (docs/ARCHITECTURE.md):
- *   cli → daemon → ops, viewer → server → executor → toolsets → desktops → drivers (desktop, browser) → leaves.
+ *   cli → daemon → ops, viewer → recording → server → executor → toolsets → desktops → drivers (desktop, browser) → leaves.
  * The client library stands apart (the protocol and the leaves only); the SDK classes use the client.
  * `layer(name, files, ...below)` lets the layer's `files` import their own group, the groups named
  * `below` and the leaves; every other group is forbidden.
@@ -48,6 +48,7 @@ const GROUPS = {
   cli: ['**/cli.ts'],
   daemon: ['**/daemon.ts'],
   ops: ['**/ops/**', '**/viewer/**'],
+  recording: ['**/recording/**'],
   server: ['**/server/**'],
   executor: ['**/executor/**'],
   toolsets: ['**/toolsets/**'],
@@ -125,8 +126,31 @@ export default defineConfig(
   layer('toolsets', ['toolsets/**'], 'desktops', 'desktop', 'browser'),
   layer('executor', ['src/executor/**'], 'toolsets', 'desktops'),
   layer('server', ['src/server/**'], 'executor', 'desktops'),
-  layer('ops and viewer', ['src/ops/**', 'src/viewer/**'], 'server', 'executor', 'toolsets', 'desktops'),
-  layer('daemon', ['src/daemon.ts'], 'ops', 'server', 'executor', 'toolsets', 'desktops', 'desktop', 'browser'),
+  // Recordings replay through the client library (`deskbatch replay`).
+  layer(
+    'recording',
+    ['src/recording/**'],
+    'server',
+    'executor',
+    'toolsets',
+    'desktops',
+    'desktop',
+    'browser',
+    'client',
+  ),
+  layer('ops and viewer', ['src/ops/**', 'src/viewer/**'], 'recording', 'server', 'executor', 'toolsets', 'desktops'),
+  layer(
+    'daemon',
+    ['src/daemon.ts'],
+    'ops',
+    'recording',
+    'server',
+    'executor',
+    'toolsets',
+    'desktops',
+    'desktop',
+    'browser',
+  ),
   layer('client library', ['src/client/**']),
   layer('SDK classes', ['src/sdk/**'], 'client'),
 );

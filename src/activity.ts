@@ -4,7 +4,6 @@
  * An observer that throws is cut off, never the batch: observing must not
  * change what the model reads.
  */
-import type { DesktopResources } from './desktops/desktop.ts';
 import type { AgentToolEntry, BatchResult, ToolEvent, ToolUse } from './protocol.ts';
 
 export type Activity =
@@ -13,8 +12,6 @@ export type Activity =
       session: string;
       at: number;
       /** Its desktop's id (`shared`, or `d<N>` from a pool). */ desktop?: string;
-      /** The desktop itself, for observers that act on it (the recorder's video). */
-      resources?: DesktopResources;
       /** Whether the session is recorded (docs/RECORDING.md). */
       record?: boolean;
     }

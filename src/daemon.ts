@@ -32,7 +32,7 @@ import type { Ops } from './ops/index.ts';
 import { resolve } from 'node:path';
 import { createViewer } from './viewer/index.ts';
 import { RecordingStore } from './recording/store.ts';
-import { Recorder } from './recording/recorder.ts';
+import { Recorder, type Artifact } from './recording/recorder.ts';
 import { recordingRoutes } from './recording/routes.ts';
 
 export interface Daemon {
@@ -195,7 +195,14 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   routes.push(...viewer.routes);
   sockets.push(viewer.socket);
   // Session recordings (docs/RECORDING.md): written as the activity goes by, served behind the token.
-  const recorder = config.recording.mode === 'off' ? undefined : await startRecorder(config, activity, log);
+  const recorder =
+    config.recording.mode === 'off'
+      ? undefined
+      : await startRecorder(config, activity, log, {
+          desktopOf: (id) => server.findSession(id)?.desktop?.desktop,
+          bytes: (artifact, n) => reportTo.metrics?.recordingBytes(artifact, n),
+          removed: (reason) => reportTo.metrics?.recordingRemoved(reason),
+        });
   if (recorder) routes.push(...recordingRoutes(recorder.store, (id) => recorder.recorder.summary(id)));
   // /metrics and /readyz (docs/OPERATIONS.md); `server` is read only when a request comes.
   const ops = createOps({
@@ -220,6 +227,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
               : 'off',
       display_auth: config.displayAuth,
     }),
+    ...(recorder ? { recordings: () => recorder.store.usage } : {}),
   });
   reportTo.metrics = ops.metrics;
   routes.push(...ops.routes);
@@ -233,6 +241,9 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     activity,
     routes,
     sockets,
+    ...(recorder
+      ? { secretInput: (session: string, toolUse: string) => recorder.recorder.secretInput(session, toolUse) }
+      : {}),
     geometry: (desktop) => {
       // The worker answers one call at a time; a welcome must not wait behind a long hold_key.
       const fresh = desktop.driver.displaySize().then((display) => {
@@ -286,11 +297,24 @@ async function startRecorder(
   config: DaemonConfig,
   activity: ActivityHub,
   log: Logger,
+  report: {
+    desktopOf: (sessionId: string) => DesktopResources | undefined;
+    bytes: (artifact: Artifact, bytes: number) => void;
+    removed: (reason: 'count' | 'bytes' | 'age' | 'not_kept') => void;
+  },
 ): Promise<{ store: RecordingStore; recorder: Recorder }> {
   const rlog = log.child({ component: 'recording' });
-  const store = new RecordingStore(config.recording.dir, config.recording.retention, rlog);
+  const store = new RecordingStore(config.recording.dir, config.recording.retention, rlog, (_id, why) =>
+    report.removed(why),
+  );
   await store.init();
-  const recorder = new Recorder({ settings: config.recording, store, log: rlog });
+  const recorder = new Recorder({
+    settings: config.recording,
+    store,
+    log: rlog,
+    onBytes: report.bytes,
+    desktopOf: report.desktopOf,
+  });
   recorder.attach(activity);
   log.info(`recording ${config.recording.mode === 'all' ? 'every session' : 'sessions that ask'} into ${store.root}`);
   return { store, recorder };
@@ -334,7 +358,20 @@ function createDesktops(
     (err: unknown) => log.warn('display not reachable at start', { error: String(err) }),
   );
   return new SharedDesktop(
-    { id: 'shared', driver, browser, lane: new Lane() },
+    {
+      id: 'shared',
+      driver,
+      browser,
+      lane: new Lane(),
+      ...(config.display
+        ? {
+            screen: {
+              display: config.display,
+              ...(process.env.XAUTHORITY ? { xauthority: process.env.XAUTHORITY } : {}),
+            },
+          }
+        : {}),
+    },
     () => size,
     () => ({ worker: driver.pid, browser: browser?.pid }),
     async () => {

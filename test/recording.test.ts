@@ -13,6 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import { computerUse as use, startTestDaemon, TEST_TOKEN, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { until } from './helpers/wait.ts';
+import { browserUse, startBrowserFixture } from './helpers/web.ts';
 import { createLogger } from '../src/log.ts';
 import { RecordingStore } from '../src/recording/store.ts';
 import type { BatchResult } from '../src/protocol.ts';
@@ -230,6 +231,15 @@ describe('recordings', () => {
           401,
         );
       }
+      const metrics = await (await fetch(`${base}/metrics`, { headers: auth })).text();
+      for (const line of [
+        /^deskbatch_recording_bytes_written_total\{artifact="trajectory"\} [1-9]\d*$/m,
+        /^deskbatch_recording_bytes_written_total\{artifact="images"\} [1-9]\d*$/m,
+        /^deskbatch_recordings\{state="live"\} 1$/m,
+        /^deskbatch_recordings_bytes [1-9]\d*$/m,
+      ]) {
+        assert.match(metrics, line);
+      }
       const traj = await fetch(`${base}/recordings/${id}/trajectory.jsonl`, { headers: auth });
       assert.equal(traj.status, 200);
       assert.equal(traj.headers.get('x-content-type-options'), 'nosniff');
@@ -323,5 +333,54 @@ describe('recording retention', () => {
     } finally {
       await rm(root, { recursive: true, force: true });
     }
+  });
+});
+
+describe('recording a browser session with password redaction', () => {
+  test('text typed or set into a password field is redacted; other typed text is kept', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'deskbatch-rec-pw-'));
+    const f = await startBrowserFixture({
+      recording: { mode: 'all', dir, video: false, trace: false, redact: { typed: false, passwords: true } },
+    });
+    const user = 'alice-visible-name';
+    const typed = 'typed-secret-1234';
+    const set = 'set-secret-5678';
+    try {
+      f.web.route(
+        '/login',
+        '<!doctype html><title>login</title><style>input{display:block;width:300px;height:30px;margin:0 0 10px}</style>' +
+          '<input id="user"><input id="pw" type="password">',
+      );
+      await f.client.hello();
+      const { result } = await f.client.batch('b1', [
+        browserUse('navigate', { url: `${f.web.origin}/login` }),
+        browserUse('find', { query: 'password' }),
+      ]);
+      const ref = /\[(ref_\d+)\]/.exec(JSON.stringify(result.tool_results[1]!.content))?.[1];
+      assert.ok(ref, 'find names the password field');
+      await f.client.batch('b2', [
+        browserUse('left_click', { target: { type: 'coordinate', x: 10, y: 10 } }),
+        browserUse('type', { text: user }, 'toolu_user'),
+        browserUse('left_click', { target: { type: 'ref', ref } }),
+        browserUse('type', { text: typed }, 'toolu_pw'),
+        browserUse('form_input', { target: { type: 'ref', ref }, value: set }, 'toolu_set'),
+      ]);
+    } finally {
+      await f.close();
+    }
+    const folder = (await readdir(dir))[0]!;
+    const text = await readFile(join(dir, folder, 'trajectory.jsonl'), 'utf8');
+    assert.ok(text.includes(user), 'text typed into an ordinary field is kept');
+    assert.ok(!text.includes(typed), 'text typed into the password field is not in the recording');
+    assert.ok(!text.includes(set), 'a value set into the password field is not in the recording');
+    const inputs = new Map(
+      (await lines(dir, folder))
+        .filter((l) => l.type === 'batch_started')
+        .flatMap((l) => l.tool_uses as { id: string; input: Record<string, unknown> }[])
+        .map((t) => [t.id, t.input]),
+    );
+    assert.equal(inputs.get('toolu_pw')!.text, `[${typed.length} characters]`);
+    assert.equal(inputs.get('toolu_set')!.value, `[${set.length} characters]`);
+    await rm(dir, { recursive: true, force: true });
   });
 });

@@ -44,6 +44,11 @@ export interface CallContext {
    * error text, one text block each.
    */
   noteOnFailure(lines: readonly string[]): void;
+  /**
+   * Present when the session's recording redacts what is typed into password fields
+   * (docs/RECORDING.md "Privacy"): a call that types into a field the page marks as a password calls it.
+   */
+  markSecret?: () => void;
 }
 
 // eslint-disable-next-line @typescript-eslint/no-unused-vars -- Ctx is used by the variants below

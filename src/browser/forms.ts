@@ -45,9 +45,10 @@ function valueKind(value: FormValue): string {
 }
 
 /** Sets the value of the form field `ref` names: text, an option of a select, or a checkbox's or radio button's state. */
-export async function setFormValue(page: Page, ref: string, value: FormValue): Promise<void> {
+export async function setFormValue(page: Page, ref: string, value: FormValue, onSecret?: () => void): Promise<void> {
   const shown = echo(ref);
   const info = await onRef<FieldInfo>(page, ref, { op: 'field' });
+  if (info.tag === 'input' && info.type === 'password') onSecret?.();
   const refuse = (why: string) => new ToolInputError(`${shown} ${why}.`);
   if (info.disabled) throw refuse('is disabled, so its value cannot be set');
 
@@ -100,4 +101,28 @@ async function selectOption(page: Page, ref: string, wanted: string): Promise<vo
   throw new ToolInputError(
     `${shown} has no option with the value or text ${JSON.stringify(echo(wanted))}. Options: ${list || '(none)'}${more}.`,
   );
+}
+
+/**
+ * Evaluated in each frame (a string: the daemon's TypeScript has no DOM types). Not `document.hasFocus()`:
+ * a headless page need not have the window's focus. So a frame whose own focused element is a password field
+ * counts even while the focus is in another frame: redaction errs on the side of hiding.
+ */
+const FOCUSED_PASSWORD = `(() => {
+  let el = document.activeElement;
+  while (el && el.shadowRoot && el.shadowRoot.activeElement) el = el.shadowRoot.activeElement;
+  return el instanceof HTMLInputElement && el.type === 'password';
+})()`;
+
+/**
+ * Whether the focused element, in any frame of the page, is a field the page marks as a password
+ * (`<input type=password>`), looking into open shadow roots. Asked only when a recording redacts such
+ * fields (docs/RECORDING.md "Privacy"); a frame that cannot answer counts as no. It runs in the page's
+ * own world: a page that lies to it can only leave its own password unredacted.
+ */
+export async function focusedIsPassword(page: Page): Promise<boolean> {
+  const answers = await Promise.all(
+    page.frames().map((frame) => frame.evaluate<boolean>(FOCUSED_PASSWORD).catch(() => false)),
+  );
+  return answers.includes(true);
 }

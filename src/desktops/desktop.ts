@@ -27,6 +27,8 @@ export interface DesktopResources {
   readonly browser: BrowserManager | undefined;
   /** Batches that touch the display run one at a time on it, first come first served. */
   readonly lane: Lane;
+  /** Its X display and the cookie file that admits a client there, when known (a recording's video). */
+  readonly screen?: { display: string; xauthority?: string };
 }
 
 /** The processes of a desktop the daemon started itself, and what it must remove when the desktop goes. */

@@ -149,6 +149,11 @@ class PooledDesktop implements DesktopResources {
     return this.need().browser;
   }
 
+  get screen(): DesktopResources['screen'] {
+    const d = this.parts?.display;
+    return d ? { display: d.display, xauthority: d.xauthority } : undefined;
+  }
+
   private need(): DesktopParts {
     if (!this.parts) throw new Error(`desktop ${this.id} is not started`);
     return this.parts;

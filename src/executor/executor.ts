@@ -78,6 +78,8 @@ export interface BatchRequest {
   offer?: AgentOffer;
   /** The session's desktop (src/desktops/): its calls act on it, and its lane orders them. */
   desktop?: DesktopResources;
+  /** Told of each call that typed into a password field (`CallContext.markSecret`); absent: nobody asks. */
+  secretInput?: (toolUseId: string) => void;
 }
 
 /** Per served toolset: `'none'` when the agent did not declare it, else the members its `configs` leaves off. */
@@ -367,6 +369,7 @@ export class Executor {
       toolUseId: tu.id,
       ...(req.desktop ? { desktop: req.desktop } : {}),
       noteOnFailure: (lines) => void notes.push(...lines),
+      ...(req.secretInput ? { markSecret: () => req.secretInput!(tu.id) } : {}),
     };
     let attempts = 0;
     const once = (): Promise<MemberOutput[]> => {

@@ -16,6 +16,8 @@ export interface OpsDeps {
   /** The server's status(); read lazily, so the server may be built after the routes. */
   status: () => ServerStatus;
   containment: () => Containment;
+  /** The recordings on disk, when recording is on. */
+  recordings?: () => { recordings: number; live: number; bytes: number };
 }
 
 export interface Ops {
@@ -30,6 +32,7 @@ export function createOps(deps: OpsDeps): Ops {
     ...(deps.executor.plainTool ? { plainToolName: deps.executor.plainTool.toolName } : {}),
     status: deps.status,
     desktops: deps.desktops,
+    ...(deps.recordings ? { recordings: deps.recordings } : {}),
   });
   const readiness = createReadiness({
     status: deps.status,

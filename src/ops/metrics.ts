@@ -61,6 +61,8 @@ export interface MetricsDeps {
   version?: string;
   /** The desktops, read at scrape time. */
   desktops?: Pick<Desktops, 'capacity' | 'list'>;
+  /** The recordings on disk (docs/RECORDING.md), read at scrape time; absent when recording is off. */
+  recordings?: () => { recordings: number; live: number; bytes: number };
 }
 
 export interface Metrics {
@@ -69,6 +71,10 @@ export interface Metrics {
   route: HttpRoute;
   /** What the desktop pool reports (lease waits, starts, teardowns). */
   desktopEvent(event: PoolEvent): void;
+  /** Bytes a recording wrote, by artifact (src/recording/recorder.ts). */
+  recordingBytes(artifact: 'trajectory' | 'images' | 'video' | 'trace', bytes: number): void;
+  /** A recording removed by retention, or not kept at its session's end. */
+  recordingRemoved(reason: 'count' | 'bytes' | 'age' | 'not_kept'): void;
   /** Stops observing the activity stream and empties the registry. */
   close(): void;
 }
@@ -331,6 +337,41 @@ export function createMetrics(deps: MetricsDeps): Metrics {
         return;
     }
   };
+  const recordingBytes = new Counter({
+    name: 'deskbatch_recording_bytes_written_total',
+    help: 'Bytes written into session recordings, by artifact: trajectory, images, video, trace.',
+    labelNames: ['artifact'],
+    registers,
+  });
+  const recordingsRemoved = new Counter({
+    name: 'deskbatch_recordings_removed_total',
+    help: 'Recordings removed: by retention (count, bytes, age), or not kept at their session end (not_kept).',
+    labelNames: ['reason'],
+    registers,
+  });
+  const recordings = deps.recordings;
+  if (recordings) {
+    new Gauge({
+      name: 'deskbatch_recordings',
+      help: 'Recordings on disk: live (their session runs) and finished.',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const u = recordings();
+        this.set({ state: 'live' }, u.live);
+        this.set({ state: 'finished' }, u.recordings - u.live);
+      },
+    });
+    new Gauge({
+      name: 'deskbatch_recordings_bytes',
+      help: 'Bytes all recordings hold (the retention budget, --record-max-bytes, bounds it).',
+      registers,
+      collect() {
+        this.set(recordings().bytes);
+      },
+    });
+  }
+
   // A throwing observer is unsubscribed by the hub for good; one odd event must not end the metrics.
   const unsubscribe = deps.activity.subscribe((a: Activity) => {
     try {
@@ -363,6 +404,12 @@ export function createMetrics(deps: MetricsDeps): Metrics {
         case 'rebuilt':
           return desktopFaults.inc({ kind: event.kind });
       }
+    },
+    recordingBytes(artifact, bytes) {
+      recordingBytes.inc({ artifact }, bytes);
+    },
+    recordingRemoved(reason) {
+      recordingsRemoved.inc({ reason });
     },
     close() {
       unsubscribe();

@@ -48,6 +48,8 @@ export interface RecorderDeps {
   log: Logger;
   /** Absent: no video (off, or ffmpeg missing). */
   video?: VideoStarter;
+  /** A session's desktop, while the session holds it (for its video). */
+  desktopOf: (sessionId: string) => DesktopResources | undefined;
   onBytes?: (artifact: Artifact, bytes: number) => void;
 }
 
@@ -324,7 +326,7 @@ export class Recorder {
 
   private on(a: Activity): void {
     if (a.type === 'session_opened') {
-      if (a.record) this.open(a.session, a.resources);
+      if (a.record) this.open(a.session, this.deps.desktopOf(a.session));
       return;
     }
     if (!this.live.has(a.session)) return;

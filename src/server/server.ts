@@ -79,6 +79,8 @@ export interface ServerDeps {
   };
   /** Where the server publishes what happens (sessions, batches, calls). */
   activity?: ActivityHub;
+  /** A recorded session's call typed into a password field (the recorder redacts it: docs/RECORDING.md). */
+  secretInput?: (sessionId: string, toolUseId: string) => void;
   routes?: readonly HttpRoute[];
   sockets?: readonly SocketRoute[];
 }
@@ -366,6 +368,9 @@ export class DeskbatchServer {
           maxBatchMs: config.limits.maxBatchMs,
           ...(session.offer ? { offer: session.offer } : {}),
           desktop: lease.desktop,
+          ...(record && config.recording.redact.passwords && this.deps.secretInput
+            ? { secretInput: (toolUseId: string) => this.deps.secretInput!(id, toolUseId) }
+            : {}),
         });
         // Written once the result is on its way (at the end of this turn of the event loop): the line is a
         // synchronous write to stderr, ~0.1 ms here (docs/PERFORMANCE.md), which the agent need not wait for.
@@ -387,7 +392,6 @@ export class DeskbatchServer {
       type: 'session_opened',
       session: session.id,
       desktop: lease.desktop.id,
-      resources: lease.desktop,
       record,
       at: Date.now(),
     });

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Page } from 'playwright';
 import { z } from 'zod';
 import { parseKeyChords, parsePlaywrightModifiers, type Modifier } from '../../src/browser/keys.ts';
-import { setFormValue } from '../../src/browser/forms.ts';
+import { focusedIsPassword, setFormValue } from '../../src/browser/forms.ts';
 import { refCenter } from '../../src/browser/snapshot.ts';
 import type { Point } from '../../src/geometry.ts';
 import { ToolInputError } from '../../src/errors.ts';
@@ -279,7 +279,7 @@ export const formInput = browserMember({
   ack: (input) => `Set the value of ${echo(input.target.ref)}.`,
   async handle(input, ctx) {
     const { page } = await ctx.tab(input.tab_id);
-    await setFormValue(page, input.target.ref, input.value);
+    await setFormValue(page, input.target.ref, input.value, ctx.markSecret);
   },
 });
 
@@ -308,6 +308,7 @@ export const type = browserMember({
       );
     }
     const { page } = await ctx.tab(input.tab_id);
+    if (ctx.markSecret && (await focusedIsPassword(page))) ctx.markSecret();
     const text = input.text.replace(/\r\n?/g, '\n');
     if (text.length <= TYPE_KEYS_MAX) {
       // US-layout characters are pressed as keys; others (é, 日, emoji) arrive as text input, as from an IME.
