@@ -26,7 +26,8 @@
  * per-call figures alone (bench/results.json untouched); BENCH_ONLY=browser
  * runs section `browser` (bench/browser.ts: left_click beside Playwright's
  * own click, fresh daemons' start and first calls) alone, and
- * bench/results.json gets a fresh `browser`.
+ * bench/results.json gets a fresh `browser`; BENCH_ONLY=recording runs what
+ * recording costs (bench/recording.ts) alone, into `recording`.
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -49,7 +50,8 @@ import {
 import { FloorChild, floorFigures } from './floor.ts';
 import { machine, sourceState } from './machine.ts';
 import { MEMORY_SCREENSHOTS, memoryRun, type MemoryReport } from './memory.ts';
-import { browserRatios, callRatios, FORMATS, ONE_WAY_MS, RatioBook, ratios, SIZES } from './ratios.ts';
+import { browserRatios, callRatios, FORMATS, ONE_WAY_MS, RatioBook, ratios, recordingRatios, SIZES } from './ratios.ts';
+import { recordingSection, recordingTable, type RecordingReport } from './recording.ts';
 import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
 import { startTestDisplay } from '../test/helpers/display.ts';
@@ -59,7 +61,7 @@ import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from '
 const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
 /** Sections that run alone with BENCH_ONLY. */
-const SECTIONS = ['density', 'calls', 'browser'] as const;
+const SECTIONS = ['density', 'calls', 'browser', 'recording'] as const;
 /** Timed runs per figure of `BENCH_ONLY=calls`: each is a few ms, so more than the full run's, for steadier medians. */
 const CALLS_ITERATIONS = positiveInt(process.env.BENCH_ITERATIONS, 200);
 
@@ -68,6 +70,7 @@ interface Run {
   launches: number[];
   memory?: MemoryReport;
   density?: DensityReport;
+  recording?: RecordingReport;
 }
 
 /**
@@ -197,6 +200,26 @@ async function browserMain(): Promise<void> {
   await writeFile(results, `${JSON.stringify({ ...existing, browser }, null, 2)}\n`);
 }
 
+/** BENCH_ONLY=recording: what recording costs, alone; bench/results.json keeps what else it held and gets a fresh `recording`. */
+async function recordingMain(): Promise<void> {
+  const load = os.loadavg();
+  const report = await withWebPage((url) => recordingSection(url));
+  const book = new RatioBook(report.figures);
+  recordingRatios(book);
+  const info = machine(load);
+  console.log(figureTable(report.figures));
+  console.log(`\n${ratioTable(book.ratios)}`);
+  console.log(`\n${recordingTable(report)}`);
+  console.log(`\nload average ${info.loadavg_start.join(' ')} → ${info.loadavg_end.join(' ')}`);
+  const results = new URL('./results.json', import.meta.url);
+  const existing = await readFile(results, 'utf8').then(
+    (text) => JSON.parse(text) as Record<string, unknown>,
+    () => ({}),
+  );
+  const recording = { machine: info, source: await sourceState(), ...report, ratios: book.ratios };
+  await writeFile(results, `${JSON.stringify({ ...existing, recording }, null, 2)}\n`);
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && only !== '') {
@@ -204,6 +227,7 @@ async function main(): Promise<void> {
       throw new Error(`BENCH_ONLY must be one of ${SECTIONS.join(', ')}, got ${JSON.stringify(only)}`);
     }
     if (only === 'calls') return callsMain();
+    if (only === 'recording') return recordingMain();
     return only === 'browser' ? browserMain() : densityMain();
   }
   const started = performance.now();
@@ -231,6 +255,10 @@ async function main(): Promise<void> {
     progress('density: a desktop per session');
     run.density = await densityRun();
   }
+  if (!skip.has('recording')) {
+    run.recording = await withWebPage((url) => recordingSection(url));
+    run.figures.push(...run.recording.figures);
+  }
   const book = ratios(run.figures, run.memory);
   const duration = round2((performance.now() - started) / 1000);
   const info = machine(load);
@@ -240,6 +268,7 @@ async function main(): Promise<void> {
   console.log(`\n${ratioTable(book.ratios)}`);
   if (run.memory) console.log(`\n${memoryTable(run.memory)}`);
   if (run.density) console.log(`\n${densityTable(run.density)}`);
+  if (run.recording) console.log(`\n${recordingTable(run.recording)}`);
   if (source) {
     const dirty = source.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
     console.log(`\nmeasured: commit ${source.commit}${dirty}`);
@@ -258,6 +287,7 @@ async function main(): Promise<void> {
     ratios: book.ratios,
     memory: run.memory ?? null,
     density: run.density ?? null,
+    recording: run.recording ?? null,
   };
   await writeFile(new URL('./results.json', import.meta.url), `${JSON.stringify(out, null, 2)}\n`);
 }

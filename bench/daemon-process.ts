@@ -36,6 +36,8 @@ export interface DaemonProcessOptions {
   gcOnSignal?: boolean;
   /** Return as soon as it listens, without the warm-up call that waits for the desktop worker (default: wait). */
   waitForWorker?: boolean;
+  /** More flags for `serve` (e.g. `--record`). */
+  extraArgs?: readonly string[];
 }
 
 /** process.memoryUsage() of a process right after a full GC, in bytes. */
@@ -59,6 +61,8 @@ export interface DaemonProcess {
   pid: number;
   /** A fresh connection (a new session). */
   connect(): Promise<BenchClient>;
+  /** Where its recordings go (`--record`), inside its own folder. */
+  recordingsDir: string;
   /** RSS of the daemon process and of its desktop worker child; with `collect`, after a full GC, and their heaps. */
   footprint(options?: { collect?: boolean }): Promise<{ daemon: Footprint; worker: Footprint | undefined }>;
   stop(): Promise<void>;
@@ -74,6 +78,9 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     ...['--log-level', 'info'],
     // The bench's pages are served on 127.0.0.1, which the browser reaches only through this opt-in.
     '--allow-private-networks',
+    // Recordings, when a bench turns them on, go into this daemon's own folder, removed by stop().
+    ...['--recordings-dir', join(dir, 'recordings')],
+    ...(options.extraArgs ?? []),
   ];
   const child = await startProcess({
     display: options.display,
@@ -98,6 +105,7 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     url: child.url,
     pid: child.pid,
     connect: () => BenchClient.open(child.url, BENCH_TOKEN),
+    recordingsDir: join(dir, 'recordings'),
     footprint: (opts) => footprint(child.pid, dir, opts?.collect ?? false),
     stop,
   };

@@ -143,6 +143,7 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
   );
   if (memory) memoryRatios(book, memory);
   browserRatios(book);
+  recordingRatios(book);
   return book;
 }
 
@@ -206,4 +207,14 @@ function memoryRatios(book: RatioBook, m: MemoryReport): void {
     const worker = m.after.worker_gc_mib - m.rest.worker_gc_mib;
     book.add(`desktop worker RSS growth over ${n} (after GC)`, worker, 'MiB', ['memory']);
   }
+}
+
+/** Issue 17: what recording a session adds to a screenshot batch (bench/recording.ts). */
+export function recordingRatios(book: RatioBook): void {
+  book.quotient(
+    'screenshot batch, recorded / not recorded',
+    'recording.shot.recorded',
+    'recording.shot.plain',
+    below(1.1),
+  );
 }

@@ -307,8 +307,31 @@ export class Recorder {
   constructor(private readonly deps: RecorderDeps) {}
 
   attach(activity: ActivityHub): void {
-    this.unsubscribe = activity.subscribe((a) => this.on(a));
+    this.unsubscribe = activity.subscribe((a) => this.later(a));
   }
+
+  /** Activity not yet looked at, in order: handled after this turn of the event loop (flush). */
+  private backlog: Activity[] = [];
+  /** Sessions being recorded, from their `session_opened` to their `session_closed`. */
+  private readonly recorded = new Set<string>();
+
+  /**
+   * The hub tells observers synchronously, before the batch's answer is sent: the recorder only notes the
+   * activity and does its work (the base64 decode and hash of images, the JSON) once the answer is out.
+   */
+  private later(a: Activity): void {
+    if (a.type === 'session_opened' && a.record) this.recorded.add(a.session);
+    if (!this.recorded.has(a.session)) return;
+    if (a.type === 'session_closed') this.recorded.delete(a.session);
+    this.backlog.push(a);
+    if (this.backlog.length === 1) setImmediate(this.flush);
+  }
+
+  private readonly flush = (): void => {
+    const batch = this.backlog;
+    this.backlog = [];
+    for (const a of batch) this.on(a);
+  };
 
   /** Opened recordings, by session id: what on() can reach synchronously. */
   private readonly liveDone = new Map<string, SessionRecording>();
@@ -402,6 +425,7 @@ export class Recorder {
   /** Waits for every recording being finished (daemon shutdown, after the sessions closed). */
   async close(): Promise<void> {
     this.unsubscribe?.();
+    this.flush();
     await Promise.all([...this.live.values()]); // recordings still opening finish once open
     await Promise.all([...this.finishing]);
     this.deps.store.close();
