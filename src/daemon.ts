@@ -314,6 +314,7 @@ async function startRecorder(
     log: rlog,
     onBytes: report.bytes,
     desktopOf: report.desktopOf,
+    desktopMode: config.desktops.mode,
   });
   recorder.attach(activity);
   log.info(`recording ${config.recording.mode === 'all' ? 'every session' : 'sessions that ask'} into ${store.root}`);

@@ -18,12 +18,15 @@ import type { RecordingSettings } from '../config.ts';
 import type { DesktopResources } from '../desktops/desktop.ts';
 import type { Logger } from '../log.ts';
 import { PROTOCOL_VERSION, type BatchResult, type ResultBlock, type ToolUse } from '../protocol.ts';
+import { orAfter } from '../resilience.ts';
+import { DESKBATCH_VERSION } from '../version.ts';
 import { sanitizeId } from '../screenshot-store.ts';
 import { IMAGES_DIR, listFiles, TRAJECTORY_FILE, type RecordingStore, type RecordingSummary } from './store.ts';
 
 export const TRAJECTORY_FORMAT = 'deskbatch.trajectory';
 export const TRAJECTORY_VERSION = 1;
-const DAEMON_VERSION = '0.1.0';
+/** How long opening a recording waits for its desktop's display size before it writes the first line without. */
+const DISPLAY_SIZE_WAIT_MS = 250;
 
 /** What the recorder needs of a desktop video (src/recording/video.ts). */
 export interface VideoHandle {
@@ -50,6 +53,8 @@ export interface RecorderDeps {
   video?: VideoStarter;
   /** A session's desktop, while the session holds it (for its video). */
   desktopOf: (sessionId: string) => DesktopResources | undefined;
+  /** `pool` (a desktop per session) or `shared`, for the trajectory's first line. */
+  desktopMode: 'pool' | 'shared';
   onBytes?: (artifact: Artifact, bytes: number) => void;
 }
 
@@ -381,16 +386,28 @@ export class Recorder {
   }
 
   private open(sessionId: string, desktop: DesktopResources | undefined): void {
-    const opening = this.deps.store.open(sessionId).then(
-      ({ id, dir }) => {
+    // The display's size, if the desktop tells it at once (a worker still starting is not waited for).
+    const size = desktop
+      ? orAfter(
+          desktop.driver.displaySize().catch(() => undefined),
+          DISPLAY_SIZE_WAIT_MS,
+          undefined,
+        )
+      : Promise.resolve(undefined);
+    const opening = Promise.all([this.deps.store.open(sessionId), size]).then(
+      ([{ id, dir }, display]) => {
         const { typed, passwords } = this.deps.settings.redact;
         const r = new SessionRecording(id, dir, desktop, this.deps, {
           format: TRAJECTORY_FORMAT,
           version: TRAJECTORY_VERSION,
           session_id: sessionId,
-          desktop: { id: desktop?.id ?? null },
+          desktop: {
+            id: desktop?.id ?? null,
+            mode: this.deps.desktopMode,
+            ...(display ? { display: { width: display.width, height: display.height } } : {}),
+          },
           redaction: { typed, passwords },
-          daemon: { version: DAEMON_VERSION, protocol: PROTOCOL_VERSION },
+          daemon: { version: DESKBATCH_VERSION, protocol: PROTOCOL_VERSION },
         });
         this.liveDone.set(sessionId, r);
         return r;
