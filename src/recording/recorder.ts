@@ -192,7 +192,13 @@ class SessionRecording {
     if (e.phase === 'started') {
       this.callStarts.set(e.tool_use_id, { name: e.name, at: event.at });
       // The video starts with the session's first computer call (the older `computer` tool's too).
-      if (!this.video && this.deps.video && this.desktop && (e.toolset_name === 'computer' || e.name === 'computer')) {
+      if (
+        !this.video &&
+        !this.videoStopped &&
+        this.deps.video &&
+        this.desktop &&
+        (e.toolset_name === 'computer' || e.name === 'computer')
+      ) {
         this.startVideo();
       }
     } else if (e.phase !== 'not_executed') {
@@ -223,12 +229,18 @@ class SessionRecording {
     });
   }
 
-  private async stopVideo(): Promise<void> {
-    const video = await this.video;
-    if (!video) return;
-    await video.stop().catch(() => undefined);
-    this.deps.onBytes?.('video', video.bytes());
+  /** Finalises the video, once: its bytes are counted then. */
+  stopVideo(): Promise<void> {
+    this.videoStopped ??= (async () => {
+      const video = await this.video;
+      if (!video) return;
+      await video.stop().catch(() => undefined);
+      this.deps.onBytes?.('video', video.bytes());
+    })();
+    return this.videoStopped;
   }
+
+  private videoStopped: Promise<void> | undefined;
 
   batchFinished(result: BatchResult, at: number): void {
     const held = this.heldBatches.get(result.batch_id);
@@ -437,6 +449,16 @@ export class Recorder {
       )
       .finally(() => this.finishing.delete(done));
     this.finishing.add(done);
+  }
+
+  /**
+   * A session is ending, its desktop not yet given back: its video is finalised now, while its display still
+   * runs (a pooled desktop's display is ended with it). The rest of the recording ends with `session_closed`.
+   */
+  async sessionEnding(sessionId: string): Promise<void> {
+    this.flush();
+    const r = await this.live.get(sessionId);
+    await r?.stopVideo();
   }
 
   /** Waits for every recording being finished (daemon shutdown, after the sessions closed). */
