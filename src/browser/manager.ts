@@ -315,6 +315,8 @@ export class BrowserManager {
     const sessions = [...this.sessions.values()];
     this.sessions.clear();
     this.closing = true;
+    // Recorded sessions' traces are saved from their contexts, which closing the browser would end unsaved.
+    await Promise.all(sessions.map((s) => s.saveTrace()));
     // A launch under way closes what it started once it has (launch).
     await (this.launching ?? this.warming)?.catch(() => undefined);
     await this.browser?.close().catch(() => undefined);
