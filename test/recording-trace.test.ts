@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -172,7 +172,16 @@ describe('the browser trace of a recorded session', () => {
     const s = await recorded('default', { networkBodies: false, redactTyped: false });
     await s.record(); // before the session's context opened: tracing starts with it
     await runFlow(s.client, 'a');
+    // Playwright keeps a stopped trace's files (unredacted) until the browser closes: the session removes them.
+    const folder = manager().traceFolder;
+    assert.ok(folder, "the browser has a folder for its traces' working files");
+    const files = async () =>
+      (await readdir(folder.dir, { recursive: true, withFileTypes: true }))
+        .filter((d) => d.isFile())
+        .map((d) => d.name);
+    assert.ok((await files()).length > 0, 'the running trace writes its files there');
     await end(s.client, s.path);
+    await until('the trace working files to be removed', async () => (await files()).length === 0, { seen: files });
 
     assert.equal((await stat(s.path)).mode & 0o777, 0o600);
     const t = await openTrace(s.path);
@@ -291,8 +300,11 @@ describe('the browser trace of a recorded session', () => {
     assert.ok(pid, 'the browser runs');
     const generation = m.generation;
     const deaths = m.deaths;
+    const deadFolder = m.traceFolder?.dir;
+    assert.ok(deadFolder && existsSync(deadFolder));
     process.kill(pid, 'SIGKILL');
     await until('the browser to be seen dead', () => m.deaths > deaths, { timeoutMs: 30_000 });
+    await until("the dead browser's trace folder to be removed", () => !existsSync(deadFolder));
     const again = await run(s.client, [browserUse('navigate', { url: `${fx.web.origin}/page` }, 'e_after')]);
     assert.ok(!again.tool_results[0]!.is_error, JSON.stringify(again.tool_results));
     assert.ok(m.generation > generation, 'a new browser was launched');

@@ -15,12 +15,14 @@ import type { BrowserContext, CDPSession, Page, Request } from 'playwright';
 import { TabStateError, ToolInputError } from '../errors.ts';
 import type { BrowserStateChange } from '../protocol.ts';
 import { rewriteTrace } from '../recording/trace.ts';
+import { ZipReader } from '../recording/zip.ts';
 import { oneLine } from '../text.ts';
 import { CallWatch } from './call-watch.ts';
 import { answerDialog } from './dialogs.ts';
 import { Downloads, STATE_CHANGES_MAX } from './downloads.ts';
 import { BrowserCrashedError } from './failures.ts';
 import type { BrowserManager } from './manager.ts';
+import type { TraceFolder } from './trace-folder.ts';
 import { NavigationGuard } from './navigation-guard.ts';
 import { Notices } from './notices.ts';
 import { TABS_MAX, Tabs, type TabEntry } from './tabs.ts';
@@ -46,11 +48,20 @@ export interface TraceOptions {
   redactTyped: boolean;
   /** Values of password fields, and typed text found in them, are stored as "[N characters]". */
   redactPasswords?: boolean;
+  /**
+   * The screencast (JPEG frames of the page, the viewer's film strip); default
+   * true. DOM snapshots do not need it. It costs the most time per call
+   * (docs/RECORDING.md, "Cost").
+   */
+  screenshots?: boolean;
 }
 
 /** A context whose trace this session records. */
 interface TracedContext {
   context: BrowserContext;
+  /** Playwright's name for the trace: its working files in the browser's trace folder start with it. */
+  name: string;
+  folder: TraceFolder | undefined;
   /** Where its trace is saved. */
   file: string;
   /** Settles once tracing started: whether it did. */
@@ -494,16 +505,21 @@ export class BrowserSession {
     const n = ++this.tracesStarted;
     const ext = extname(options.path);
     const file = n === 1 ? options.path : `${options.path.slice(0, options.path.length - ext.length)}-${n}${ext}`;
+    const name = randomUUID();
+    const folder = this.manager.traceFolder;
     const started = context.tracing
-      .start({ screenshots: true, snapshots: true, title: `deskbatch session ${this.id}` })
+      .start({ name, screenshots: options.screenshots ?? true, snapshots: true, title: `deskbatch session ${this.id}` })
       .then(
-        () => true,
+        () => {
+          folder?.opened();
+          return true;
+        },
         (err: unknown) => {
           this.log.warn('browser trace did not start', { session: this.id, error: errorText(err) });
           return false;
         },
       );
-    const traced: TracedContext = { context, file, started };
+    const traced: TracedContext = { context, name, folder, file, started };
     this.traced = traced;
     return started.then(async (ok) => {
       // The call that runs now opened this context: its step goes into this trace.
@@ -601,11 +617,13 @@ export class BrowserSession {
     const raw = `${temp}.raw`;
     const rewritten = `${temp}.tmp`;
     const t0 = performance.now();
+    let entries: string[] = [];
     try {
       await mkdir(dir, { recursive: true, mode: 0o700 });
       // Closes the groups still open: a call still running when the session ends is saved as far as it got.
       await traced.context.tracing.stop({ path: raw });
       await chmod(raw, 0o600);
+      entries = await entryNames(raw);
       const report = await rewriteTrace(raw, rewritten, options);
       await rename(rewritten, traced.file);
       this.traceFiles.push(traced.file);
@@ -621,8 +639,9 @@ export class BrowserSession {
       this.log.warn('browser trace not saved', { session: this.id, error: errorText(err) });
       await rm(rewritten, { force: true }).catch(() => undefined);
     } finally {
-      // Playwright's own file holds what the rewrite left out: never kept.
+      // Playwright's own file holds what the rewrite left out: never kept; nor its working files.
       await rm(raw, { force: true }).catch(() => undefined);
+      await traced.folder?.ended(traced.name, entries);
     }
   }
 
@@ -636,6 +655,15 @@ export class BrowserSession {
     // Downloads end with the session: those still being saved first, then its folder (docs/SECURITY.md).
     await this.downloads.discard();
   }
+}
+
+/** The names in a zip, or none if it cannot be read. */
+async function entryNames(path: string): Promise<string[]> {
+  const zip = await ZipReader.open(path).catch(() => undefined);
+  if (!zip) return [];
+  const names = zip.entries.map((e) => e.name);
+  await zip.close();
+  return names;
 }
 
 function errorText(err: unknown): string {
