@@ -25,6 +25,7 @@ const CSS_MARKER = 'css-body-marker-7730';
 const JSON_MARKER = 'json-body-marker-5521';
 const TYPED = 'typed-text-marker-9184';
 const PASSWORD = 'password-marker-3307';
+const FILLED = 'filled-marker-6620';
 
 /** Big targets at fixed places, so screenshot coordinates hit them (the screenshot is the viewport, 1:1). */
 const PAGE = `<!doctype html><title>Trace page</title><link rel="stylesheet" href="/style.css">
@@ -32,6 +33,7 @@ const PAGE = `<!doctype html><title>Trace page</title><link rel="stylesheet" hre
 <input id="name" style="position:absolute;left:0;top:150px;width:400px;height:50px">
 <input id="secret" type="password" style="position:absolute;left:0;top:250px;width:400px;height:50px">
 <p id="out" style="position:absolute;left:0;top:350px">not loaded</p>
+<textarea id="notes" aria-label="Notes" style="position:absolute;left:0;top:400px;width:400px;height:80px"></textarea>
 <script>
 document.getElementById('load').onclick = () => {
   const x = new XMLHttpRequest();
@@ -236,21 +238,34 @@ describe('the browser trace of a recorded session', () => {
     assert.ok(!first.tool_results[0]!.is_error);
     await s.record();
     await runFlow(s.client, 'b');
+    // form_input fills a field (Playwright's fill); key presses one character.
+    const found = await run(s.client, [browserUse('find', { query: 'Notes textarea' }, 'b_find')]);
+    const ref = /\[(ref_\d+)\]/.exec(JSON.stringify(found.tool_results[0]!.content))?.[1];
+    assert.ok(ref, JSON.stringify(found.tool_results));
+    const filled = await run(s.client, [
+      browserUse('form_input', { target: { type: 'ref', ref }, value: FILLED }, 'b_fill'),
+      browserUse('key', { text: 'q' }, 'b_key'),
+    ]);
+    assert.ok(!filled.tool_results.some((x) => x.is_error), JSON.stringify(filled.tool_results));
     await end(s.client, s.path);
 
     const t = await openTrace(s.path);
     const titles = steps(t).map((x) => x.title);
     assert.equal(titles[0], 'navigate · b_nav', 'the call before recordTrace is not in the trace');
-    assert.equal(titles.length, 8);
+    assert.equal(titles.length, 11);
     const json = resourceFor(t, '/data.json');
     assert.ok(json?.response?.content?._file, 'the XHR keeps its body');
     assert.ok(t.entries.get(json.response.content._file)?.includes(JSON_MARKER));
     assert.ok(holding(t, CSS_MARKER).length > 0);
-    for (const secret of [TYPED, PASSWORD]) {
+    for (const secret of [TYPED, PASSWORD, FILLED]) {
       assert.deepEqual(holding(t, secret), [], `no entry holds ${secret}`);
     }
     const typed = t.trace.filter((e) => e.type === 'before' && e.method === 'keyboardType').map((e) => e.params?.text);
     assert.deepEqual(typed, [redacted(TYPED), redacted(PASSWORD)]);
+    const fill = t.trace.find((e) => e.type === 'before' && e.method === 'fill');
+    assert.equal(fill?.params?.value, redacted(FILLED));
+    const press = t.trace.find((e) => e.type === 'before' && e.method === 'keyboardPress');
+    assert.equal(press?.params?.key, redacted('q'), 'a single character pressed is typed text');
     assert.ok(t.entries.get('trace.trace')!.includes(`"__playwright_value_":"${redacted(TYPED)}"`));
   });
 

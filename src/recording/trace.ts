@@ -281,10 +281,10 @@ export async function rewriteTrace(
 }
 
 /**
- * Two passes over the JSON Lines entries, one line at a time (a long
- * session's trace.trace is hundreds of MB of JSON: parsed whole, it would
- * take several times that): the first learns what to drop and what to
- * redact, the second writes.
+ * Two passes over the JSON Lines entries, one line at a time (parsed whole,
+ * a long session's DOM snapshots would take several times their size in
+ * memory): the first learns what to drop and what to redact, the second
+ * writes.
  */
 class TraceRewrite {
   private readonly report: TraceRewriteReport = {
