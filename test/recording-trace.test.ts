@@ -48,6 +48,7 @@ interface TraceEvent {
   callId?: string;
   parentId?: string;
   title?: string;
+  startTime?: number;
   class?: string;
   method?: string;
   params?: Record<string, unknown>;
@@ -330,6 +331,77 @@ describe('the browser trace of a recorded session', () => {
     assert.deepEqual(
       steps(t).map((x) => x.title),
       ['navigate · e_after'],
+    );
+  });
+});
+
+describe('the browser trace when a call times out', () => {
+  let fx: BrowserFixture;
+  let dir: string;
+  let answer!: () => void;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'deskbatch-trace-timeout-'));
+    // A short call timeout; the browser starts with the daemon, so no call pays for its launch.
+    fx = await startBrowserFixture({
+      callTimeoutMs: 6_000,
+      sessionGraceMs: 100,
+      browserSettings: { launchAtStart: true },
+    });
+    fx.web.route('/page', '<title>page</title>page');
+    fx.web.route('/slow', { body: '<title>slow</title>slow', until: new Promise<void>((r) => (answer = r)) });
+  });
+  after(async () => {
+    answer?.();
+    await fx?.close();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  test("the timed-out call's step ends when the next call starts: the next step is not inside it", async () => {
+    const desktops = fx.daemon.daemon.desktops;
+    assert.ok(desktops instanceof SharedDesktop && desktops.desktop.browser);
+    const manager = desktops.desktop.browser;
+    await until('the browser to start with the daemon', () => manager.pid !== undefined, { timeoutMs: 60_000 });
+    const client = await fx.daemon.connect();
+    const id = (await client.hello()).session_id;
+    const path = join(dir, 'trace.zip');
+    const nav = (url: string, toolUseId: string) => browserUse('navigate', { url }, toolUseId);
+    // The context opens before recording starts: on a busy machine its first page can take longer
+    // than the short call timeout (4.9 s seen), so it may take a second try.
+    let tries = 0;
+    await until(
+      'the first page to load within the call timeout',
+      async () => {
+        const warm = await client.batch(`t0-${tries}`, [nav(`${fx.web.origin}/page`, `t_warm${tries++}`)]);
+        return !warm.result.tool_results[0]!.is_error;
+      },
+      { timeoutMs: 60_000 },
+    );
+    await manager.session(id).recordTrace({ path, networkBodies: false, redactTyped: false });
+    const first = await client.batch('t1b', [nav(`${fx.web.origin}/page`, 't_first')]);
+    assert.ok(!first.result.tool_results[0]!.is_error, JSON.stringify(first.result));
+    const slow = await client.batch('t2', [nav(`${fx.web.origin}/slow`, 't_slow')]);
+    assert.equal(slow.result.tool_results[0]!.is_error, true, 'the navigation to a page that never answers times out');
+    const next = await client.batch('t3', [nav(`${fx.web.origin}/page`, 't_next')]);
+    assert.ok(!next.result.tool_results[0]!.is_error, JSON.stringify(next.result));
+    client.close();
+    await until('the trace to be saved when the session ended', () => existsSync(path), { timeoutMs: 30_000 });
+
+    const t = await openTrace(path);
+    const groups = t.trace.filter((e) => e.type === 'before' && e.method === 'tracingGroup');
+    assert.deepEqual(
+      groups.map((g) => [g.title, g.parentId]),
+      [
+        ['navigate · t_first', undefined],
+        ['navigate · t_slow', undefined],
+        ['navigate · t_next', undefined],
+      ],
+    );
+    assert.ok(steps(t).every((x) => x.ended));
+    const gotos = t.trace.filter((e) => e.type === 'before' && e.method === 'goto');
+    assert.deepEqual(
+      gotos.map((g) => g.parentId),
+      groups.map((g) => g.callId),
+      'each navigation is inside its own step',
     );
   });
 });

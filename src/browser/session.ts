@@ -22,10 +22,10 @@ import { answerDialog } from './dialogs.ts';
 import { Downloads, STATE_CHANGES_MAX } from './downloads.ts';
 import { BrowserCrashedError } from './failures.ts';
 import type { BrowserManager } from './manager.ts';
-import type { TraceFolder } from './trace-folder.ts';
 import { NavigationGuard } from './navigation-guard.ts';
 import { Notices } from './notices.ts';
 import { TABS_MAX, Tabs, type TabEntry } from './tabs.ts';
+import type { TraceFolder } from './trace-folder.ts';
 import type { UrlPolicy } from './url-policy.ts';
 
 const FILE_CHOOSER_NOTICE = 'A file chooser was opened and closed: files reach pages only through file_upload.';
