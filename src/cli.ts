@@ -75,6 +75,8 @@ Options:
   --record-trace on|off    the browser's Playwright trace (default on)
   --record-network-bodies  the trace keeps every network body (default: stylesheets,
                            fonts and images only)
+  --record-trace-screenshots
+                           the trace keeps the browser's screencast too (slower calls)
   --record-redact WHAT     typed | passwords | typed,passwords: store typed text as
                            "[N characters]" (passwords: only text typed into password fields)
   --record-max-sessions N  recordings kept at most (default ${DEFAULT_CONFIG.recording.retention.maxSessions})
@@ -155,6 +157,7 @@ function recordingOptions(
     videoFps: num(str('record-video-fps')),
     trace: onOff('record-trace', str('record-trace')),
     networkBodies: values['record-network-bodies'] as boolean | undefined,
+    traceScreenshots: values['record-trace-screenshots'] as boolean | undefined,
     ...(what ? { redact: { typed: what.includes('typed'), passwords: what.includes('passwords') } } : {}),
     retention: {
       maxSessions: num(str('record-max-sessions')),
@@ -209,6 +212,7 @@ async function serve(argv: string[]): Promise<void> {
       'record-video-fps': { type: 'string' },
       'record-trace': { type: 'string' },
       'record-network-bodies': { type: 'boolean' },
+      'record-trace-screenshots': { type: 'boolean' },
       'record-redact': { type: 'string' },
       'record-max-sessions': { type: 'string' },
       'record-max-bytes': { type: 'string' },

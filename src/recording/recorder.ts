@@ -11,7 +11,7 @@
  * order, so a line is on disk only after the images it names.
  */
 import { createHash } from 'node:crypto';
-import { open, type FileHandle } from 'node:fs/promises';
+import { open, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Activity, ActivityHub } from '../activity.ts';
 import type { RecordingSettings } from '../config.ts';
@@ -309,6 +309,11 @@ class SessionRecording {
     await this.queue;
     this.summary.ended_at = at;
     Object.assign(this.summary, await listFiles(this.dir));
+    // The browser saved its trace when the session's context closed, before this.
+    for (const name of this.summary.files.filter((f) => /^trace(?:-\d+)?\.zip$/.test(f))) {
+      const s = await stat(join(this.dir, name)).catch(() => undefined);
+      if (s) this.deps.onBytes?.('trace', s.size);
+    }
     return this.summary;
   }
 }
@@ -422,6 +427,7 @@ export class Recorder {
           daemon: { version: DESKBATCH_VERSION, protocol: PROTOCOL_VERSION },
         });
         this.liveDone.set(sessionId, r);
+        this.traceBrowser(sessionId, dir, desktop);
         return r;
       },
       (err: unknown) => {
@@ -434,6 +440,31 @@ export class Recorder {
       },
     );
     this.live.set(sessionId, opening);
+  }
+
+  /**
+   * The session's browser context records a Playwright trace, saved as `trace.zip` when it closes
+   * (src/browser/session.ts `recordTrace`), with the operator's privacy settings.
+   */
+  private traceBrowser(sessionId: string, dir: string, desktop: DesktopResources | undefined): void {
+    const s = this.deps.settings;
+    const browser = desktop?.browser;
+    if (!s.trace || !browser) return;
+    void browser
+      .session(sessionId)
+      .recordTrace({
+        path: join(dir, 'trace.zip'),
+        networkBodies: s.networkBodies,
+        redactTyped: s.redact.typed,
+        redactPasswords: s.redact.passwords,
+        screenshots: s.traceScreenshots,
+      })
+      .catch((err: unknown) =>
+        this.deps.log.warn('the browser trace did not start; the recording goes on without it', {
+          session: sessionId,
+          error: String(err),
+        }),
+      );
   }
 
   private readonly finishing = new Set<Promise<void>>();
