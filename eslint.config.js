@@ -71,6 +71,7 @@ const LEAVES = [
   'src/resilience.ts',
   'src/activity.ts',
   'src/screenshot-store.ts',
+  'src/version.ts',
 ];
 function layer(name, files, ...below) {
   const groups = Object.keys(GROUPS).filter(

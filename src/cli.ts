@@ -17,6 +17,7 @@ import { FRAMEBUFFER_ENV } from './desktop/worker-protocol.ts';
 import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel } from './log.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
+       deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]  (replay --help)
 
 Options:
   --host HOST              address to bind (default ${DEFAULT_CONFIG.host}; others need DESKBATCH_TOKEN)
@@ -74,6 +75,8 @@ Options:
   --record-trace on|off    the browser's Playwright trace (default on)
   --record-network-bodies  the trace keeps every network body (default: stylesheets,
                            fonts and images only)
+  --record-trace-screenshots
+                           the trace keeps the browser's screencast too (slower calls)
   --record-redact WHAT     typed | passwords | typed,passwords: store typed text as
                            "[N characters]" (passwords: only text typed into password fields)
   --record-max-sessions N  recordings kept at most (default ${DEFAULT_CONFIG.recording.retention.maxSessions})
@@ -154,6 +157,7 @@ function recordingOptions(
     videoFps: num(str('record-video-fps')),
     trace: onOff('record-trace', str('record-trace')),
     networkBodies: values['record-network-bodies'] as boolean | undefined,
+    traceScreenshots: values['record-trace-screenshots'] as boolean | undefined,
     ...(what ? { redact: { typed: what.includes('typed'), passwords: what.includes('passwords') } } : {}),
     retention: {
       maxSessions: num(str('record-max-sessions')),
@@ -208,6 +212,7 @@ async function serve(argv: string[]): Promise<void> {
       'record-video-fps': { type: 'string' },
       'record-trace': { type: 'string' },
       'record-network-bodies': { type: 'boolean' },
+      'record-trace-screenshots': { type: 'boolean' },
       'record-redact': { type: 'string' },
       'record-max-sessions': { type: 'string' },
       'record-max-bytes': { type: 'string' },
@@ -346,6 +351,7 @@ export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   try {
     if (command === 'serve') return await serve(rest);
+    if (command === 'replay') return await (await import('./recording/replay-cli.ts')).replay(rest);
     if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
       process.stdout.write(USAGE);
       return;

@@ -159,6 +159,8 @@ export interface RecordingSettings {
   trace: boolean;
   /** Whether the trace keeps every network body; off: only stylesheets, fonts and images (docs/RECORDING.md). */
   networkBodies: boolean;
+  /** Whether the trace holds the browser's screencast too (60–110 ms a browser call here; docs/RECORDING.md "Cost"). */
+  traceScreenshots: boolean;
   /** `typed`: typed text is stored as `[N characters]`; `passwords`: only text typed into a password field. */
   redact: { typed: boolean; passwords: boolean };
   /** Finished recordings kept at most: how many, how many bytes in all (live ones count too), how old (ms). */
@@ -265,6 +267,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     videoFps: 5,
     trace: true,
     networkBodies: false,
+    traceScreenshots: false,
     redact: { typed: false, passwords: false },
     retention: { maxSessions: 200, maxBytes: 2 * 1024 ** 3, maxAgeMs: 7 * 24 * 3_600_000 },
   },

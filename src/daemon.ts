@@ -32,7 +32,8 @@ import type { Ops } from './ops/index.ts';
 import { resolve } from 'node:path';
 import { createViewer } from './viewer/index.ts';
 import { RecordingStore } from './recording/store.ts';
-import { Recorder, type Artifact } from './recording/recorder.ts';
+import { Recorder, type Artifact, type VideoStarter } from './recording/recorder.ts';
+import { DesktopVideo } from './recording/video.ts';
 import { recordingRoutes } from './recording/routes.ts';
 
 export interface Daemon {
@@ -242,7 +243,10 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     routes,
     sockets,
     ...(recorder
-      ? { secretInput: (session: string, toolUse: string) => recorder.recorder.secretInput(session, toolUse) }
+      ? {
+          secretInput: (session: string, toolUse: string) => recorder.recorder.secretInput(session, toolUse),
+          sessionEnding: (session: string) => recorder.recorder.sessionEnding(session),
+        }
       : {}),
     geometry: (desktop) => {
       // The worker answers one call at a time; a welcome must not wait behind a long hold_key.
@@ -308,16 +312,40 @@ async function startRecorder(
     report.removed(why),
   );
   await store.init();
+  const video = config.recording.video ? await videoStarter(config.recording.videoFps, rlog) : undefined;
   const recorder = new Recorder({
     settings: config.recording,
     store,
     log: rlog,
+    ...(video ? { video } : {}),
     onBytes: report.bytes,
     desktopOf: report.desktopOf,
+    desktopMode: config.desktops.mode,
   });
   recorder.attach(activity);
   log.info(`recording ${config.recording.mode === 'all' ? 'every session' : 'sessions that ask'} into ${store.root}`);
   return { store, recorder };
+}
+
+/** Records a desktop's display with ffmpeg (src/recording/video.ts); undefined, with a warning, without ffmpeg. */
+async function videoStarter(fps: number, log: Logger): Promise<VideoStarter | undefined> {
+  if (!(await DesktopVideo.available())) {
+    log.warn('recordings have no desktop video: ffmpeg with x11grab and libx264 is not installed (npm run setup)');
+    return undefined;
+  }
+  return async (desktop, paths) => {
+    const screen = desktop.screen;
+    if (!screen) return undefined;
+    const size = await desktop.driver.displaySize();
+    return DesktopVideo.start({
+      display: screen.display,
+      ...(screen.xauthority ? { xauthority: screen.xauthority } : {}),
+      size,
+      fps,
+      ...paths,
+      log: log.child({ desktop: desktop.id }),
+    });
+  };
 }
 
 /**

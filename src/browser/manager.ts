@@ -15,6 +15,7 @@ import { removeDownloadFolder, removeStaleDownloads, type DownloadSettings } fro
 import { BrowserCrashedError, BrowserUnavailableError } from './failures.ts';
 import type { SettleCounts } from './call-watch.ts';
 import { BrowserSession } from './session.ts';
+import { TraceFolder } from './trace-folder.ts';
 import type { UrlPolicy } from './url-policy.ts';
 
 // Where the daemon and the tests have always found them.
@@ -91,6 +92,8 @@ export class BrowserManager {
   sandboxOffReason: string | undefined;
   /** How its sessions' actions settled (call-watch.ts), for tests. */
   readonly actionSettles: SettleCounts = { navigation: 0, roundTrip: 0, capped: 0, unwatched: 0 };
+  /** Where the running browser's traces are written while they run (trace-folder.ts); undefined if it could not be made. */
+  traceFolder: TraceFolder | undefined;
   /** What every session's downloads share: the operator's settings, and the sweep of an earlier run's folders. */
   readonly downloadSettings: DownloadSettings;
 
@@ -169,6 +172,11 @@ export class BrowserManager {
     // started with the browser off should not pay, nor a daemon's start before it listens (the
     // shared desktop's background launch starts after listen(): src/daemon.ts).
     const { chromium } = await import('playwright');
+    // Recorded sessions' traces (BrowserSession.recordTrace) are written here, not among Playwright's other artifacts.
+    const traces = await TraceFolder.create(log).catch((err: unknown) => {
+      log.warn('no folder for browser traces', { error: String(err) });
+      return undefined;
+    });
     const start = (sandbox: boolean): Promise<Browser> =>
       chromium.launch({
         executablePath,
@@ -181,6 +189,7 @@ export class BrowserManager {
             : []),
         ],
         timeout: launchTimeoutMs,
+        ...(traces ? { tracesDir: traces.dir } : {}),
         env: { ...process.env, ...this.options.env, ...(display ? { DISPLAY: display } : {}) },
       });
     const asRoot = process.getuid?.() === 0;
@@ -207,21 +216,27 @@ export class BrowserManager {
       }
       if (!this.sandbox) log.warn('browser renderers run without their sandbox', { reason: this.sandboxOffReason });
     } catch (err) {
+      await traces?.remove();
       // The caller reads the cause; the model reads only the type (paths stay out of its text).
       throw new BrowserUnavailableError(`the browser did not start: ${err instanceof Error ? err.message : err}`);
     }
     if (this.closing) {
       // close() came while Chromium started (a background launch at a daemon stopped at once).
       await browser.close().catch(() => undefined);
+      await traces?.remove();
       throw new BrowserUnavailableError('the browser was closed while it started');
     }
     this.generation++;
     this.browser = browser;
+    this.traceFolder = traces;
     browser.on('disconnected', () => {
       if (this.browser === browser) {
         this.browser = undefined;
         this.browserPid = undefined;
       }
+      if (this.traceFolder === traces) this.traceFolder = undefined;
+      // Traces still running in it are lost with the browser (BrowserSession.saveTrace logs them).
+      void traces?.remove();
       this.deaths++;
       // close() ends it on purpose (a pooled desktop torn down at every session's end): no warning then.
       if (this.closing) log.debug('browser closed', { generation: this.generation });
@@ -315,6 +330,8 @@ export class BrowserManager {
     const sessions = [...this.sessions.values()];
     this.sessions.clear();
     this.closing = true;
+    // Recorded sessions' traces are saved from their contexts, which closing the browser would end unsaved.
+    await Promise.all(sessions.map((s) => s.saveTrace()));
     // A launch under way closes what it started once it has (launch).
     await (this.launching ?? this.warming)?.catch(() => undefined);
     await this.browser?.close().catch(() => undefined);

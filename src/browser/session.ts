@@ -6,10 +6,16 @@
  * (call-watch.ts), downloads (downloads.ts), dialogs (dialogs.ts), the host
  * lists for pages' own navigations (navigation-guard.ts) and the notices for
  * the model (notices.ts). A call's result reports what it changed (CallReport).
+ * A recorded session's context also records a Playwright trace (recordTrace).
  */
+import { randomUUID } from 'node:crypto';
+import { chmod, mkdir, rename, rm } from 'node:fs/promises';
+import { basename, dirname, extname, join } from 'node:path';
 import type { BrowserContext, CDPSession, Page, Request } from 'playwright';
 import { TabStateError, ToolInputError } from '../errors.ts';
 import type { BrowserStateChange } from '../protocol.ts';
+import { rewriteTrace } from './trace-rewrite.ts';
+import { ZipReader } from './zip.ts';
 import { oneLine } from '../text.ts';
 import { CallWatch } from './call-watch.ts';
 import { answerDialog } from './dialogs.ts';
@@ -19,6 +25,7 @@ import type { BrowserManager } from './manager.ts';
 import { NavigationGuard } from './navigation-guard.ts';
 import { Notices } from './notices.ts';
 import { TABS_MAX, Tabs, type TabEntry } from './tabs.ts';
+import type { TraceFolder } from './trace-folder.ts';
 import type { UrlPolicy } from './url-policy.ts';
 
 const FILE_CHOOSER_NOTICE = 'A file chooser was opened and closed: files reach pages only through file_upload.';
@@ -26,6 +33,52 @@ const FILE_CHOOSER_NOTICE = 'A file chooser was opened and closed: files reach p
 const NEW_TAB_NOT_ACTIVE_TEXT =
   'new_tab opened a tab, but the browser does not report it as the only active tab. Call list_tabs to see the tabs.';
 const TABS_LOST_NOTICE = 'The browser was restarted after a crash; the tabs open before were closed.';
+
+/** How a recorded session's browser trace is kept (docs/RECORDING.md, "Privacy"). */
+export interface TraceOptions {
+  /**
+   * Where the trace goes, e.g. `<recording>/trace.zip`. After a browser
+   * crash, the next context's trace goes beside it: `trace-2.zip`,
+   * `trace-3.zip` …
+   */
+  path: string;
+  /** Keep every network body; false keeps only stylesheets', fonts' and images' (DOM snapshots need them). */
+  networkBodies: boolean;
+  /** Text the model typed is stored as "[N characters]": in the calls' params, input values, and wherever else it shows. */
+  redactTyped: boolean;
+  /** Values of password fields, and typed text found in them, are stored as "[N characters]". */
+  redactPasswords?: boolean;
+  /**
+   * The screencast (JPEG frames of the page, the viewer's film strip); default
+   * true. DOM snapshots do not need it. It costs the most time per call
+   * (docs/RECORDING.md, "Cost").
+   */
+  screenshots?: boolean;
+}
+
+/** A context whose trace this session records. */
+interface TracedContext {
+  context: BrowserContext;
+  /** Playwright's name for the trace: its working files in the browser's trace folder start with it. */
+  name: string;
+  folder: TraceFolder | undefined;
+  /** Where its trace is saved. */
+  file: string;
+  /** Settles once tracing started: whether it did. */
+  started: Promise<boolean>;
+}
+
+/** The step of the call that runs now: a group in the trace of the context it opened on. */
+interface TraceStep {
+  title: string;
+  on: TracedContext | undefined;
+  ended: boolean;
+}
+
+/** How long one tracing call (group, groupEnd) may take before the call it wraps goes on without it. */
+const TRACE_OP_TIMEOUT_MS = 5_000;
+/** Longest step title kept (member name and tool_use id). */
+const TRACE_TITLE_MAX = 200;
 
 /** What one call changed, for its result. */
 export interface CallReport {
@@ -68,6 +121,15 @@ export class BrowserSession {
   private readonly watched = new WeakMap<Page, Promise<CDPSession | undefined>>();
   private readonly downloads: Downloads;
   private readonly guard: NavigationGuard;
+  /** Set by recordTrace: every context of this session records a trace, until close() saves it. */
+  private traceOptions: TraceOptions | undefined;
+  /** The context whose trace runs now. */
+  private traced: TracedContext | undefined;
+  /** Contexts traced so far: the first trace is `path`, later ones (after a crash) `-2`, `-3` … */
+  private tracesStarted = 0;
+  private step: TraceStep | undefined;
+  /** Trace files saved, in order. */
+  readonly traceFiles: string[] = [];
 
   constructor(
     private readonly manager: BrowserManager,
@@ -109,6 +171,8 @@ export class BrowserSession {
     });
     this.context = context;
     this.contextGeneration = this.manager.generation;
+    // Before the first page, so the trace holds all of them.
+    if (this.traceOptions) await this.startTrace(context);
     context.on('page', (page) => this.register(page));
     // The operator's host lists guard page-started navigations from a context's first page on.
     const policy = this.guard.inForce;
@@ -413,12 +477,195 @@ export class BrowserSession {
     }
   }
 
+  /**
+   * Records a Playwright trace of this session's browser (snapshots,
+   * screenshots, network, console; each call a named step, traceStep),
+   * saved at `options.path` when the session closes. Starts now on a context
+   * that is open, else when one opens. A second call changes the options the
+   * save uses.
+   */
+  async recordTrace(options: TraceOptions): Promise<void> {
+    this.traceOptions = { ...options };
+    const context = this.context;
+    if (context && this.contextGeneration === this.manager.generation && this.connected()) {
+      await this.startTrace(context);
+    }
+  }
+
+  private get log() {
+    return this.manager.options.log;
+  }
+
+  private startTrace(context: BrowserContext): Promise<void> {
+    const options = this.traceOptions;
+    if (!options) return Promise.resolve();
+    if (this.traced?.context === context) return this.traced.started.then(() => undefined);
+    // A context traced before this one died with the browser: its trace could not be stopped.
+    if (this.traced) this.traceLost(this.traced);
+    const n = ++this.tracesStarted;
+    const ext = extname(options.path);
+    const file = n === 1 ? options.path : `${options.path.slice(0, options.path.length - ext.length)}-${n}${ext}`;
+    const name = randomUUID();
+    const folder = this.manager.traceFolder;
+    const started = context.tracing
+      .start({ name, screenshots: options.screenshots ?? true, snapshots: true, title: `deskbatch session ${this.id}` })
+      .then(
+        () => {
+          folder?.opened();
+          return true;
+        },
+        (err: unknown) => {
+          this.log.warn('browser trace did not start', { session: this.id, error: errorText(err) });
+          return false;
+        },
+      );
+    const traced: TracedContext = { context, name, folder, file, started };
+    this.traced = traced;
+    return started.then(async (ok) => {
+      // The call that runs now opened this context: its step goes into this trace.
+      const step = this.step;
+      if (ok && step && !step.on && !step.ended && this.traced === traced) await this.openStep(step, traced);
+    });
+  }
+
+  private traceLost(traced: TracedContext): void {
+    this.log.warn("the browser went away: this session's trace of it could not be saved", {
+      session: this.id,
+      trace: basename(traced.file),
+    });
+  }
+
+  /** Whether `traced` is the trace that runs now, on a live context. */
+  private tracing(traced: TracedContext | undefined): traced is TracedContext {
+    return !!traced && traced === this.traced && traced.context === this.context && this.connected();
+  }
+
+  /** One tracing call, bounded, its failure logged: a call never fails or waits long for its trace. */
+  private async traceOp(what: string, op: () => Promise<unknown>): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => {
+      timer = setTimeout(() => resolve('late'), TRACE_OP_TIMEOUT_MS);
+      timer.unref();
+    });
+    try {
+      const done = op().catch((err: unknown) => {
+        this.log.warn(`browser trace: ${what} failed`, { session: this.id, error: errorText(err) });
+      });
+      if ((await Promise.race([done, late])) === 'late') {
+        this.log.warn(`browser trace: ${what} took too long`, { session: this.id, ms: TRACE_OP_TIMEOUT_MS });
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async openStep(step: TraceStep, traced: TracedContext): Promise<void> {
+    step.on = traced;
+    await this.traceOp('group', () => traced.context.tracing.group(step.title));
+  }
+
+  private async endStep(step: TraceStep): Promise<void> {
+    if (step.ended) return;
+    step.ended = true;
+    const traced = step.on;
+    // A trace stopped (saved, or lost with its browser) closed its groups itself.
+    if (this.tracing(traced)) await this.traceOp('groupEnd', () => traced.context.tracing.groupEnd());
+  }
+
+  /**
+   * Runs one call as a named step of the trace (`title`: `member · tool_use_id`),
+   * when this session records one. The step ends however the call ends (an
+   * error, a timeout, a cancel); a tracing failure is logged, never the
+   * call's. A call that opens the context gets its step once tracing starts.
+   */
+  async traceStep<T>(title: string, fn: () => Promise<T>): Promise<T> {
+    if (!this.traceOptions) return fn();
+    // Groups nest: a call that outlived its turn (timed out, still running) ends its step now,
+    // so this call's step is not inside it.
+    if (this.step) await this.endStep(this.step);
+    const step: TraceStep = { title: oneLine(title).slice(0, TRACE_TITLE_MAX), on: undefined, ended: false };
+    this.step = step;
+    const traced = this.traced;
+    if (this.tracing(traced) && (await traced.started) && this.step === step) await this.openStep(step, traced);
+    try {
+      return await fn();
+    } finally {
+      if (this.step === step) this.step = undefined;
+      await this.endStep(step);
+    }
+  }
+
+  /**
+   * Saves the trace (close() does, and BrowserManager.close before the
+   * browser goes): Playwright writes it to a temporary file beside
+   * `path`, rewritten there as the options say (src/browser/trace-rewrite.ts),
+   * then renamed to `path`. After this the session records no trace.
+   * Never throws: a trace that cannot be saved is logged.
+   */
+  async saveTrace(): Promise<void> {
+    const traced = this.traced;
+    const options = this.traceOptions;
+    this.traced = undefined;
+    this.traceOptions = undefined;
+    if (!traced || !options || !(await traced.started)) return;
+    if (traced.context !== this.context || !this.connected()) {
+      this.traceLost(traced);
+      return;
+    }
+    const dir = dirname(traced.file);
+    const temp = join(dir, `.${basename(traced.file)}.${randomUUID()}`);
+    const raw = `${temp}.raw`;
+    const rewritten = `${temp}.tmp`;
+    const t0 = performance.now();
+    let entries: string[] = [];
+    try {
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+      // Closes the groups still open: a call still running when the session ends is saved as far as it got.
+      await traced.context.tracing.stop({ path: raw });
+      await chmod(raw, 0o600);
+      entries = await entryNames(raw);
+      const report = await rewriteTrace(raw, rewritten, options);
+      await rename(rewritten, traced.file);
+      this.traceFiles.push(traced.file);
+      this.log.info('browser trace saved', {
+        session: this.id,
+        trace: basename(traced.file),
+        bytes: report.bytesOut,
+        bodies_dropped: report.bodiesDropped,
+        redactions: report.redactions,
+        ms: Math.round(performance.now() - t0),
+      });
+    } catch (err) {
+      this.log.warn('browser trace not saved', { session: this.id, error: errorText(err) });
+      await rm(rewritten, { force: true }).catch(() => undefined);
+    } finally {
+      // Playwright's own file holds what the rewrite left out: never kept; nor its working files.
+      await rm(raw, { force: true }).catch(() => undefined);
+      await traced.folder?.ended(traced.name, entries);
+    }
+  }
+
   async close(): Promise<void> {
     this.downloads.stop();
+    // Before the context closes: its trace is stopped and saved from it.
+    await this.saveTrace();
     await this.context?.close().catch(() => undefined);
     this.context = undefined;
     this.tabs.clear();
     // Downloads end with the session: those still being saved first, then its folder (docs/SECURITY.md).
     await this.downloads.discard();
   }
+}
+
+/** The names in a zip, or none if it cannot be read. */
+async function entryNames(path: string): Promise<string[]> {
+  const zip = await ZipReader.open(path).catch(() => undefined);
+  if (!zip) return [];
+  const names = zip.entries.map((e) => e.name);
+  await zip.close();
+  return names;
+}
+
+function errorText(err: unknown): string {
+  return oneLine(err instanceof Error ? err.message : String(err)).slice(0, 300);
 }

@@ -170,7 +170,11 @@ const OPENBOX_RC = `<?xml version="1.0" encoding="UTF-8"?>
 const liveChildren = new Map<ChildProcess, () => void>();
 let exitHookInstalled = false;
 
-function trackChild(child: ChildProcess): void {
+/**
+ * SIGKILLs `child` if this process exits while it still runs (the desktop
+ * video's ffmpeg uses it too, src/recording/video.ts).
+ */
+export function trackChild(child: ChildProcess): void {
   liveChildren.set(child, () => {});
   child.once('exit', () => liveChildren.delete(child));
   if (!exitHookInstalled) {
@@ -268,8 +272,12 @@ export async function sweepStaleFramebuffers(minAgeMs = SWEEP_MIN_AGE_MS): Promi
   return removed;
 }
 
-/** `setpriv --pdeathsig KILL -- cmd args…` when setpriv exists (util-linux, present on Debian). */
-function dieWithParent(command: string, args: string[]): [string, string[]] {
+/**
+ * `setpriv --pdeathsig KILL -- cmd args…` when setpriv exists (util-linux,
+ * present on Debian): the kernel kills the command when this process dies.
+ * setpriv execs the command, so the child's pid is the command's.
+ */
+export function dieWithParent(command: string, args: string[]): [string, string[]] {
   return existsSync(SETPRIV) ? [SETPRIV, ['--pdeathsig', 'KILL', '--', command, ...args]] : [command, args];
 }
 

@@ -8,7 +8,6 @@
  * only names the daemon defines are used, anything else reads "unknown";
  * error types outside the daemon's own read "other".
  */
-import { readFileSync } from 'node:fs';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, exponentialBuckets } from 'prom-client';
 import type { Activity, ActivityHub } from '../activity.ts';
 import type { BatchResult, ToolEvent } from '../protocol.ts';
@@ -17,6 +16,7 @@ import type { HttpRoute, ServerStatus } from '../server/server.ts';
 import type { Toolset } from '../../toolsets/types.ts';
 import { DESKTOP_STATES, type Desktops, type PoolEvent } from '../desktops/pool.ts';
 import { treePssBytes } from './memory.ts';
+import { DESKBATCH_VERSION } from '../version.ts';
 
 /** Error types the daemon, its drivers and toolsets raise (docs/PROTOCOL.md "Results"); others read "other". */
 export const KNOWN_ERROR_TYPES: ReadonlySet<string> = new Set([
@@ -86,17 +86,6 @@ export const DESKTOP_SECONDS_BUCKETS = [
 /** How long a per-desktop memory reading is reused: reading /proc for every process costs a few ms. */
 const DESKTOP_MEMORY_CACHE_MS = 10_000;
 
-function packageVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
-      version?: unknown;
-    };
-    return typeof pkg.version === 'string' ? pkg.version : UNKNOWN;
-  } catch {
-    return UNKNOWN;
-  }
-}
-
 /** Outcome label of a batch: any failure makes it failed; else a cancel makes it cancelled. */
 export function batchOutcome(result: BatchResult): 'ok' | 'failed' | 'cancelled' {
   if (result.failures.length > 0) return 'failed';
@@ -147,7 +136,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     help: 'Always 1; the labels name the running deskbatch version and protocol.',
     labelNames: ['version', 'protocol', 'node_version'],
     registers,
-  }).set({ version: deps.version ?? packageVersion(), protocol: PROTOCOL_VERSION, node_version: process.version }, 1);
+  }).set({ version: deps.version ?? DESKBATCH_VERSION, protocol: PROTOCOL_VERSION, node_version: process.version }, 1);
 
   const batches = new Counter({
     name: 'deskbatch_batches_total',

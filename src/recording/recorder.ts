@@ -11,19 +11,22 @@
  * order, so a line is on disk only after the images it names.
  */
 import { createHash } from 'node:crypto';
-import { open, type FileHandle } from 'node:fs/promises';
+import { open, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Activity, ActivityHub } from '../activity.ts';
 import type { RecordingSettings } from '../config.ts';
 import type { DesktopResources } from '../desktops/desktop.ts';
 import type { Logger } from '../log.ts';
 import { PROTOCOL_VERSION, type BatchResult, type ResultBlock, type ToolUse } from '../protocol.ts';
+import { orAfter } from '../resilience.ts';
+import { DESKBATCH_VERSION } from '../version.ts';
 import { sanitizeId } from '../screenshot-store.ts';
 import { IMAGES_DIR, listFiles, TRAJECTORY_FILE, type RecordingStore, type RecordingSummary } from './store.ts';
 
 export const TRAJECTORY_FORMAT = 'deskbatch.trajectory';
 export const TRAJECTORY_VERSION = 1;
-const DAEMON_VERSION = '0.1.0';
+/** How long opening a recording waits for its desktop's display size before it writes the first line without. */
+const DISPLAY_SIZE_WAIT_MS = 250;
 
 /** What the recorder needs of a desktop video (src/recording/video.ts). */
 export interface VideoHandle {
@@ -50,6 +53,8 @@ export interface RecorderDeps {
   video?: VideoStarter;
   /** A session's desktop, while the session holds it (for its video). */
   desktopOf: (sessionId: string) => DesktopResources | undefined;
+  /** `pool` (a desktop per session) or `shared`, for the trajectory's first line. */
+  desktopMode: 'pool' | 'shared';
   onBytes?: (artifact: Artifact, bytes: number) => void;
 }
 
@@ -187,7 +192,13 @@ class SessionRecording {
     if (e.phase === 'started') {
       this.callStarts.set(e.tool_use_id, { name: e.name, at: event.at });
       // The video starts with the session's first computer call (the older `computer` tool's too).
-      if (!this.video && this.deps.video && this.desktop && (e.toolset_name === 'computer' || e.name === 'computer')) {
+      if (
+        !this.video &&
+        !this.videoStopped &&
+        this.deps.video &&
+        this.desktop &&
+        (e.toolset_name === 'computer' || e.name === 'computer')
+      ) {
         this.startVideo();
       }
     } else if (e.phase !== 'not_executed') {
@@ -218,12 +229,18 @@ class SessionRecording {
     });
   }
 
-  private async stopVideo(): Promise<void> {
-    const video = await this.video;
-    if (!video) return;
-    await video.stop().catch(() => undefined);
-    this.deps.onBytes?.('video', video.bytes());
+  /** Finalises the video, once: its bytes are counted then. */
+  stopVideo(): Promise<void> {
+    this.videoStopped ??= (async () => {
+      const video = await this.video;
+      if (!video) return;
+      await video.stop().catch(() => undefined);
+      this.deps.onBytes?.('video', video.bytes());
+    })();
+    return this.videoStopped;
   }
+
+  private videoStopped: Promise<void> | undefined;
 
   batchFinished(result: BatchResult, at: number): void {
     const held = this.heldBatches.get(result.batch_id);
@@ -292,6 +309,11 @@ class SessionRecording {
     await this.queue;
     this.summary.ended_at = at;
     Object.assign(this.summary, await listFiles(this.dir));
+    // The browser saved its trace when the session's context closed, before this.
+    for (const name of this.summary.files.filter((f) => /^trace(?:-\d+)?\.zip$/.test(f))) {
+      const s = await stat(join(this.dir, name)).catch(() => undefined);
+      if (s) this.deps.onBytes?.('trace', s.size);
+    }
     return this.summary;
   }
 }
@@ -381,18 +403,31 @@ export class Recorder {
   }
 
   private open(sessionId: string, desktop: DesktopResources | undefined): void {
-    const opening = this.deps.store.open(sessionId).then(
-      ({ id, dir }) => {
+    // The display's size, if the desktop tells it at once (a worker still starting is not waited for).
+    const size = desktop
+      ? orAfter(
+          desktop.driver.displaySize().catch(() => undefined),
+          DISPLAY_SIZE_WAIT_MS,
+          undefined,
+        )
+      : Promise.resolve(undefined);
+    const opening = Promise.all([this.deps.store.open(sessionId), size]).then(
+      ([{ id, dir }, display]) => {
         const { typed, passwords } = this.deps.settings.redact;
         const r = new SessionRecording(id, dir, desktop, this.deps, {
           format: TRAJECTORY_FORMAT,
           version: TRAJECTORY_VERSION,
           session_id: sessionId,
-          desktop: { id: desktop?.id ?? null },
+          desktop: {
+            id: desktop?.id ?? null,
+            mode: this.deps.desktopMode,
+            ...(display ? { display: { width: display.width, height: display.height } } : {}),
+          },
           redaction: { typed, passwords },
-          daemon: { version: DAEMON_VERSION, protocol: PROTOCOL_VERSION },
+          daemon: { version: DESKBATCH_VERSION, protocol: PROTOCOL_VERSION },
         });
         this.liveDone.set(sessionId, r);
+        this.traceBrowser(sessionId, dir, desktop);
         return r;
       },
       (err: unknown) => {
@@ -405,6 +440,31 @@ export class Recorder {
       },
     );
     this.live.set(sessionId, opening);
+  }
+
+  /**
+   * The session's browser context records a Playwright trace, saved as `trace.zip` when it closes
+   * (src/browser/session.ts `recordTrace`), with the operator's privacy settings.
+   */
+  private traceBrowser(sessionId: string, dir: string, desktop: DesktopResources | undefined): void {
+    const s = this.deps.settings;
+    const browser = desktop?.browser;
+    if (!s.trace || !browser) return;
+    void browser
+      .session(sessionId)
+      .recordTrace({
+        path: join(dir, 'trace.zip'),
+        networkBodies: s.networkBodies,
+        redactTyped: s.redact.typed,
+        redactPasswords: s.redact.passwords,
+        screenshots: s.traceScreenshots,
+      })
+      .catch((err: unknown) =>
+        this.deps.log.warn('the browser trace did not start; the recording goes on without it', {
+          session: sessionId,
+          error: String(err),
+        }),
+      );
   }
 
   private readonly finishing = new Set<Promise<void>>();
@@ -420,6 +480,16 @@ export class Recorder {
       )
       .finally(() => this.finishing.delete(done));
     this.finishing.add(done);
+  }
+
+  /**
+   * A session is ending, its desktop not yet given back: its video is finalised now, while its display still
+   * runs (a pooled desktop's display is ended with it). The rest of the recording ends with `session_closed`.
+   */
+  async sessionEnding(sessionId: string): Promise<void> {
+    this.flush();
+    const r = await this.live.get(sessionId);
+    await r?.stopVideo();
   }
 
   /** Waits for every recording being finished (daemon shutdown, after the sessions closed). */

@@ -81,6 +81,8 @@ export interface ServerDeps {
   activity?: ActivityHub;
   /** A recorded session's call typed into a password field (the recorder redacts it: docs/RECORDING.md). */
   secretInput?: (sessionId: string, toolUseId: string) => void;
+  /** A session is ending: awaited before its desktop is given back (the recorder finishes its video there). */
+  sessionEnding?: (sessionId: string) => Promise<void>;
   routes?: readonly HttpRoute[];
   sockets?: readonly SocketRoute[];
 }
@@ -404,6 +406,7 @@ export class DeskbatchServer {
     const lease = session.desktop;
     if (!lease) return;
     session.desktop = undefined;
+    if (session.recorded) await this.deps.sessionEnding?.(session.id).catch(() => undefined);
     await this.deps.executor.closeSession(session.id, lease.desktop);
     lease.release();
   }

@@ -96,8 +96,21 @@ export interface BrowserToolsetOptions extends BrowserDeps {
   disabled?: readonly string[];
 }
 
-/** Wraps every call: collects what it changed, and adds the notices and `browser_state` its result carries. */
-async function aroundCall(
+/**
+ * Wraps every call: in a recorded session, a named step of the browser's
+ * trace (`member · tool_use_id`, BrowserSession.traceStep), around what
+ * follows.
+ */
+function aroundCall(
+  ctx: BrowserCallContext,
+  member: Member<z.ZodType, BrowserCallContext>,
+  run: () => Promise<MemberOutput[]>,
+): Promise<MemberOutput[]> {
+  return ctx.session.traceStep(`${member.name} · ${ctx.toolUseId}`, () => reportCall(ctx, member, run));
+}
+
+/** Runs a call: collects what it changed, and adds the notices and `browser_state` its result carries. */
+async function reportCall(
   ctx: BrowserCallContext,
   member: Member<z.ZodType, BrowserCallContext>,
   run: () => Promise<MemberOutput[]>,
