@@ -44,6 +44,7 @@ interface ShownCall {
   type: string | null;
   message: string | null;
   flags: string | null;
+  duration: string | null;
 }
 
 interface Shot {
@@ -53,6 +54,35 @@ interface Shot {
   height: number;
   caption: string;
   complete: boolean;
+}
+
+interface VideoState {
+  selected: string | null;
+  time: number;
+  duration: number;
+  ready: number;
+  paused: boolean;
+  src: string;
+  width: number;
+  height: number;
+  chapter: string;
+}
+
+/** The page's video element, the selected call and the chapter shown. */
+const videoState = (page: Page): Promise<VideoState> =>
+  inPage<VideoState>(
+    page,
+    `(() => { const v = document.getElementById('video'); return {
+      selected: document.querySelector('li.call[aria-current="true"]')?.dataset.toolUseId ?? null,
+      time: v.currentTime, duration: v.duration, ready: v.readyState, paused: v.paused, src: v.src,
+      width: v.videoWidth, height: v.videoHeight, chapter: document.getElementById('chapter').textContent }; })()`,
+  );
+
+/** The start, in seconds, of the WebVTT cue titled `… · <toolUseId>`. */
+function cueStart(vtt: string, toolUseId: string): number {
+  const m = new RegExp(`(\\d+):(\\d\\d):(\\d\\d\\.\\d{3}) --> [^\\n]+\\n[^\\n]* · ${toolUseId}\\n`).exec(vtt);
+  assert.ok(m, `a cue for ${toolUseId} in ${vtt}`);
+  return Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
 }
 
 /** Console errors (a CSP violation is one) and page errors, collected for a final check. */
@@ -211,6 +241,8 @@ describe('replay page in Chromium, playing back a recorded session', () => {
   let kiosk: KioskChromium;
   let base: string;
   let session = '';
+  /** A session recorded with the desktop video on (when ffmpeg is installed). */
+  let videoSession = '';
   let results: BatchResult[] = [];
   let lines: Line[] = [];
 
@@ -219,8 +251,13 @@ describe('replay page in Chromium, playing back a recorded session', () => {
     dir = await mkdtemp(join(tmpdir(), 'deskbatch-replay-'));
     const recording = { mode: 'all', dir, video: false, trace: false } as const;
     const options = { display: display.display, displayFramebuffer: display.framebuffer, browser: 'off', recording };
-    // The first daemon records a session and ends it.
-    const first = await startTestDaemon(options as Parameters<typeof startTestDaemon>[0]);
+    // The first daemon records a session and ends it. It redacts text typed into password fields, so each
+    // batch_started line is written when its batch ends, after the batch's tool_events (docs/RECORDING.md
+    // "When it is written"): the page must put them together.
+    const first = await startTestDaemon({
+      ...options,
+      recording: { ...recording, redact: { typed: false, passwords: true } },
+    } as Parameters<typeof startTestDaemon>[0]);
     try {
       const c = await first.connect();
       const welcome = await c.hello(undefined, { record: true, tools: [{ type: 'computer_toolset_20260801' }] });
@@ -243,6 +280,29 @@ describe('replay page in Chromium, playing back a recorded session', () => {
       assert.equal(b2.result.failures.length, 1);
     } finally {
       await first.close();
+    }
+    if (HAS_FFMPEG) {
+      // A later session, recorded with the desktop video (the recorder's own, src/recording/video.ts): the waits
+      // give the calls chapters of their own, a second long, once the video runs.
+      const recorder = await startTestDaemon({
+        ...options,
+        recording: { ...recording, video: true },
+      } as Parameters<typeof startTestDaemon>[0]);
+      try {
+        const c = await recorder.connect();
+        const welcome = await c.hello(undefined, { record: true, tools: [{ type: 'computer_toolset_20260801' }] });
+        videoSession = welcome.session_id;
+        const { result } = await c.batch('rv1', [
+          use('screenshot', {}, 'toolu_r_shot'),
+          use('wait', { duration: 1 }, 'toolu_r_wait1'),
+          use('mouse_move', { coordinate: [640, 400] }, 'toolu_r_move'),
+          use('wait', { duration: 1 }, 'toolu_r_wait2'),
+          use('screenshot', {}, 'toolu_r_shot2'),
+        ]);
+        assert.deepEqual(result.failures, []);
+      } finally {
+        await recorder.close();
+      }
     }
     lines = (await readFile(join(dir, session, 'trajectory.jsonl'), 'utf8'))
       .trimEnd()
@@ -317,10 +377,10 @@ describe('replay page in Chromium, playing back a recorded session', () => {
       );
       assert.deepEqual(
         rows.map((r) => r.id),
-        [session, SYNTHETIC, ...(HAS_FFMPEG ? [WITH_VIDEO] : [])],
+        HAS_FFMPEG ? [videoSession, session, SYNTHETIC, WITH_VIDEO] : [session, SYNTHETIC],
         'newest first',
       );
-      const row = rows[0]!;
+      const row = rows.find((r) => r.id === session)!;
       assert.equal(row.batches, '3');
       assert.equal(row.calls, '6');
       assert.equal(row.failures, '1');
@@ -329,8 +389,10 @@ describe('replay page in Chromium, playing back a recorded session', () => {
       assert.match(row.size ?? '', /^\d+(\.\d)? (B|KiB|MiB)$/);
       assert.match(row.started ?? '', /\d/);
       assert.equal(row['session-id'], session);
-      assert.equal(rows[1]!['rec-state'], 'ended without a close (daemon stopped)');
-      assert.equal(rows[1]!.batches, String(SYNTHETIC_BATCHES));
+      const crashed = rows.find((r) => r.id === SYNTHETIC)!;
+      assert.equal(crashed['rec-state'], 'ended without a close (daemon stopped)');
+      assert.equal(crashed.batches, String(SYNTHETIC_BATCHES));
+      assert.equal(crashed.duration, 'unknown');
 
       // Open the session: its calls in order, with their outcomes and the failure's whole error.
       await page.click(`tr.recording[data-id="${session}"]`);
@@ -345,6 +407,7 @@ describe('replay page in Chromium, playing back a recorded session', () => {
           type: li.querySelector('.error-type')?.textContent ?? null,
           message: li.querySelector('.error-message')?.textContent ?? null,
           flags: li.querySelector('.error-flags')?.textContent ?? null,
+          duration: li.querySelector('.duration')?.textContent ?? null,
         }))`,
       );
       assert.deepEqual(
@@ -357,6 +420,16 @@ describe('replay page in Chromium, playing back a recorded session', () => {
           ['mouse_move', 'toolu_move2', 'succeeded'],
           ['screenshot', 'toolu_shot2', 'succeeded'],
         ],
+      );
+      // Each call's events, written before its batch's batch_started line, are on it: its duration.
+      const executed = calls.filter((c) => c.outcome !== 'not_executed');
+      assert.ok(
+        executed.every((c) => /^\d+ ms$|^\d+\.\d s$/.test(c.duration ?? '')),
+        JSON.stringify(calls.map((c) => c.duration)),
+      );
+      assert.ok(
+        lines.findIndex((l) => l.type === 'tool_event') < lines.findIndex((l) => l.type === 'batch_started'),
+        'the events came first in the file',
       );
       const failure = results[1]!.failures[0]!.error;
       assert.equal(calls[2]!.type, failure.type);
@@ -481,28 +554,70 @@ describe('replay page in Chromium, playing back a recorded session', () => {
   });
 
   test(
-    'with a video: a selected call seeks the video to its chapter; playing or scrubbing the video moves the selection',
+    'a recorded desktop video: selecting a call seeks the video to its chapter; playing it moves the selection',
+    { skip: !HAS_FFMPEG && 'ffmpeg is not installed' },
+    async () => {
+      const folder = join(dir, videoSession);
+      const trajectory = await readFile(join(folder, 'trajectory.jsonl'), 'utf8');
+      assert.match(trajectory, /"type":"video"/, 'the recorder recorded a video (ffmpeg with x11grab and libx264)');
+      const vtt = await readFile(join(folder, 'video.vtt'), 'utf8');
+      const page = await kiosk.context.newPage();
+      const problems = watchProblems(page);
+      try {
+        await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}&recording=${videoSession}`);
+        let v = await until(
+          'the recorded video to load',
+          async () => {
+            const now = await videoState(page);
+            return now.ready >= 1 && now.width > 0 ? now : undefined;
+          },
+          { timeoutMs: 20_000, seen: () => page.textContent('#video-note') },
+        );
+        assert.match(v.src, /^blob:http:\/\/127\.0\.0\.1:\d+\//);
+        assert.deepEqual([v.width, v.height], [1280, 800], 'the desktop, at its size');
+        // The mouse_move call: the video stands at its chapter's start.
+        const move = cueStart(vtt, 'toolu_r_move');
+        assert.ok(move > 0, `the call ran after the video started (cue at ${move} s)`);
+        await page.click('li.call[data-tool-use-id="toolu_r_move"]');
+        v = await until('the video to stand at toolu_r_move', async () => {
+          const now = await videoState(page);
+          return Math.abs(now.time - move) < 0.01 ? now : undefined;
+        });
+        assert.equal(v.selected, 'toolu_r_move');
+        assert.ok(v.chapter.startsWith('chapter: mouse_move · toolu_r_move ('), v.chapter);
+        // Played from there, it reaches the next call's chapter; the selection follows.
+        await inPage(page, `document.getElementById('video').play()`);
+        v = await until(
+          'the playing video to move the selection to toolu_r_wait2',
+          async () => {
+            const now = await videoState(page);
+            return now.selected === 'toolu_r_wait2' ? now : undefined;
+          },
+          { timeoutMs: 15_000, seen: () => videoState(page) },
+        );
+        assert.ok(v.time >= cueStart(vtt, 'toolu_r_wait2') - 0.001, `at ${v.time}`);
+        assert.ok(v.chapter.includes('toolu_r_wait2'), v.chapter);
+        await inPage(page, `document.getElementById('video').pause()`);
+        const links = await inPage<string[]>(
+          page,
+          `[...document.querySelectorAll('a.download')].map((a) => a.dataset.file)`,
+        );
+        assert.deepEqual(links, ['trajectory.jsonl', 'video.mp4', 'video.vtt']);
+        await page.screenshot({ path: `${ARTIFACTS}viewer-replay-recorded-video.png` });
+        assert.deepEqual(problems, [], 'no CSP violation (media-src blob:), no script error');
+      } finally {
+        await page.close();
+      }
+    },
+  );
+
+  test(
+    'an ffmpeg-made video in the recording layout: chapters unescaped, scrubbing and playing move the selection, the trace link',
     { skip: !HAS_FFMPEG && 'ffmpeg is not installed' },
     async () => {
       const page = await kiosk.context.newPage();
       const problems = watchProblems(page);
-      interface VideoState {
-        selected: string | null;
-        time: number;
-        duration: number;
-        ready: number;
-        paused: boolean;
-        src: string;
-        chapter: string;
-      }
-      const video = (): Promise<VideoState> =>
-        inPage<VideoState>(
-          page,
-          `(() => { const v = document.getElementById('video'); return {
-            selected: document.querySelector('li.call[aria-current="true"]')?.dataset.toolUseId ?? null,
-            time: v.currentTime, duration: v.duration, ready: v.readyState, paused: v.paused, src: v.src,
-            chapter: document.getElementById('chapter').textContent }; })()`,
-        );
+      const video = (): Promise<VideoState> => videoState(page);
       try {
         await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}&recording=${WITH_VIDEO}`);
         // The first call is selected and the video, once loaded, stands at its chapter (1 s in).
