@@ -39,8 +39,10 @@
 #   unless `--display-size WxH`). Arguments after the image name replace the
 #   whole CMD, so repeat it: `docker run … deskbatch:0.1.0 node bin/deskbatch.js
 #   serve --host 0.0.0.0 --screenshots-dir /home/deskbatch/data/screenshots
-#   --downloads-dir /home/deskbatch/data/downloads --display-size 1920x1080`.
-# - Everything the daemon keeps (screenshots, browser downloads) goes under
+#   --downloads-dir /home/deskbatch/data/downloads
+#   --recordings-dir /home/deskbatch/data/recordings --display-size 1920x1080`
+#   (add `--record` to record sessions: docs/RECORDING.md).
+# - Everything the daemon keeps (screenshots, browser downloads, recordings) goes under
 #   /home/deskbatch/data, the one volume; the sources are read-only to it.
 # - tini is PID 1 (ENTRYPOINT, exec form): it forwards SIGTERM to node (the
 #   CMD is exec form too, so no shell sits in between) and reaps the zombies
@@ -107,7 +109,7 @@ RUN apt-get update \
 COPY scripts/chromium-policy.json /etc/chromium/policies/managed/deskbatch.json
 
 RUN useradd --create-home --uid 10001 --user-group --shell /bin/bash deskbatch \
- && mkdir -p /home/deskbatch/data/screenshots /home/deskbatch/data/downloads \
+ && mkdir -p /home/deskbatch/data/screenshots /home/deskbatch/data/downloads /home/deskbatch/data/recordings \
  && chown -R deskbatch:deskbatch /home/deskbatch/data
 
 # Dependencies first, for layer caching; the sources after them.
@@ -133,4 +135,5 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["node", "bin/deskbatch.js", "serve", "--host", "0.0.0.0", \
-     "--screenshots-dir", "/home/deskbatch/data/screenshots", "--downloads-dir", "/home/deskbatch/data/downloads"]
+     "--screenshots-dir", "/home/deskbatch/data/screenshots", "--downloads-dir", "/home/deskbatch/data/downloads", \
+     "--recordings-dir", "/home/deskbatch/data/recordings"]

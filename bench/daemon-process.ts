@@ -27,7 +27,7 @@ export interface DaemonProcessOptions {
   /** The display's framebuffer file (src/desktop/xvfb.ts `VirtualDisplay.framebuffer`), as an operator passes it. */
   framebuffer?: string;
   format: ImageFormat;
-  browser: 'off' | 'headless';
+  browser: 'off' | 'headless' | 'headful';
   /**
    * Preload bench/gc-on-signal.mjs with --expose-gc (in NODE_OPTIONS, so the
    * desktop worker gets it too): `footprint({ collect: true })` can then ask

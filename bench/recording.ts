@@ -75,7 +75,8 @@ export async function recordingSection(pageUrl: string): Promise<RecordingReport
   const display = await startTestDisplay(SIZE);
   const started: DaemonProcess[] = [];
   try {
-    // Both with a browser: its warm start costs CPU alike on both sides.
+    // Both with a browser: its warm start costs CPU alike on both sides (the recorded one's window is blank
+    // until the session below navigates).
     const common = {
       display: display.display,
       framebuffer: display.framebuffer,
@@ -84,8 +85,10 @@ export async function recordingSection(pageUrl: string): Promise<RecordingReport
     };
     const plain = await startDaemonProcess(common);
     started.push(plain);
+    // Headful, so the video shows what an operator's would: the browser's window and the pages it visits.
     const recorded = await startDaemonProcess({
       ...common,
+      browser: 'headful',
       extraArgs: ['--record', '--record-video-fps', String(FPS), '--resume-window-ms', '1000'],
     });
     started.push(recorded);

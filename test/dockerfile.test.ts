@@ -55,7 +55,7 @@ test('everything the daemon writes lands in the volume, which the user owns', as
   const volume = JSON.parse(last(stage, 'VOLUME') ?? '[]') as string[];
   assert.equal(volume.length, 1);
   const cmd = JSON.parse(last(stage, 'CMD') ?? '[]') as string[];
-  for (const flag of ['--screenshots-dir', '--downloads-dir']) {
+  for (const flag of ['--screenshots-dir', '--downloads-dir', '--recordings-dir']) {
     const dir = cmd[cmd.indexOf(flag) + 1];
     assert.ok(cmd.includes(flag) && dir?.startsWith(`${volume[0]}/`), `${flag} ${dir} is inside ${volume[0]}`);
   }

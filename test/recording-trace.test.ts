@@ -17,6 +17,7 @@ import type { TraceOptions } from '../src/browser/session.ts';
 import { SharedDesktop } from '../src/desktops/pool.ts';
 import { redacted, rewriteTrace } from '../src/browser/trace-rewrite.ts';
 import { ZipFormatError, ZipReader, ZipWriter, crc32 } from '../src/browser/zip.ts';
+import { openTrace, steps, type OpenedTrace, type TraceEvent } from './helpers/recording.ts';
 import type { TestClient } from './helpers/daemon.ts';
 import { until } from './helpers/wait.ts';
 import { browserUse, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
@@ -42,51 +43,6 @@ document.getElementById('load').onclick = () => {
   x.send();
 };
 </script>`;
-
-interface TraceEvent {
-  type: string;
-  callId?: string;
-  parentId?: string;
-  title?: string;
-  startTime?: number;
-  class?: string;
-  method?: string;
-  params?: Record<string, unknown>;
-  snapshot?: {
-    request?: { url: string; postData?: Record<string, unknown> };
-    response?: { content?: { mimeType?: string; _file?: string } };
-  };
-}
-
-interface OpenedTrace {
-  entries: Map<string, Buffer>;
-  trace: TraceEvent[];
-  network: TraceEvent[];
-}
-
-async function openTrace(path: string): Promise<OpenedTrace> {
-  const zip = await ZipReader.open(path);
-  try {
-    const entries = new Map<string, Buffer>();
-    for (const e of zip.entries) entries.set(e.name, await zip.read(e));
-    const jsonl = (name: string): TraceEvent[] =>
-      (entries.get(name)?.toString('utf8') ?? '')
-        .split('\n')
-        .filter(Boolean)
-        .map((l) => JSON.parse(l) as TraceEvent);
-    return { entries, trace: jsonl('trace.trace'), network: jsonl('trace.network') };
-  } finally {
-    await zip.close();
-  }
-}
-
-/** The named steps (tracing groups) of a trace, in order, with whether each ended. */
-function steps(t: OpenedTrace): { title: string; callId: string; ended: boolean }[] {
-  const ended = new Set(t.trace.filter((e) => e.type === 'after').map((e) => e.callId));
-  return t.trace
-    .filter((e) => e.type === 'before' && e.method === 'tracingGroup')
-    .map((e) => ({ title: e.title!, callId: e.callId!, ended: ended.has(e.callId) }));
-}
 
 /** The entries whose (uncompressed) bytes hold `text`. */
 function holding(t: OpenedTrace, text: string): string[] {

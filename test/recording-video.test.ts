@@ -8,8 +8,8 @@
  * Run: node --import tsx --test --test-concurrency=1 test/recording-video.test.ts
  */
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -18,6 +18,7 @@ import { createLogger, type Logger } from '../src/log.ts';
 import { DesktopVideo, VideoError, cueText, vttTime } from '../src/recording/video.ts';
 import { pickFreeDisplay, startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { until, within } from './helpers/wait.ts';
+import { fragments, isRunning, parseVtt, probe, processesMentioning } from './helpers/recording.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CHILD = fileURLToPath(new URL('./fixtures/video-child.ts', import.meta.url));
@@ -26,115 +27,6 @@ const HEIGHT = 800;
 
 /** ffmpeg's warnings and errors reach the test output; info lines do not. */
 const log: Logger = createLogger('warn', (line) => process.stderr.write(`[video] ${line}`), {}, { format: 'pretty' });
-
-interface Probe {
-  streams: { width: number; height: number; nb_read_frames: string }[];
-  format: { duration: string };
-}
-
-/** `ffprobe`, decoding every frame. */
-function probe(path: string): Promise<Probe> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      'ffprobe',
-      [
-        '-v',
-        'error',
-        '-count_frames',
-        '-show_entries',
-        'stream=nb_read_frames,width,height',
-        '-show_entries',
-        'format=duration',
-        '-of',
-        'json',
-        `file:${path}`,
-      ],
-      { timeout: 60_000 },
-      (err, stdout, stderr) =>
-        err ? reject(new Error(`ffprobe ${path}: ${stderr || err.message}`)) : resolve(JSON.parse(stdout) as Probe),
-    );
-  });
-}
-
-/** How many movie fragments (`moof` boxes) the file holds so far. */
-function fragments(path: string): number {
-  let data: Buffer;
-  try {
-    data = readFileSync(path);
-  } catch {
-    return 0;
-  }
-  let count = 0;
-  for (let off = 0; off + 8 <= data.length;) {
-    const size = data.readUInt32BE(off);
-    if (data.toString('latin1', off + 4, off + 8) === 'moof') count++;
-    if (size < 8) break;
-    off += size;
-  }
-  return count;
-}
-
-interface Cue {
-  start: number;
-  end: number;
-  text: string;
-}
-
-/** A WebVTT file's cues; throws when the file is not what video.ts writes. */
-function parseVtt(text: string): Cue[] {
-  assert.ok(text.startsWith('WEBVTT\n\n'), 'the chapters file starts with WEBVTT and a blank line');
-  const ms = (t: string): number => {
-    const m = /^(\d{2,}):(\d{2}):(\d{2})\.(\d{3})$/.exec(t);
-    assert.ok(m, `a cue time: ${t}`);
-    return ((Number(m[1]) * 60 + Number(m[2])) * 60 + Number(m[3])) * 1000 + Number(m[4]);
-  };
-  const blocks = text
-    .slice('WEBVTT\n\n'.length)
-    .split('\n\n')
-    .filter((b) => b !== '');
-  assert.ok(text.endsWith('\n\n'), 'every cue ends with a blank line');
-  return blocks.map((block) => {
-    const lines = block.split('\n');
-    assert.equal(lines.length, 2, `a cue is a timing line and one text line: ${JSON.stringify(block)}`);
-    const m = /^(\S+) --> (\S+)$/.exec(lines[0]!);
-    assert.ok(m, `a timing line: ${lines[0]}`);
-    return { start: ms(m[1]!), end: ms(m[2]!), text: lines[1]! };
-  });
-}
-
-/** Pids of running processes whose command line mentions `needle`. */
-function processesMentioning(needle: string): number[] {
-  const pids: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${name}/cmdline`, 'latin1');
-      if (cmdline.includes(needle) && !isZombie(Number(name))) pids.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return pids;
-}
-
-/** A process that exited but was not reaped yet (its parent died, and the reaper is slow). */
-function isZombie(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
-    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
-  } catch {
-    return true;
-  }
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  return !isZombie(pid);
-}
 
 describe('desktop video', () => {
   let display: VirtualDisplay;

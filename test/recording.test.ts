@@ -380,6 +380,16 @@ describe('recording a browser session with password redaction', () => {
         .map((t) => [t.id, t.input]),
     );
     assert.equal(inputs.get('toolu_pw')!.text, `[${typed.length} characters]`);
+    // Held to the batch's end, its lines still come in order: batch_started, its events, batch_finished.
+    const kinds = (await lines(dir, folder))
+      .filter(
+        (l) =>
+          (l.batch_id ??
+            (l.event as { batch_id?: string } | undefined)?.batch_id ??
+            (l.result as BatchResult | undefined)?.batch_id) === 'b2',
+      )
+      .map((l) => l.type);
+    assert.deepEqual(kinds, ['batch_started', ...Array(10).fill('tool_event'), 'batch_finished']);
     assert.equal(inputs.get('toolu_set')!.value, `[${set.length} characters]`);
     await rm(dir, { recursive: true, force: true });
   });

@@ -110,7 +110,7 @@ class SessionRecording {
   private video: Promise<VideoHandle | undefined> | undefined;
   private readonly callStarts = new Map<string, { name: string; at: number }>();
   /** batch_started lines held until the batch ends, when password redaction needs to know which calls were secret. */
-  private readonly heldBatches = new Map<string, { at: number; toolUses: readonly ToolUse[] }>();
+  private readonly heldBatches = new Map<string, { at: number; toolUses: readonly ToolUse[]; events: object[] }>();
   /** Calls whose text went into a password field (reported by the browser toolset). */
   readonly secretInputs = new Set<string>();
 
@@ -173,10 +173,17 @@ class SessionRecording {
 
   batchStarted(batchId: string, toolUses: readonly ToolUse[], at: number): void {
     if (this.deps.settings.redact.passwords && !this.deps.settings.redact.typed) {
-      this.heldBatches.set(batchId, { at, toolUses });
+      this.heldBatches.set(batchId, { at, toolUses, events: [] });
       return;
     }
     this.writeBatchStarted(batchId, toolUses, at);
+  }
+
+  /** A held batch's batch_started line, then its events, in order. */
+  private writeHeld(batchId: string, held: { at: number; toolUses: readonly ToolUse[]; events: object[] }): void {
+    this.heldBatches.delete(batchId);
+    this.writeBatchStarted(batchId, held.toolUses, held.at);
+    for (const line of held.events) this.line(line);
   }
 
   private writeBatchStarted(batchId: string, toolUses: readonly ToolUse[], at: number): void {
@@ -187,7 +194,11 @@ class SessionRecording {
 
   toolEvent(event: Activity & { type: 'tool_event' }): void {
     const { type: _type, ...rest } = event.event;
-    this.line({ type: 'tool_event', at: event.at, event: rest });
+    const line = { type: 'tool_event', at: event.at, event: rest };
+    // A held batch's events follow its batch_started line, so they wait with it.
+    const held = this.heldBatches.get(event.event.batch_id);
+    if (held) held.events.push(line);
+    else this.line(line);
     const e = event.event;
     if (e.phase === 'started') {
       this.callStarts.set(e.tool_use_id, { name: e.name, at: event.at });
@@ -244,10 +255,7 @@ class SessionRecording {
 
   batchFinished(result: BatchResult, at: number): void {
     const held = this.heldBatches.get(result.batch_id);
-    if (held) {
-      this.heldBatches.delete(result.batch_id);
-      this.writeBatchStarted(result.batch_id, held.toolUses, held.at);
-    }
+    if (held) this.writeHeld(result.batch_id, held);
     const s = this.summary;
     s.batches++;
     s.calls += result.tool_results.length;
@@ -298,8 +306,7 @@ class SessionRecording {
 
   /** The session ended: the last line, the video finalised, the file closed. */
   async close(at: number, reason: string): Promise<RecordingSummary> {
-    for (const [batchId, held] of this.heldBatches) this.writeBatchStarted(batchId, held.toolUses, held.at);
-    this.heldBatches.clear();
+    for (const [batchId, held] of this.heldBatches) this.writeHeld(batchId, held);
     this.line({ type: 'session_closed', at, reason });
     this.enqueue(() => this.stopVideo());
     this.enqueue(async () => {

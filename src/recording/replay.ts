@@ -22,6 +22,7 @@
  * another daemon: texts are compared with each reference matched to its
  * counterpart, and later calls' inputs are sent with the replayed numbers.
  */
+import { TRAJECTORY_FORMAT, TRAJECTORY_VERSION } from './recorder.ts';
 import { createReadStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { dirname, isAbsolute, relative, resolve } from 'node:path';
@@ -32,9 +33,6 @@ import { BatchRefusedError, DeskbatchClient } from '../client/index.ts';
 import type { ToolUseBlockLike } from '../client/index.ts';
 import type { AgentToolEntry, BatchResult, Welcome } from '../protocol.ts';
 import type { Logger } from '../log.ts';
-
-export const TRAJECTORY_FORMAT = 'deskbatch.trajectory';
-export const TRAJECTORY_VERSION = 1;
 
 /**
  * Default largest mean absolute difference (0–255) between two images'
