@@ -31,9 +31,6 @@ const LIMITS = {
   lineChars: 8 * 1024 * 1024,
   /** Batches kept from one trajectory; later ones are counted, not kept. */
   batchesKept: 5000,
-  /** Batches whose events may wait for a later batch_started line, and events held for each. */
-  heldBatches: 16,
-  heldEvents: 2000,
   /** Batches rendered at first, and added by each "more" click. */
   batchesShown: 100,
   /** Characters of each input string kept (the list shows the input's first `inputShown`). */
@@ -360,8 +357,6 @@ function newTrajectory() {
     batches: [],
     calls: [],
     byBatchId: new Map(),
-    /** batch_id → tool_events seen before the batch's batch_started line. */
-    held: new Map(),
     video: null,
     closed: null,
     stopped: null,
@@ -483,42 +478,22 @@ function apply(t, rec) {
       t.byBatchId.set(batch.batch_id, batch);
       const uses = Array.isArray(rec.tool_uses) ? rec.tool_uses : [];
       uses.forEach((tu, i) => newCall(t, batch, i, { id: tu && tu.id, name: tu && tu.name, input: tu && tu.input }));
-      applyHeld(t, batch);
       return;
     }
     case 'tool_event': {
       const e = rec.event || {};
       const batch = t.byBatchId.get(String(e.batch_id));
-      if (batch) {
-        applyEvent(batch, e, rec.at);
-        return;
-      }
-      // Its batch_started line comes later (written when the batch ends, with password redaction:
-      // docs/RECORDING.md "When it is written"): held until then, within bounds.
-      const id = String(e.batch_id);
-      let held = t.held.get(id);
-      if (!held) {
-        if (t.held.size >= LIMITS.heldBatches) return;
-        held = [];
-        t.held.set(id, held);
-      }
-      if (held.length < LIMITS.heldEvents) held.push({ e, at: rec.at });
+      if (batch) applyEvent(batch, e, rec.at);
       return;
     }
     case 'batch_finished': {
       const r = rec.result || {};
       let batch = t.byBatchId.get(String(r.batch_id));
       if (!batch) {
-        // Its batch_started line was lost (or is past the bound): the result and the events name the calls.
-        const held = t.held.get(String(r.batch_id)) || [];
-        batch = newBatch(t, r.batch_id, held.length ? held[0].at : rec.at, 'batch');
-        if (!batch) return;
-        t.byBatchId.set(batch.batch_id, batch);
-        for (const tr of Array.isArray(r.tool_results) ? r.tool_results : []) {
-          const seen = held.find((h) => h.e.tool_use_id === tr.tool_use_id);
-          newCall(t, batch, batch.calls.length, { id: tr.tool_use_id, name: seen ? seen.e.name : '(unknown)' });
-        }
-        applyHeld(t, batch);
+        // Past the bound: counted at its batch_started line.
+        if (t.batches.length >= LIMITS.batchesKept) return;
+        // Its batch_started line was lost: the result alone still names the calls.
+        batch = newBatch(t, r.batch_id, rec.at, 'batch');
       }
       t.byBatchId.delete(batch.batch_id);
       batch.result = {
@@ -593,14 +568,6 @@ function applyEvent(batch, e, at) {
   if (typeof e.duration_ms === 'number') call.duration_ms = e.duration_ms;
   if (e.attempts) call.attempts = e.attempts;
   if (e.error) call.error = e.error;
-}
-
-/** The events held for a batch whose batch_started line came after them. */
-function applyHeld(t, batch) {
-  const held = t.held.get(batch.batch_id);
-  if (!held) return;
-  t.held.delete(batch.batch_id);
-  for (const { e, at } of held) applyEvent(batch, e, at);
 }
 
 /** For each call, the latest image returned at or before it. */
