@@ -15,7 +15,7 @@ import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { until } from './helpers/wait.ts';
 import { browserUse, startBrowserFixture } from './helpers/web.ts';
 import { createLogger } from '../src/log.ts';
-import { RecordingStore } from '../src/recording/store.ts';
+import { emptySummary, RecordingStore } from '../src/recording/store.ts';
 import type { BatchResult } from '../src/protocol.ts';
 
 interface Line {
@@ -268,18 +268,7 @@ describe('recordings', () => {
 
 describe('recording retention', () => {
   const log = createLogger('error', () => undefined);
-  const summary = (id: string, started: number) => ({
-    id,
-    session_id: id,
-    started_at: started,
-    ended_at: started,
-    batches: 0,
-    calls: 0,
-    failures: 0,
-    cancelled: 0,
-    files: [],
-    images: 0,
-  });
+  const summary = (id: string, started: number) => ({ ...emptySummary(id, id, started), ended_at: started });
 
   test('the oldest finished recordings go first, by count and by bytes; live ones stay', async () => {
     const root = await mkdtemp(join(tmpdir(), 'deskbatch-rec-ret-'));

@@ -385,6 +385,7 @@ describe('viewer on a real daemon (no display)', () => {
     for (const [path, type] of [
       ['/viewer', 'text/html'],
       ['/viewer/app.js', 'text/javascript'],
+      ['/viewer/common.js', 'text/javascript'],
       ['/viewer/app.css', 'text/css'],
       ['/viewer/replay', 'text/html'],
       ['/viewer/replay.js', 'text/javascript'],

@@ -292,12 +292,13 @@ async function logTail(path: string): Promise<string> {
   }
 }
 
-function exitDescription(code: number | null, signal: NodeJS.Signals | null): string {
+/** How a child ended, for messages: `was killed by SIGKILL`, `exited with code 1`. */
+export function exitDescription(code: number | null, signal: NodeJS.Signals | null): string {
   return signal ? `was killed by ${signal}` : `exited with code ${code}`;
 }
 
 /** Resolves when `child` has exited (immediately if it already has). */
-function exited(child: ChildProcess): Promise<void> {
+export function exited(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => child.once('exit', () => resolve()));
 }
@@ -317,7 +318,7 @@ async function terminate(child: ChildProcess): Promise<void> {
 }
 
 /** Resolves with 'done' when `promise` settles first, with 'deadline' after `ms`. */
-async function raceDeadline(promise: Promise<void>, ms: number): Promise<'done' | 'deadline'> {
+export async function raceDeadline(promise: Promise<void>, ms: number): Promise<'done' | 'deadline'> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<'deadline'>((resolve) => {
     timer = setTimeout(() => resolve('deadline'), ms);

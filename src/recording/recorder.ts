@@ -21,7 +21,14 @@ import { PROTOCOL_VERSION, type BatchResult, type ResultBlock, type ToolUse } fr
 import { orAfter } from '../resilience.ts';
 import { DESKBATCH_VERSION } from '../version.ts';
 import { sanitizeId } from '../screenshot-store.ts';
-import { IMAGES_DIR, listFiles, TRAJECTORY_FILE, type RecordingStore, type RecordingSummary } from './store.ts';
+import {
+  emptySummary,
+  IMAGES_DIR,
+  listFiles,
+  TRAJECTORY_FILE,
+  type RecordingStore,
+  type RecordingSummary,
+} from './store.ts';
 
 export const TRAJECTORY_FORMAT = 'deskbatch.trajectory';
 export const TRAJECTORY_VERSION = 1;
@@ -122,17 +129,7 @@ class SessionRecording {
     first: object,
   ) {
     const at = Date.now();
-    this.summary = {
-      id,
-      session_id: (first as { session_id: string }).session_id,
-      started_at: at,
-      batches: 0,
-      calls: 0,
-      failures: 0,
-      cancelled: 0,
-      files: [],
-      images: 0,
-    };
+    this.summary = emptySummary(id, (first as { session_id: string }).session_id, at);
     this.queue = open(join(dir, TRAJECTORY_FILE), 'a', 0o600).then((fh) => (this.file = fh));
     this.line({ type: 'recording', at, ...first });
   }

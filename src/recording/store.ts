@@ -255,12 +255,12 @@ async function readSummary(dir: string): Promise<RecordingSummary | undefined> {
   }
 }
 
-/** Counts a trajectory's batches, calls and failures, and lists the folder's files. */
-export async function summarizeFolder(id: string, dir: string, fallbackStart: number): Promise<RecordingSummary> {
-  const summary: RecordingSummary = {
+/** A recording's summary before anything was counted. */
+export function emptySummary(id: string, sessionId: string, startedAt: number): RecordingSummary {
+  return {
     id,
-    session_id: id,
-    started_at: fallbackStart,
+    session_id: sessionId,
+    started_at: startedAt,
     batches: 0,
     calls: 0,
     failures: 0,
@@ -268,6 +268,11 @@ export async function summarizeFolder(id: string, dir: string, fallbackStart: nu
     files: [],
     images: 0,
   };
+}
+
+/** Counts a trajectory's batches, calls and failures, and lists the folder's files. */
+export async function summarizeFolder(id: string, dir: string, fallbackStart: number): Promise<RecordingSummary> {
+  const summary = emptySummary(id, id, fallbackStart);
   const text = await readFile(join(dir, TRAJECTORY_FILE), 'utf8').catch(() => '');
   for (const line of text.split('\n')) {
     let rec: {

@@ -29,7 +29,7 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, chmodSync, closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { resolve } from 'node:path';
-import { dieWithParent, trackChild } from '../desktop/xvfb.ts';
+import { dieWithParent, exitDescription, exited, raceDeadline, trackChild } from '../desktop/xvfb.ts';
 import type { Logger } from '../log.ts';
 
 /**
@@ -288,29 +288,6 @@ export function cueText(title: string): string {
   if (chars.length > MAX_TITLE_CHARS) text = `${chars.slice(0, MAX_TITLE_CHARS - 1).join('')}…`;
   if (text === '') text = '(untitled)';
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
-}
-
-/** Resolves when `child` has exited (at once if it has). */
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once('exit', () => resolve()));
-}
-
-/** Resolves with 'done' when `promise` settles first, with 'deadline' after `ms`. */
-async function raceDeadline(promise: Promise<void>, ms: number): Promise<'done' | 'deadline'> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<'deadline'>((resolve) => {
-    timer = setTimeout(() => resolve('deadline'), ms);
-  });
-  try {
-    return await Promise.race([promise.then(() => 'done' as const), deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-function exitDescription(code: number | null, signal: NodeJS.Signals | null): string {
-  return signal ? `was killed by ${signal}` : `exited with code ${code}`;
 }
 
 /** ffmpeg's stderr, line by line: what start() waits for, the tail for errors, warnings to the log. */

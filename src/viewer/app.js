@@ -10,10 +10,10 @@
  * form; kept in sessionStorage only (gone when the tab closes).
  */
 /* global document, location, history, sessionStorage, WebSocket, requestAnimationFrame */
+import { el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
 
 const SUBPROTOCOL = 'deskbatch.viewer.v1';
 const TOKEN_PREFIX = 'deskbatch.token.';
-const TOKEN_KEY = 'deskbatch.viewer.token';
 const FEED_PATH = '/viewer/feed';
 const MEDIA_TYPES = new Set(['image/png', 'image/jpeg', 'image/webp', 'image/gif']);
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -33,14 +33,6 @@ const ui = {
   caption: byId('shot-caption'),
   sessions: byId('sessions'),
 };
-
-/** Creates an element; text goes in through textContent only. */
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  return node;
-}
 
 const model = {
   /** id → session view, in the order first seen. */
@@ -76,23 +68,11 @@ function takeTokenFromFragment() {
 }
 
 function showLogin(message) {
-  ui.login.hidden = false;
-  ui.forget.hidden = true;
-  ui.loginMessage.textContent = message || '';
-  ui.token.value = '';
-  ui.token.focus();
+  showLoginForm(ui, message);
   setState('no-token', 'not connected');
 }
 
-ui.login.addEventListener('submit', (event) => {
-  event.preventDefault();
-  const token = ui.token.value.trim();
-  ui.token.value = '';
-  if (!token) return;
-  sessionStorage.setItem(TOKEN_KEY, token);
-  ui.login.hidden = true;
-  connect();
-});
+onLogin(ui, connect);
 
 ui.forget.addEventListener('click', () => {
   sessionStorage.removeItem(TOKEN_KEY);

@@ -17,8 +17,8 @@
  * form.
  */
 /* global document, location, history, sessionStorage */
+import { el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
 
-const TOKEN_KEY = 'deskbatch.viewer.token';
 const RECORDINGS_PATH = '/recordings';
 
 /** What the page keeps and renders at most (docs/VIEWER.md "Replay", Bounds). */
@@ -84,14 +84,6 @@ const ui = {
   batches: byId('batches'),
   moreBatches: byId('more-batches'),
 };
-
-/** Creates an element; text goes in through textContent only. */
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  return node;
-}
 
 // ---- formatting
 
@@ -224,26 +216,14 @@ function setState(state, text) {
 }
 
 function showLogin(message) {
-  ui.login.hidden = false;
-  ui.forget.hidden = true;
+  showLoginForm(ui, message);
   ui.list.hidden = true;
   ui.player.hidden = true;
   ui.recordings.replaceChildren();
-  ui.loginMessage.textContent = message || '';
-  ui.token.value = '';
-  ui.token.focus();
   setState('no-token', 'no token');
 }
 
-ui.login.addEventListener('submit', (event) => {
-  event.preventDefault();
-  const token = ui.token.value.trim();
-  ui.token.value = '';
-  if (!token) return;
-  sessionStorage.setItem(TOKEN_KEY, token);
-  ui.login.hidden = true;
-  void loadList();
-});
+onLogin(ui, () => void loadList());
 
 ui.forget.addEventListener('click', () => {
   sessionStorage.removeItem(TOKEN_KEY);
