@@ -207,6 +207,30 @@ describe('recordings', () => {
     assert.deepEqual(await readdir(dir), [failed]);
   });
 
+  test('a live recording that reaches the byte budget stops growing, and says so; once finished, retention removes it', async () => {
+    const dir = await newDir();
+    const td = await daemon(dir, { retention: { maxBytes: 4_000 } });
+    try {
+      const c = await td.connect();
+      const id = (await c.hello()).session_id;
+      await c.batch('b1', [use('screenshot', {}, 'toolu_big1')]); // a PNG larger than the whole budget
+      const all = await until('the stopped line', async () => {
+        const got = await lines(dir, id).catch(() => []);
+        return got.some((l) => l.type === 'stopped') && got;
+      });
+      await c.batch('b2', [use('cursor_position', {}, 'toolu_after1')]);
+      const after = await lines(dir, id);
+      assert.equal(after.at(-1)!.type, 'stopped', 'nothing is written after it');
+      assert.equal(after.at(-1)!.reason, 'byte_budget');
+      assert.equal(after.length, all.length);
+      assert.ok(!JSON.stringify(after).includes('toolu_after1'), 'the later batch is not in the recording');
+    } finally {
+      await td.close();
+    }
+    // Finished, it is over the budget on its own: retention removes it.
+    assert.deepEqual(await readdir(dir), []);
+  });
+
   test('recordings are served only with the token, and only the files a recording writes', async () => {
     const dir = await newDir();
     const td = await daemon(dir);

@@ -115,6 +115,8 @@ class SessionRecording {
   private bytes = 0;
   private stopped = false;
   private video: Promise<VideoHandle | undefined> | undefined;
+  /** The video once it runs. */
+  private videoNow: VideoHandle | undefined;
   private readonly callStarts = new Map<string, { name: string; at: number }>();
   /** batch_started lines held until the batch ends, when password redaction needs to know which calls were secret. */
   private readonly heldBatches = new Map<string, { at: number; toolUses: readonly ToolUse[]; events: object[] }>();
@@ -145,6 +147,7 @@ class SessionRecording {
     if (this.stopped) return;
     const text = `${JSON.stringify(record)}\n`;
     this.enqueue(async () => {
+      if (this.stopped) return; // the budget was reached by a write queued before this line
       await this.file?.write(text);
       this.count('trajectory', Buffer.byteLength(text));
     });
@@ -155,7 +158,8 @@ class SessionRecording {
     this.deps.store.grew(this.id, bytes);
     this.deps.onBytes?.(artifact, bytes);
     const max = this.deps.settings.retention.maxBytes;
-    if (!this.stopped && this.bytes > max) {
+    // The video grows on its own (another process writes it): it counts toward the budget as it is now.
+    if (!this.stopped && this.bytes + (this.videoNow?.bytes() ?? 0) > max) {
       // A live recording is never removed by retention; past the whole budget it stops growing instead.
       this.deps.log.warn('a recording reached the recordings byte budget; it stops here', {
         recording: this.id,
@@ -232,6 +236,7 @@ class SessionRecording {
     });
     this.video = started;
     void started.then((v) => {
+      this.videoNow = v;
       if (v)
         this.line({ type: 'video', at: Date.now(), path: 'video.mp4', chapters: 'video.vtt', started_at: v.startedAt });
     });
@@ -284,6 +289,7 @@ class SessionRecording {
     const record = { type: 'batch_finished', at, result: { ...rest, tool_results: toolResults } };
     this.enqueue(async () => {
       for (const w of writes) {
+        if (this.stopped) return;
         const fh = await open(w.path, 'wx', 0o600);
         try {
           await fh.write(w.data);
