@@ -47,6 +47,8 @@ export const DEFAULT_IMAGE_TOLERANCE = 8;
 /** The thumbnail both images are reduced to before they are compared (16:10, as the default display). */
 export const THUMBNAIL = { width: 32, height: 20 } as const;
 /** How long one batch may take before replay cancels it. The daemon's own budget is 10 minutes by default. */
+/** How long the target daemon may take to welcome the replay's session (the daemon's own --desktop-wait-ms default). */
+const HELLO_TIMEOUT_MS = 120_000;
 export const DEFAULT_BATCH_TIMEOUT_MS = 11 * 60_000;
 /** Longest message or text quoted in a report entry; longer ones are cut with `…`. */
 const QUOTE_MAX = 500;
@@ -375,6 +377,9 @@ class Replay {
         token: this.options.token,
         clientName: 'deskbatch-replay/1',
         events: false,
+        // A pooled daemon may build the session's desktop first (Xvfb, the worker, Chromium): seconds, more on
+        // a busy host. Its `desktop_wait` frames reset this only while it queues.
+        handshakeTimeoutMs: HELLO_TIMEOUT_MS,
         ...(this.tools ? { agentTools: this.tools } : {}),
         // The recorded display size, so screenshots and coordinates are the recording's.
         ...(this.display ? { desktop: { display: this.display } } : {}),
