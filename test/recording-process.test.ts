@@ -5,7 +5,8 @@
  * long as the session's computer part ran with a chapter per call, and the
  * browser's trace with the calls as named steps. Killed with SIGKILL in the
  * middle of a session, the daemon takes its ffmpeg with it and leaves a
- * video that still plays and a trajectory whose every whole line parses.
+ * video that still plays and a trajectory whose every whole line parses; the
+ * browser's trace working files it left are swept by the next daemon.
  */
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
@@ -20,6 +21,8 @@ import { fragments, isRunning, openTrace, parseVtt, probe, steps } from './helpe
 import { until } from './helpers/wait.ts';
 import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
 import type { BatchResult, ServerMessage, ToolUse, Welcome } from '../src/protocol.ts';
+import { TraceFolder } from '../src/browser/trace-folder.ts';
+import { createLogger } from '../src/log.ts';
 
 /** A client for a daemon process: hello, then batches one at a time. */
 async function connect(url: string): Promise<{
@@ -52,6 +55,17 @@ async function ffmpegOf(daemon: number): Promise<number | undefined> {
     if (comm === 'ffmpeg' && ppid === daemon) return Number(name);
   }
   return undefined;
+}
+
+/** The browser trace folders (src/browser/trace-folder.ts) whose owner file names process `pid`. */
+async function tracesOwnedBy(pid: number): Promise<string[]> {
+  const found: string[] = [];
+  for (const name of await readdir(tmpdir())) {
+    if (!name.startsWith('deskbatch-traces-')) continue;
+    const owner = await readFile(join(tmpdir(), name, 'owner'), 'utf8').catch(() => '');
+    if (Number(owner.trim()) === pid) found.push(name);
+  }
+  return found;
 }
 
 describe('recording, as the operator runs it', () => {
@@ -181,6 +195,12 @@ describe('recording, as the operator runs it', () => {
       assert.ok(Number(p.streams[0]!.nb_read_frames) > 0, 'frames decode after the kill');
       assert.ok(Number(p.format.duration) > 0);
       const text = await readFile(join(dir, 'recordings', session, 'trajectory.jsonl'), 'utf8');
+      // The browser's trace working files (unredacted) outlive the killed daemon; the next one to start a
+      // browser sweeps them.
+      const left = await tracesOwnedBy(daemon.pid);
+      assert.equal(left.length, 1, 'the killed daemon left its browser trace folder');
+      await TraceFolder.sweepStale(createLogger('error', () => undefined));
+      assert.deepEqual(await tracesOwnedBy(daemon.pid), [], 'swept once its owner is gone');
       // The last piece is empty, or a line the kill cut short: every piece before it is a whole line.
       const whole = text.split('\n').slice(0, -1);
       assert.ok(whole.length >= 3);

@@ -7,7 +7,9 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdir, mkdtemp, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -17,6 +19,8 @@ import type { TraceOptions } from '../src/browser/session.ts';
 import { SharedDesktop } from '../src/desktops/pool.ts';
 import { redacted, rewriteTrace } from '../src/browser/trace-rewrite.ts';
 import { ZipFormatError, ZipReader, ZipWriter, crc32 } from '../src/browser/zip.ts';
+import { TraceFolder } from '../src/browser/trace-folder.ts';
+import { createLogger } from '../src/log.ts';
 import { openTrace, steps, type OpenedTrace, type TraceEvent } from './helpers/recording.ts';
 import type { TestClient } from './helpers/daemon.ts';
 import { until } from './helpers/wait.ts';
@@ -136,7 +140,7 @@ describe('the browser trace of a recorded session', () => {
     assert.ok(folder, "the browser has a folder for its traces' working files");
     const files = async () =>
       (await readdir(folder.dir, { recursive: true, withFileTypes: true }))
-        .filter((d) => d.isFile())
+        .filter((d) => d.isFile() && !(d.name === 'owner' && d.parentPath === folder.dir))
         .map((d) => d.name);
     assert.ok((await files()).length > 0, 'the running trace writes its files there');
     await end(s.client, s.path);
@@ -442,5 +446,41 @@ describe('the zip reader and writer', () => {
       ZipFormatError,
     );
     assert.equal(existsSync(out), false);
+  });
+});
+
+describe('browser trace folders a killed daemon left behind', () => {
+  test('are swept: ours whose owner is gone, or old ones without an owner; a running owner’s stay', async () => {
+    const root = await mkdtemp(join(tmpdir(), 'deskbatch-trace-sweep-'));
+    try {
+      // A process that has exited (and was reaped): its pid names no running process.
+      const child = spawn('true');
+      const gone = child.pid!;
+      await once(child, 'exit');
+      const folder = async (name: string, owner: string | undefined, ageMs = 0): Promise<string> => {
+        const dir = join(root, `deskbatch-traces-${name}`);
+        await mkdir(join(dir, 'resources'), { recursive: true });
+        await writeFile(join(dir, 'resources', 'body'), 'unredacted');
+        if (owner !== undefined) await writeFile(join(dir, 'owner'), owner);
+        if (ageMs) await utimes(dir, new Date(Date.now() - ageMs), new Date(Date.now() - ageMs));
+        return dir;
+      };
+      await folder('dead', `${gone}\n`);
+      await folder('live', `${process.pid}\n`, 3 * 3_600_000); // old, but its owner runs
+      await folder('old', undefined, 2 * 3_600_000);
+      await folder('young', undefined);
+      await mkdir(join(root, 'other-folder'));
+      await TraceFolder.sweepStale(
+        createLogger('error', () => undefined),
+        root,
+      );
+      assert.deepEqual((await readdir(root)).sort(), [
+        'deskbatch-traces-live',
+        'deskbatch-traces-young',
+        'other-folder',
+      ]);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
   });
 });

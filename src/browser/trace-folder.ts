@@ -6,12 +6,45 @@
  * when its trace is saved (BrowserSession.saveTrace). `resources/` files are
  * named by their content's hash and may be shared by traces of other
  * sessions that still run: those wait until no trace runs in this browser.
- * The whole folder goes with the browser.
+ * The whole folder goes with the browser, and with this process however it
+ * exits, but for SIGKILL: a folder whose owner (the pid in its `owner` file)
+ * is gone is swept when this process first makes one (sweepStale).
  */
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { rmSync } from 'node:fs';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from '../log.ts';
+
+const PREFIX = 'deskbatch-traces-';
+/** The file in each folder that names the process that made it. */
+const OWNER_FILE = 'owner';
+/** A folder without an owner file (made before it had one) counts as stale after this long. */
+const UNOWNED_STALE_MS = 60 * 60_000;
+let swept: Promise<void> | undefined;
+
+/** Folders of this process's browsers not removed yet: removed if the process exits first (one hook for all). */
+const liveDirs = new Set<string>();
+let exitHookInstalled = false;
+
+function ownDir(dir: string): void {
+  liveDirs.add(dir);
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', () => {
+    for (const d of liveDirs) rmSync(d, { recursive: true, force: true });
+  });
+}
+
+/** Whether process `pid` runs (a zombie counts as running: its parent has yet to reap it). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
 
 /** A file a trace wrote under the folder, as its zip names it: `resources/x` or `screencast/x`, nothing else. */
 const TRACE_FILE = /^(resources|screencast)\/[^/\\]+$/;
@@ -23,10 +56,37 @@ export class TraceFolder {
   private constructor(
     readonly dir: string,
     private readonly log: Logger,
-  ) {}
+  ) {
+    ownDir(dir);
+  }
 
   static async create(log: Logger): Promise<TraceFolder> {
-    return new TraceFolder(await mkdtemp(join(tmpdir(), 'deskbatch-traces-')), log);
+    swept ??= TraceFolder.sweepStale(log);
+    await swept;
+    const dir = await mkdtemp(join(tmpdir(), PREFIX));
+    await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`, { mode: 0o600 });
+    return new TraceFolder(dir, log);
+  }
+
+  /**
+   * Removes the trace folders a process killed with SIGKILL left behind (they hold unredacted trace files):
+   * ours (this uid), whose owner no longer runs, or, without an owner file, older than an hour. Another
+   * running daemon's folders are left alone. Returns nothing; a folder it cannot read is skipped.
+   */
+  static async sweepStale(log: Logger, root = tmpdir()): Promise<void> {
+    const uid = process.getuid?.();
+    for (const name of await readdir(root).catch(() => [] as string[])) {
+      if (!name.startsWith(PREFIX)) continue;
+      const dir = join(root, name);
+      const s = await stat(dir).catch(() => undefined);
+      if (!s?.isDirectory() || (uid !== undefined && s.uid !== uid)) continue;
+      const owner = Number((await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => '')).trim());
+      const stale =
+        Number.isSafeInteger(owner) && owner > 0 ? !alive(owner) : Date.now() - s.mtimeMs > UNOWNED_STALE_MS;
+      if (!stale) continue;
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      log.info('removed a browser trace folder a killed daemon left behind', { folder: name });
+    }
   }
 
   /** A trace started in this browser. */
@@ -57,6 +117,7 @@ export class TraceFolder {
 
   /** With the browser: everything still in it. */
   async remove(): Promise<void> {
+    liveDirs.delete(this.dir);
     await rm(this.dir, { recursive: true, force: true }).catch((err: unknown) =>
       this.log.warn('could not remove the browser trace folder', { error: String(err) }),
     );
