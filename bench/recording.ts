@@ -12,10 +12,12 @@
  *
  * `BENCH_ONLY=recording` runs this section alone.
  */
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { processCpuSeconds } from '../src/recording/video.ts';
 import { startTestDisplay } from '../test/helpers/display.ts';
+import { ffmpegOf } from '../test/helpers/recording.ts';
 import { nextId, toolUse, type BenchClient } from './client.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
 import { figure, interleave, progress, round2, type Figure } from './stats.ts';
@@ -34,29 +36,6 @@ export interface RecordingReport {
 const SIZE = { width: 1280, height: 800 };
 const SESSION_MS = Number(process.env.BENCH_RECORDING_SESSION_MS ?? 60_000);
 const FPS = 5;
-/** Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ: 100 on Linux). */
-const USER_HZ = 100;
-
-/** utime + stime of a process, in seconds, or undefined when it is gone. */
-async function cpuSeconds(pid: number): Promise<number | undefined> {
-  const text = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
-  if (!text) return undefined;
-  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / USER_HZ;
-}
-
-/** The ffmpeg the daemon `parent` started (the recording's video), if one runs. */
-async function ffmpegOf(parent: number): Promise<number | undefined> {
-  for (const name of await readdir('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const text = await readFile(`/proc/${name}/stat`, 'utf8').catch(() => '');
-    const comm = /\(([^)]*)\)/.exec(text)?.[1];
-    const ppid = Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]);
-    if (comm === 'ffmpeg' && ppid === parent) return Number(name);
-  }
-  return undefined;
-}
-
 async function bytesUnder(path: string): Promise<number> {
   const s = await stat(path).catch(() => undefined);
   if (!s) return 0;
@@ -112,7 +91,7 @@ export async function recordingSection(pageUrl: string): Promise<RecordingReport
     const session = await recorded.connect();
     await session.batch(nextId('rec'), [toolUse('computer', 'screenshot')]); // the video starts here
     const ffmpeg = await ffmpegOf(recorded.pid);
-    const cpu0 = ffmpeg ? await cpuSeconds(ffmpeg) : undefined;
+    const cpu0 = ffmpeg ? processCpuSeconds(ffmpeg) : undefined;
     const t0 = performance.now();
     for (let i = 0; performance.now() - t0 < SESSION_MS; i++) {
       const tick = performance.now();
@@ -128,7 +107,7 @@ export async function recordingSection(pageUrl: string): Promise<RecordingReport
       await sleep(Math.max(0, 1_000 - (performance.now() - tick)));
     }
     const seconds = (performance.now() - t0) / 1000;
-    const cpu1 = ffmpeg ? await cpuSeconds(ffmpeg) : undefined;
+    const cpu1 = ffmpeg ? processCpuSeconds(ffmpeg) : undefined;
     session.close();
     // The session ends after the resume window; its recording is finalised then (summary.json written).
     const folder = await waitForNewRecording(recorded.recordingsDir, before);

@@ -17,7 +17,7 @@ import { RecordingClient } from './helpers/ws-client.ts';
 import { computerUse as use, TEST_TOKEN } from './helpers/daemon.ts';
 import { startDaemonProcess, type DaemonProcess } from './helpers/daemon-process.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { fragments, isRunning, openTrace, parseVtt, probe, steps } from './helpers/recording.ts';
+import { ffmpegOf, fragments, isRunning, openTrace, parseVtt, probe, steps } from './helpers/recording.ts';
 import { until } from './helpers/wait.ts';
 import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
 import type { BatchResult, ServerMessage, ToolUse, Welcome } from '../src/protocol.ts';
@@ -43,18 +43,6 @@ async function connect(url: string): Promise<{
     },
     close: () => client.terminate(),
   };
-}
-
-/** The ffmpeg a daemon process started for its video. */
-async function ffmpegOf(daemon: number): Promise<number | undefined> {
-  for (const name of await readdir('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const text = await readFile(`/proc/${name}/stat`, 'latin1').catch(() => '');
-    const comm = /\(([^)]*)\)/.exec(text)?.[1];
-    const ppid = Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]);
-    if (comm === 'ffmpeg' && ppid === daemon) return Number(name);
-  }
-  return undefined;
 }
 
 /** The browser trace folders (src/browser/trace-folder.ts) whose owner file names process `pid`. */

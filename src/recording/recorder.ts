@@ -18,6 +18,7 @@ import type { RecordingSettings } from '../config.ts';
 import type { DesktopResources } from '../desktops/desktop.ts';
 import type { Logger } from '../log.ts';
 import { PROTOCOL_VERSION, type BatchResult, type ResultBlock, type ToolUse } from '../protocol.ts';
+import { redacted } from '../browser/trace-rewrite.ts';
 import { orAfter } from '../resilience.ts';
 import { DESKBATCH_VERSION } from '../version.ts';
 import { sanitizeId } from '../screenshot-store.ts';
@@ -83,9 +84,6 @@ export interface ImageFileBlock {
   sha256: string;
 }
 
-/** `[N characters]`: what a redacted text becomes. */
-export const redactedText = (text: string): string => `[${[...text].length} characters]`;
-
 /**
  * A batch's tool_uses with typed text replaced (docs/RECORDING.md "Privacy"): `type` (both toolsets), the
  * browser's `form_input` value, and the older `computer` tool's `type` action. `secret` names the calls whose
@@ -103,7 +101,7 @@ export function redactToolUses(toolUses: readonly ToolUse[], all: boolean, secre
           : undefined;
     const value = field ? input[field] : undefined;
     if (field === undefined || value === undefined || typeof value === 'boolean') return tu;
-    return { ...tu, input: { ...input, [field]: redactedText(String(value)) } };
+    return { ...tu, input: { ...input, [field]: redacted(String(value)) } };
   });
 }
 

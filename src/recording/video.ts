@@ -361,6 +361,19 @@ class FfmpegOutput {
   }
 }
 
+/** CPU seconds (user + system) process `pid` used so far, from /proc/<pid>/stat; undefined when it is gone. */
+export function processCpuSeconds(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may hold spaces and parentheses): state is field 3, utime 14, stime 15.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    return Number.isFinite(ticks) ? ticks / CLOCK_TICKS : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export class DesktopVideo {
   /** Whether ffmpeg with x11grab and libx264 is installed (checked once, cached). */
   static available(): Promise<boolean> {
@@ -572,15 +585,7 @@ export class DesktopVideo {
   cpuSeconds(): number {
     const pid = this.pid;
     if (pid === undefined) return this.lastCpuSeconds;
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      // Fields after the command name (which may hold spaces and parentheses): state is field 3, utime 14, stime 15.
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const ticks = Number(fields[11]) + Number(fields[12]);
-      if (Number.isFinite(ticks)) this.lastCpuSeconds = ticks / CLOCK_TICKS;
-    } catch {
-      // exited meanwhile
-    }
+    this.lastCpuSeconds = processCpuSeconds(pid) ?? this.lastCpuSeconds; // undefined: it exited meanwhile
     return this.lastCpuSeconds;
   }
 

@@ -9,8 +9,8 @@
  * to the server) and then removed from the address bar, or typed into the
  * form; kept in sessionStorage only (gone when the tab closes).
  */
-/* global document, location, history, sessionStorage, WebSocket, requestAnimationFrame */
-import { el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+/* global location, history, sessionStorage, WebSocket, requestAnimationFrame */
+import { byId, el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
 
 const SUBPROTOCOL = 'deskbatch.viewer.v1';
 const TOKEN_PREFIX = 'deskbatch.token.';
@@ -21,7 +21,6 @@ const CLOSE_READ_ONLY = 1008;
 const CLOSE_TOO_MANY_VIEWERS = 1013;
 const MAX_RETRY_MS = 30_000;
 
-const byId = (id) => document.getElementById(id);
 const ui = {
   state: byId('state'),
   dropped: byId('dropped'),

@@ -8,6 +8,9 @@
 /** Both pages keep the token under this key: one login serves both in a tab. */
 export const TOKEN_KEY = 'deskbatch.viewer.token';
 
+/** The page's element with this id. */
+export const byId = (id) => document.getElementById(id);
+
 /** Creates an element; text goes in through textContent only. */
 export function el(tag, className, text) {
   const node = document.createElement(tag);

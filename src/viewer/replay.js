@@ -17,7 +17,7 @@
  * form.
  */
 /* global document, location, history, sessionStorage */
-import { el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+import { byId, el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
 
 const RECORDINGS_PATH = '/recordings';
 
@@ -54,7 +54,6 @@ const LIMITS = {
 const IMAGE_PATH = /^images\/[A-Za-z0-9_-]{1,200}\.(?:png|jpg|webp|gif)$/;
 const TRACE_FILE = /^trace(?:-\d{1,4})?\.zip$/;
 
-const byId = (id) => document.getElementById(id);
 const ui = {
   state: byId('state'),
   forget: byId('forget'),

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
 import { ZipReader } from '../../src/browser/zip.ts';
 
 export interface Probe {
@@ -81,6 +82,18 @@ export function parseVtt(text: string): Cue[] {
     assert.ok(m, `a timing line: ${lines[0]}`);
     return { start: ms(m[1]!), end: ms(m[2]!), text: lines[1]! };
   });
+}
+
+/** The ffmpeg process `parent` started (a recording's video), if one runs. */
+export async function ffmpegOf(parent: number): Promise<number | undefined> {
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const text = await readFile(`/proc/${name}/stat`, 'latin1').catch(() => '');
+    const comm = /\(([^)]*)\)/.exec(text)?.[1];
+    const ppid = Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]);
+    if (comm === 'ffmpeg' && ppid === parent) return Number(name);
+  }
+  return undefined;
 }
 
 /** Pids of running processes whose command line mentions `needle`. */
