@@ -30,7 +30,7 @@ import type { DesktopResources, PartsFactory } from './desktops/desktop.ts';
 import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktops/pool.ts';
 import type { Ops } from './ops/index.ts';
 import { resolve } from 'node:path';
-import { createViewer } from './viewer/index.ts';
+import { createViewer, type ViewerDeps } from './viewer/index.ts';
 import { RecordingStore } from './recording/store.ts';
 import { Recorder, type Artifact, type VideoStarter } from './recording/recorder.ts';
 import { DesktopVideo } from './recording/video.ts';
@@ -71,7 +71,12 @@ function checkDisabled(names: readonly string[]): void {
 /** How long a welcome waits for a fresh display size before it uses the last one known. */
 const WELCOME_GEOMETRY_WAIT_MS = 250;
 
-export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
+/** Beside the configuration: the viewer's takeover page side (the tests turn it on without the CLI). */
+export interface StartOptions {
+  viewer?: Pick<ViewerDeps, 'takeover'>;
+}
+
+export async function startDaemon(config: DaemonConfig, log: Logger, options: StartOptions = {}): Promise<Daemon> {
   checkDisabled(config.disabledMembers);
   checkEnabled(config.browserSettings.enable);
   const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
@@ -192,7 +197,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const routes: HttpRoute[] = [];
   const sockets: SocketRoute[] = [];
   // The live viewer: GET /viewer (the page) and its feed /viewer/feed (docs/VIEWER.md).
-  const viewer = createViewer({ activity, log: log.child({ component: 'viewer' }) });
+  const viewer = createViewer({ activity, log: log.child({ component: 'viewer' }), ...options.viewer });
   routes.push(...viewer.routes);
   sockets.push(viewer.socket);
   // Session recordings (docs/RECORDING.md): written as the activity goes by, served behind the token.

@@ -138,6 +138,8 @@ export type FeedMessage =
       /** Updates this viewer missed because its connection was backed up. */
       dropped: number;
       limits: { entries: number; image_bytes: number; input_chars: number };
+      /** Human takeover is on: the page opens the control socket (docs/VIEWER.md "Takeover"). */
+      takeover: boolean;
     }
   | { type: 'session'; session: SessionView }
   | { type: 'entries'; entries: TimelineEntry[] }
@@ -206,6 +208,8 @@ export interface ViewerFeedDeps {
   activity: ActivityHub;
   log: Logger;
   limits?: Partial<ViewerLimits>;
+  /** Told to every viewer in the snapshot (`takeover`); default false. */
+  takeover?: boolean;
 }
 
 export class ViewerFeed {
@@ -313,6 +317,7 @@ export class ViewerFeed {
         image_bytes: this.limits.maxImageBytes,
         input_chars: this.limits.maxInputChars,
       },
+      takeover: this.deps.takeover === true,
     };
   }
 

@@ -13,6 +13,10 @@
  * - `/viewer/feed`: the WebSocket the page reads (feed.ts), behind the usual
  *   handshake checks plus a same-origin exception for the page itself; the
  *   token travels as the `deskbatch.token.<token>` subprotocol.
+ * - `GET /viewer/novnc/core/…`, `/viewer/novnc/vendor/…`: with takeover on
+ *   (`ViewerDeps.takeover`), noVNC's modules for the page's live desktop view
+ *   (novnc.ts), static, no token, under the same policy; 404 when noVNC is
+ *   not installed, and no such route when takeover is off.
  */
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -20,12 +24,16 @@ import type { ActivityHub } from '../activity.ts';
 import type { Logger } from '../log.ts';
 import type { HttpRoute, SocketRoute } from '../server/server.ts';
 import { VIEWER_FEED_PATH, VIEWER_SUBPROTOCOL, ViewerFeed, type ViewerLimits } from './feed.ts';
+import { DEFAULT_NOVNC_DIR, loadNovnc, type NovncFiles } from './novnc.ts';
 
 export { VIEWER_FEED_PATH, VIEWER_SUBPROTOCOL, ViewerFeed } from './feed.ts';
 export type { FeedMessage, ImageView, SessionView, TimelineEntry, ViewerLimits } from './feed.ts';
 
 export const VIEWER_PATH = '/viewer';
 export const REPLAY_PATH = '/viewer/replay';
+/** noVNC's modules (`core/…`, `vendor/…`) are served under this path when takeover is on. */
+export const NOVNC_PATH = '/viewer/novnc';
+export { DEFAULT_NOVNC_DIR } from './novnc.ts';
 
 /** A Host header we are willing to write into the CSP: a host name or IP literal and a port, nothing else. */
 const PLAIN_HOST = /^(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/;
@@ -68,6 +76,11 @@ export interface ViewerDeps {
   activity: ActivityHub;
   log: Logger;
   limits?: Partial<ViewerLimits>;
+  /**
+   * Human takeover is on (docs/VIEWER.md "Takeover"): the feed's snapshot says so, and noVNC's modules
+   * are served from `novncDir` (default DEFAULT_NOVNC_DIR, Debian's package `novnc`). Absent: off.
+   */
+  takeover?: { novncDir?: string };
 }
 
 export interface Viewer {
@@ -76,6 +89,8 @@ export interface Viewer {
   routes: HttpRoute[];
   /** Push onto the daemon's `sockets`. */
   socket: SocketRoute;
+  /** With takeover on: what was read of noVNC (or why it could not be). */
+  novnc?: NovncFiles;
   close(): void;
 }
 
@@ -91,7 +106,12 @@ const ASSETS = [
 
 /** Reads the page's files (once, here) and starts observing the activity hub. */
 export function createViewer(deps: ViewerDeps): Viewer {
-  const feed = new ViewerFeed(deps);
+  const feed = new ViewerFeed({
+    activity: deps.activity,
+    log: deps.log,
+    ...(deps.limits ? { limits: deps.limits } : {}),
+    takeover: deps.takeover !== undefined,
+  });
   const routes = ASSETS.map(({ path, file, type }): HttpRoute => {
     const body = readFileSync(new URL(file, import.meta.url));
     return {
@@ -102,11 +122,38 @@ export function createViewer(deps: ViewerDeps): Viewer {
         void res.writeHead(200, securityHeaders(req, type)).end(body),
     };
   });
+  let novnc: NovncFiles | undefined;
+  if (deps.takeover) {
+    novnc = loadNovnc(deps.takeover.novncDir ?? DEFAULT_NOVNC_DIR);
+    if (novnc.ok) deps.log.info('viewer: noVNC served for takeover', { dir: novnc.dir, files: novnc.files.size });
+    else deps.log.warn('viewer: noVNC not usable; takeover has no live view', { dir: novnc.dir, reason: novnc.reason });
+    routes.push(novncRoute(novnc));
+  }
   const socket: SocketRoute = {
     path: VIEWER_FEED_PATH,
     subprotocol: VIEWER_SUBPROTOCOL,
     sameOrigin: true,
     handle: (ws, req) => feed.attach(ws, req),
   };
-  return { feed, routes, socket, close: () => feed.close() };
+  return { feed, routes, socket, ...(novnc ? { novnc } : {}), close: () => feed.close() };
+}
+
+/** `/viewer/novnc/<key>`: a file of the map by its exact key (no decoding, no normalising), else 404. */
+function novncRoute(novnc: NovncFiles): HttpRoute {
+  const files = novnc.ok ? novnc.files : new Map<string, Buffer>();
+  return {
+    method: 'GET',
+    path: NOVNC_PATH,
+    prefix: true,
+    auth: 'none',
+    handle(req, res) {
+      const path = (req.url ?? '').split('?')[0] ?? '';
+      const body = files.get(path.slice(NOVNC_PATH.length + 1));
+      if (!body) {
+        res.writeHead(404, securityHeaders(req, 'text/plain; charset=utf-8')).end('not found\n');
+        return;
+      }
+      res.writeHead(200, securityHeaders(req, 'text/javascript; charset=utf-8')).end(body);
+    },
+  };
 }

@@ -7,7 +7,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { resolveConfig, type DaemonConfig } from '../../src/config.ts';
-import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import { startDaemon, type Daemon, type StartOptions } from '../../src/daemon.ts';
 import { createLogger } from '../../src/log.ts';
 import type {
   BatchResult,
@@ -49,7 +49,7 @@ export interface TestDaemon {
   close(): Promise<void>;
 }
 
-export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDaemon> {
+export async function startTestDaemon(overrides: Overrides = {}, options: StartOptions = {}): Promise<TestDaemon> {
   const screenshotsDir = await mkdtemp(join(tmpdir(), 'deskbatch-shots-'));
   const config = resolveConfig({
     port: 0,
@@ -75,7 +75,7 @@ export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDa
   const closeLog = (): Promise<void> => new Promise((resolve) => logFile.end(resolve));
   let daemon: Daemon;
   try {
-    daemon = await startDaemon(config, log);
+    daemon = await startDaemon(config, log, options);
   } catch (err) {
     await closeLog();
     throw err;
