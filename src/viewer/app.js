@@ -11,6 +11,7 @@
  */
 /* global location, history, sessionStorage, WebSocket, requestAnimationFrame */
 import { byId, el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+import { decorateSessions, setTakeover, stopTakeover } from './takeover.js';
 
 const SUBPROTOCOL = 'deskbatch.viewer.v1';
 const TOKEN_PREFIX = 'deskbatch.token.';
@@ -77,6 +78,7 @@ ui.forget.addEventListener('click', () => {
   sessionStorage.removeItem(TOKEN_KEY);
   everConnected = false;
   clearTimeout(retryTimer);
+  stopTakeover();
   const s = socket;
   socket = undefined;
   if (s) s.close(1000);
@@ -159,6 +161,8 @@ function receive(message) {
       everConnected = true;
       retryMs = 1000;
       setState('connected', 'connected');
+      // Human takeover (takeover.js): its control socket and view, only when the daemon allows it.
+      setTakeover(message.takeover === true, message.now);
       break;
     case 'session':
       model.sessions.set(message.session.id, message.session);
@@ -196,6 +200,7 @@ function render() {
   ui.dropped.textContent = `${model.dropped} update${model.dropped === 1 ? '' : 's'} dropped (slow connection)`;
   renderImage();
   renderSessions();
+  decorateSessions();
 }
 
 const time = (at) => (typeof at === 'number' ? new Date(at).toLocaleTimeString() : '');

@@ -2,7 +2,8 @@
  * The live viewer (docs/VIEWER.md): a read-only page on the daemon's own port
  * where an operator watches the desktop and each session's batches.
  *
- * - `GET /viewer`, `/viewer/app.js`, `/viewer/common.js` (what both pages share), `/viewer/app.css`: static files read at
+ * - `GET /viewer`, `/viewer/app.js`, `/viewer/common.js` (what both pages share), `/viewer/takeover.js`
+ *   (the takeover part of the live page), `/viewer/app.css`: static files read at
  *   start, served without a token (they hold no data and no secrets) under a
  *   strict Content-Security-Policy: scripts and styles only from this origin,
  *   no inline code, images only from data: and blob: URLs, media (the
@@ -99,6 +100,7 @@ const ASSETS = [
   { path: `${VIEWER_PATH}/app.js`, file: 'app.js', type: 'text/javascript; charset=utf-8' },
   { path: `${VIEWER_PATH}/app.css`, file: 'app.css', type: 'text/css; charset=utf-8' },
   { path: `${VIEWER_PATH}/common.js`, file: 'common.js', type: 'text/javascript; charset=utf-8' },
+  { path: `${VIEWER_PATH}/takeover.js`, file: 'takeover.js', type: 'text/javascript; charset=utf-8' },
   { path: REPLAY_PATH, file: 'replay.html', type: 'text/html; charset=utf-8' },
   { path: `${VIEWER_PATH}/replay.js`, file: 'replay.js', type: 'text/javascript; charset=utf-8' },
   { path: `${VIEWER_PATH}/replay.css`, file: 'replay.css', type: 'text/css; charset=utf-8' },
