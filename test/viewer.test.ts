@@ -386,6 +386,7 @@ describe('viewer on a real daemon (no display)', () => {
       ['/viewer', 'text/html'],
       ['/viewer/app.js', 'text/javascript'],
       ['/viewer/common.js', 'text/javascript'],
+      ['/viewer/takeover.js', 'text/javascript'],
       ['/viewer/app.css', 'text/css'],
       ['/viewer/replay', 'text/html'],
       ['/viewer/replay.js', 'text/javascript'],
@@ -440,6 +441,7 @@ describe('viewer on a real daemon (no display)', () => {
     const watching = await mustOpen(port);
     const first = await watching.next('snapshot');
     assert.equal(first.protocol, SUBPROTOCOL);
+    assert.equal(first.takeover, false, 'takeover is off unless the daemon turns it on');
     const c = await d.connect();
     const welcome = await c.hello();
     const secret = `s3cret-${'y'.repeat(5000)}`;
