@@ -30,7 +30,7 @@ import {
 import { launchKioskChromium, type KioskChromium } from './helpers/chromium.ts';
 import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { within } from './helpers/wait.ts';
+import { until, within } from './helpers/wait.ts';
 
 const ARTIFACTS = fileURLToPath(new URL('../test-artifacts/', import.meta.url));
 const SUBPROTOCOL = 'deskbatch.viewer.v1';
@@ -584,8 +584,12 @@ describe('viewer page in Chromium, watching a real batch on a real display', () 
       const failure = r.failures[0]!.error;
 
       await page.waitForSelector('section.batch[data-batch-id="viewer-1"][data-state="finished"]');
-      await page.waitForFunction(
-        `(() => { const i = document.getElementById('shot'); return !i.hidden && i.complete && i.naturalWidth > 0; })()`,
+      // Polled from here: waitForFunction polls with eval inside the page, which the page's CSP refuses (EvalError).
+      await until('the screenshot to show in the page', () =>
+        inPage<boolean>(
+          page,
+          `(() => { const i = document.getElementById('shot'); return !i.hidden && i.complete && i.naturalWidth > 0; })()`,
+        ),
       );
       const calls = await inPage<
         {
