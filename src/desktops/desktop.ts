@@ -14,6 +14,7 @@ import type { DesktopDriver } from '../desktop/driver.ts';
 import type { WorkerDesktopDriver } from '../desktop/worker-driver.ts';
 import { FRAMEBUFFER_ENV } from '../desktop/worker-protocol.ts';
 import { startVirtualDisplay, type VirtualDisplay } from '../desktop/xvfb.ts';
+import type { Hold } from './hold.ts';
 import type { Lane } from './lane.ts';
 import type { Size } from '../geometry.ts';
 import type { Logger } from '../log.ts';
@@ -27,6 +28,8 @@ export interface DesktopResources {
   readonly browser: BrowserManager | undefined;
   /** Batches that touch the display run one at a time on it, first come first served. */
   readonly lane: Lane;
+  /** A person's hold (docs/VIEWER.md "Takeover"): while someone controls the desktop, its batches wait. */
+  readonly hold?: Hold;
   /** Its X display and the cookie file that admits a client there, when known (a recording's video). */
   readonly screen?: { display: string; xauthority?: string };
 }

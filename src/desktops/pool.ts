@@ -18,6 +18,7 @@
  * idle one replaced. Nothing of it reaches another desktop: each has its
  * own worker, browser and circuit breakers.
  */
+import { Hold } from './hold.ts';
 import { Lane } from './lane.ts';
 import type { Size } from '../geometry.ts';
 import type { Logger } from '../log.ts';
@@ -132,6 +133,7 @@ const noDesktops = (): Record<DesktopState, number> =>
 
 class PooledDesktop implements DesktopResources {
   readonly lane = new Lane();
+  readonly hold = new Hold();
   state: DesktopState = 'starting';
   session: string | undefined;
   parts: DesktopParts | undefined;

@@ -203,7 +203,11 @@ export class Executor {
       this.toolsetOf(this.familyOf(tu))?.cancelledText || FALLBACK_CANCELLED_TEXT;
 
     let release: (() => void) | undefined;
+    let leave: (() => void) | undefined;
     try {
+      // While a person holds the desktop (src/desktops/hold.ts), no batch of it runs, browser batches included.
+      const hold = req.desktop?.hold;
+      if (hold) leave = await hold.enter(req.signal).catch(() => undefined);
       if (req.toolUses.some((tu) => this.usesDesktop(tu))) {
         const lane = req.desktop?.lane ?? this.options.lane;
         release = await lane.acquire(req.signal).catch(() => undefined);
@@ -289,6 +293,7 @@ export class Executor {
       clearTimeout(budget);
       request.signal.removeEventListener('abort', onCancel);
       release?.();
+      leave?.();
     }
     return {
       type: 'batch_result',
