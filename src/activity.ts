@@ -4,7 +4,14 @@
  * An observer that throws is cut off, never the batch: observing must not
  * change what the model reads.
  */
-import type { AgentToolEntry, BatchResult, ToolEvent, ToolUse } from './protocol.ts';
+import type {
+  AgentToolEntry,
+  BatchResult,
+  TakeoverMessage,
+  TakeoverOutcome,
+  ToolEvent,
+  ToolUse,
+} from './protocol.ts';
 
 export type Activity =
   | {
@@ -22,7 +29,30 @@ export type Activity =
   | { type: 'tool_event'; session: string; event: ToolEvent; at: number }
   /** The full result, images included; observers must not keep more of it than they need. */
   | { type: 'batch_finished'; session: string; result: BatchResult; at: number }
-  | { type: 'batch_replayed'; session: string; batch_id: string; at: number };
+  | { type: 'batch_replayed'; session: string; batch_id: string; at: number }
+  /** The agent asked for a person (docs/PROTOCOL.md "Takeover"); `reason` is model-written text. */
+  | { type: 'help_requested'; session: string; request_id: string; reason: string; at: number }
+  /** A person took a desktop: the batches of `sessions` wait until it is handed back. */
+  | {
+      type: 'takeover_started';
+      desktop: string;
+      sessions: readonly string[];
+      operator: string;
+      /** Whether recordings keep the screen while the person holds it (the operator's choice). */
+      record_screen: boolean;
+      at: number;
+    }
+  /** The desktop went back to the agent; counts only, never what the person typed. */
+  | {
+      type: 'takeover_ended';
+      desktop: string;
+      sessions: readonly string[];
+      operator: string;
+      outcome: TakeoverOutcome;
+      note?: string;
+      activity: NonNullable<TakeoverMessage['activity']>;
+      at: number;
+    };
 
 export type ActivityListener = (activity: Activity) => void;
 

@@ -75,6 +75,21 @@ export const DesktopRequestSchema = z.strictObject({
 });
 export type DesktopRequest = z.output<typeof DesktopRequestSchema>;
 
+/** `hello.takeover` (added within v1): what this client's batches do while a person holds the desktop. */
+export const TakeoverRequestSchema = z.strictObject({
+  /** `wait` (default): batches wait for the person to hand back; `refuse`: a new batch gets `desktop_held` at once. */
+  when_held: z.enum(['wait', 'refuse']).optional(),
+});
+export type TakeoverRequest = z.output<typeof TakeoverRequestSchema>;
+
+/** A help request's reason, and an operator's note: one line or a few, no control characters but newline and tab. */
+export const personText = (max: number) =>
+  z
+    .string()
+    .min(1)
+    .max(max)
+    .regex(/^(?:[^\p{Cc}\u2028\u2029]|[\n\t])*$/u, 'no control characters except newline and tab');
+
 export const HelloSchema = z.strictObject({
   type: z.literal('hello'),
   /** Free-form client identification, for logs. */
@@ -103,6 +118,18 @@ export const HelloSchema = z.strictObject({
    * (`--record-on-request`). Giving it, even `false`, also asks for `welcome.recording`.
    */
   record: z.boolean().optional(),
+  /**
+   * What this connection's batches do while a person holds the desktop (docs/PROTOCOL.md "Takeover"). Giving it,
+   * even `{}`, also asks for `welcome.capabilities`, `takeover` frames and the `desktop_held` error.
+   */
+  takeover: TakeoverRequestSchema.optional(),
+});
+
+/** The agent asks for a person (only when `welcome.capabilities` lists `help`). */
+export const HelpSchema = z.strictObject({
+  type: z.literal('help'),
+  /** What the person should do, shown to the operator: "log in to the bank; I must not see the password". */
+  reason: personText(500),
 });
 
 export const BatchSchema = z.strictObject({
@@ -119,11 +146,18 @@ export const CancelSchema = z.strictObject({
 
 export const PingSchema = z.strictObject({ type: z.literal('ping') });
 
-export const ClientMessageSchema = z.discriminatedUnion('type', [HelloSchema, BatchSchema, CancelSchema, PingSchema]);
+export const ClientMessageSchema = z.discriminatedUnion('type', [
+  HelloSchema,
+  BatchSchema,
+  CancelSchema,
+  PingSchema,
+  HelpSchema,
+]);
 export type ClientMessage = z.output<typeof ClientMessageSchema>;
 export type HelloMessage = z.output<typeof HelloSchema>;
 export type BatchMessage = z.output<typeof BatchSchema>;
 export type CancelMessage = z.output<typeof CancelSchema>;
+export type HelpMessage = z.output<typeof HelpSchema>;
 
 // ---------------------------------------------------------------- daemon → client
 
@@ -325,6 +359,8 @@ export const WelcomeSchema = z.strictObject({
     .optional(),
   /** Only when `hello.record` was given: whether this session is recorded. */
   recording: z.boolean().optional(),
+  /** Only when `hello.takeover` was given: `help` when the operator allows takeover (`--allow-takeover`). */
+  capabilities: z.array(z.string()).optional(),
   limits: z.strictObject({
     max_tool_uses: z.number().int().positive(),
     max_payload_bytes: z.number().int().positive(),
@@ -359,6 +395,9 @@ export const ERROR_CODES = [
   'internal',
   // Added within v1, sent only to a client whose hello carried `desktop`:
   'no_desktop',
+  // Added within v1, sent only to a client whose hello carried `takeover` (or that sent `help`):
+  'desktop_held',
+  'help_unavailable',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -367,7 +406,7 @@ export const ErrorMessageSchema = z.strictObject({
   code: z.enum(ERROR_CODES),
   message: z.string(),
   batch_id: z.string().optional(),
-  /** With `no_desktop`: when trying again is worth it. */
+  /** With `no_desktop` and `desktop_held`: when trying again is worth it. */
   retry_after_ms: z.number().int().nonnegative().optional(),
 });
 export type ErrorMessage = z.output<typeof ErrorMessageSchema>;
@@ -382,6 +421,51 @@ export const DesktopWaitSchema = z.strictObject({
 });
 export type DesktopWait = z.output<typeof DesktopWaitSchema>;
 
+/** How a takeover ended, as the agent hears it. */
+export const TakeoverOutcomeSchema = z.enum([
+  /** The person handed back and says the problem is solved. */
+  'resolved',
+  /** The person handed back without solving it. */
+  'unresolved',
+  /** The lease ran out (`--takeover-lease-ms`). */
+  'expired',
+  /** The person's viewer went away and did not come back within the grace period. */
+  'disconnected',
+  /** The daemon is shutting down, or the desktop went away. */
+  'ended',
+]);
+export type TakeoverOutcome = z.output<typeof TakeoverOutcomeSchema>;
+
+/**
+ * A person and the desktop (only to a client whose hello carried `takeover`): the agent's help request was
+ * taken, a person took the desktop, or handed it back. Nothing the person typed is in it, only counts.
+ */
+export const TakeoverSchema = z.strictObject({
+  type: z.literal('takeover'),
+  event: z.enum(['help_requested', 'started', 'ended']),
+  /** The help request this answers or acknowledges, when there was one. */
+  request_id: z.string().optional(),
+  /** The name the person gave in the viewer (`started`, `ended`). */
+  operator: z.string().optional(),
+  /** `ended`: how. */
+  outcome: TakeoverOutcomeSchema.optional(),
+  /** `ended`: what the person wrote for the agent, if anything. */
+  note: z.string().optional(),
+  /** `ended`: a sentence for the model, e.g. "A person controlled the desktop for 42 s: 2 clicks, typed 12 characters." */
+  summary: z.string().optional(),
+  /** `ended`: what the person did, as counts only. */
+  activity: z
+    .strictObject({
+      duration_ms: z.number().int().nonnegative(),
+      clicks: z.number().int().nonnegative(),
+      typed_characters: z.number().int().nonnegative(),
+      keys: z.number().int().nonnegative(),
+      pasted_characters: z.number().int().nonnegative(),
+    })
+    .optional(),
+});
+export type TakeoverMessage = z.output<typeof TakeoverSchema>;
+
 export const ServerMessageSchema = z.discriminatedUnion('type', [
   WelcomeSchema,
   ToolEventSchema,
@@ -389,5 +473,6 @@ export const ServerMessageSchema = z.discriminatedUnion('type', [
   ErrorMessageSchema,
   PongSchema,
   DesktopWaitSchema,
+  TakeoverSchema,
 ]);
 export type ServerMessage = z.output<typeof ServerMessageSchema>;

@@ -26,6 +26,7 @@ import {
   type DesktopWait,
   type ErrorMessage,
   type ServerMessage,
+  type TakeoverMessage,
   type ToolEvent,
   type ToolResult,
   type ToolsetInfo,
@@ -90,6 +91,13 @@ export interface ConnectOptions {
   desktop?: { whenBusy?: 'wait' | 'refuse'; display?: { width: number; height: number } };
   /** Called with the session's place in the queue for a desktop, while it waits (`desktop_wait`). */
   onDesktopWait?: (wait: DesktopWait) => void;
+  /**
+   * Human takeover (`hello.takeover`, docs/PROTOCOL.md "Takeover"): asks for `takeover` frames (the
+   * `takeover` event) and `welcome.capabilities`. `whenHeld: 'refuse'` makes a batch sent while a person
+   * holds the desktop fail with a BatchRefusedError of code `desktop_held` (and `retryAfterMs`); `'wait'`
+   * (the default) lets it wait for the hand-back.
+   */
+  takeover?: { whenHeld?: 'wait' | 'refuse' };
   /** Aborting it stops connecting, or closes the client once connected. */
   signal?: AbortSignal;
   /** Limit for the HTTP upgrade and, separately, for the answer to `hello`. Default 10,000 ms. */
@@ -133,6 +141,8 @@ export interface DeskbatchClientEvents {
   session_lost: [info: { previousSessionId: string; welcome: Welcome; rejectedBatchIds: string[] }];
   /** An `error` frame not tied to a batch of this client (`rate_limited`, `internal`, …). */
   daemon_error: [error: ErrorMessage];
+  /** A person and the desktop (only with `takeover` in the options): help acknowledged, control taken, handed back. */
+  takeover: [message: TakeoverMessage];
   close: [];
 }
 
@@ -401,14 +411,46 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
       case 'welcome':
         if (msg.session_id === this.lastWelcome?.session_id) this.lastWelcome = msg;
         return;
+      case 'takeover':
+        if (msg.event === 'help_requested') this.helpWaiters.shift()?.resolve(msg.request_id ?? '');
+        this.notify('takeover', msg);
+        return;
       case 'pong':
       case 'desktop_wait': // only while hello waits (openLink)
         return;
     }
   }
 
+  /** `help` frames sent and not yet answered, oldest first (the daemon answers them in order). */
+  private readonly helpWaiters: Array<{ resolve: (id: string) => void; reject: (err: Error) => void }> = [];
+
+  /**
+   * Asks for a person (`help`, only when `welcome.capabilities` lists `help`): resolves with the request's
+   * id once the daemon has it. Then watch the `takeover` event: `started`, and `ended` with the outcome and
+   * the person's note.
+   */
+  requestHelp(reason: string): Promise<string> {
+    if (!this.welcome.capabilities?.includes('help')) {
+      return Promise.reject(
+        new DeskbatchError('this daemon does not take help requests (connect with `takeover`, and --allow-takeover)'),
+      );
+    }
+    return new Promise((resolve, reject) => {
+      if (!this.sendFrame(JSON.stringify({ type: 'help', reason }))) {
+        reject(new DeskbatchError('not connected'));
+        return;
+      }
+      this.helpWaiters.push({ resolve, reject });
+    });
+  }
+
   private onError(msg: ErrorMessage): void {
     const p = msg.batch_id === undefined ? undefined : this.pending.get(msg.batch_id);
+    if (msg.batch_id === undefined && msg.code === 'help_unavailable') {
+      // The answer to the oldest help request.
+      const help = this.helpWaiters.shift();
+      if (help) return help.reject(new DeskbatchError(`help refused (${msg.code}): ${msg.message}`));
+    }
     if (msg.code === 'rate_limited') {
       // The daemon dropped one of our frames unread; sending the waiting batches again is safe (replay).
       this.scheduleResend();
@@ -422,7 +464,7 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
       return;
     }
     this.settle(p);
-    p.reject(new BatchRefusedError(msg.code, msg.message, p.batchId));
+    p.reject(new BatchRefusedError(msg.code, msg.message, p.batchId, msg.retry_after_ms));
   }
 
   private scheduleResend(): void {
@@ -548,6 +590,11 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
                       },
                     }
                   : {}),
+                ...(this.options.takeover
+                  ? {
+                      takeover: this.options.takeover.whenHeld ? { when_held: this.options.takeover.whenHeld } : {},
+                    }
+                  : {}),
               };
               ws.send(JSON.stringify(hello));
             }),
@@ -590,6 +637,8 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     this.ws = undefined;
     clearInterval(this.heartbeat);
     this.heartbeat = undefined;
+    // A help request not yet answered may not have reached the daemon: its caller may ask again.
+    for (const help of this.helpWaiters.splice(0)) help.reject(new DeskbatchError('the connection closed'));
     if (this.isClosed) return;
     // Another connection resumed our session: taking it back would make two clients fight over it.
     const stay = code !== CLOSE_SESSION_RESUMED && this.reconnectOptions.maxAttempts > 0;

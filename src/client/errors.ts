@@ -59,6 +59,8 @@ export class BatchRefusedError extends DeskbatchError {
     readonly code: ErrorCode,
     message: string,
     readonly batchId: string,
+    /** `desktop_held` (a person holds the desktop): how long until sending it again is worth it. */
+    readonly retryAfterMs?: number,
   ) {
     super(`batch ${batchId} refused (${code}): ${message}`);
   }

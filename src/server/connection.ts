@@ -19,7 +19,9 @@ import {
   type DesktopRequest,
   type ErrorCode,
   type HelloMessage,
+  type HelpMessage,
   type ServerMessage,
+  type TakeoverMessage,
   type Welcome,
 } from '../protocol.ts';
 import { describeZodError } from '../zod-text.ts';
@@ -57,6 +59,12 @@ export interface SessionRegistry {
   accepting(): boolean;
   /** Records what the agent's own `tools[]` (hello.tools) offers its model, for the session's later batches. */
   offerTools(session: Session, entries: readonly AgentToolEntry[]): void;
+  /** A person holds the session's desktop: how long a refusing client should wait before resending. */
+  heldRetryMs(session: Session): number | undefined;
+  /** The `takeover` `started` frame when a person holds the session's desktop now. */
+  takeoverNow(session: Session): TakeoverMessage | undefined;
+  /** The agent asks for a person: the acknowledging frame, or why not. */
+  requestHelp(session: Session, reason: string): TakeoverMessage | SessionRefusal;
 }
 
 /** What a `hello` asked to find in its welcome. */
@@ -68,6 +76,8 @@ export interface WelcomeOptions {
   desktop?: boolean;
   /** `hello.record` was given: the welcome says whether the session is recorded. */
   recording?: boolean;
+  /** `hello.takeover` was given: the welcome lists the capabilities. */
+  takeover?: boolean;
 }
 
 export interface ConnectionDeps {
@@ -100,6 +110,8 @@ export class Connection {
   private events = true;
   /** What this connection's welcomes carry beyond the v1 fields (`hello.legacy_tools`). */
   private welcomeOptions: WelcomeOptions = {};
+  /** `hello.takeover`: what this connection's batches do while a person holds the desktop; unset: no frames. */
+  private whenHeld: 'wait' | 'refuse' | undefined;
   /** Messages are handled one at a time, so a hello is answered before a batch sent right after it. */
   private inbox: Promise<void> = Promise.resolve();
   /** Aborts when the socket closes: a hello queued for a desktop stops waiting. */
@@ -245,6 +257,8 @@ export class Connection {
         return this.onHello(msg);
       case 'batch':
         return this.onBatch(msg);
+      case 'help':
+        return this.onHelp(msg);
       case 'cancel':
         if (!this.session?.cancel(msg.batch_id)) {
           this.error('unknown_batch', `no batch ${msg.batch_id} in this session`, msg.batch_id);
@@ -265,6 +279,10 @@ export class Connection {
     if (msg.all_limits !== undefined) this.welcomeOptions = { ...this.welcomeOptions, allLimits: msg.all_limits };
     if (msg.desktop !== undefined) this.welcomeOptions = { ...this.welcomeOptions, desktop: true };
     if (msg.record !== undefined) this.welcomeOptions = { ...this.welcomeOptions, recording: true };
+    if (msg.takeover !== undefined) {
+      this.welcomeOptions = { ...this.welcomeOptions, takeover: true };
+      this.whenHeld = msg.takeover.when_held ?? 'wait';
+    }
     const refuse = (code: ErrorCode, message: string, retryAfterMs?: number): false => {
       this.error(code, message, undefined, retryAfterMs);
       return false;
@@ -303,6 +321,9 @@ export class Connection {
       this.attach(session);
     }
     this.send(await this.deps.sessions.welcome(session, resumed, this.welcomeOptions));
+    // A client that asked about takeovers learns at once that a person holds the desktop now.
+    const held = this.whenHeld ? this.deps.sessions.takeoverNow(session) : undefined;
+    if (held) this.send(held);
     return true;
   }
 
@@ -321,7 +342,22 @@ export class Connection {
         this.session = undefined;
         void this.close(CLOSE_SESSION_RESUMED, 'session resumed by another connection');
       },
+      // Only a client that asked about takeovers meets these frames (a v1 client that parses strictly never does).
+      (message) => {
+        if (this.whenHeld) this.send(message);
+      },
     );
+  }
+
+  /** The agent asks for a person (docs/PROTOCOL.md "Takeover"). */
+  private async onHelp(msg: HelpMessage): Promise<void> {
+    if (!this.session) await this.onHello({ type: 'hello' });
+    const session = this.session;
+    if (!session || this.done) return;
+    const answer = this.deps.sessions.requestHelp(session, msg.reason);
+    if ('code' in answer) return this.error(answer.code, answer.message);
+    this.log.info('the agent asked for a person', { reason_chars: msg.reason.length });
+    this.send(answer);
   }
 
   private async onBatch(msg: BatchMessage): Promise<void> {
@@ -339,6 +375,18 @@ export class Connection {
     const session = this.session;
     if (!session || this.done) return; // an error was sent, or the socket is gone
 
+    if (this.whenHeld === 'refuse' && !session.knows(id)) {
+      const retryAfterMs = this.deps.sessions.heldRetryMs(session);
+      if (retryAfterMs !== undefined) {
+        // Not accepted: nothing of it runs, and resending the same batch later runs it.
+        return this.error(
+          'desktop_held',
+          'a person controls this session\'s desktop; the batch was not accepted, send it again later',
+          id,
+          retryAfterMs,
+        );
+      }
+    }
     const outcome = session.submit(id, msg.tool_uses);
     switch (outcome.kind) {
       case 'conflict':

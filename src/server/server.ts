@@ -15,6 +15,7 @@ import {
   PROTOCOL_VERSION,
   type AgentToolEntry,
   type LegacyComputerTools,
+  type TakeoverMessage,
   type ToolsetInfo,
   type Welcome,
 } from '../protocol.ts';
@@ -28,6 +29,7 @@ import { RepeatTracker } from '../executor/repeats.ts';
 import type { Geometry, Size } from '../geometry.ts';
 import { ActivityHub } from '../activity.ts';
 import { logBatch } from './batch-log.ts';
+import type { TakeoverPort } from './takeover-port.ts';
 
 /**
  * A plain HTTP route on the daemon's port (health, metrics, the viewer page).
@@ -85,6 +87,8 @@ export interface ServerDeps {
   sessionEnding?: (sessionId: string) => Promise<void>;
   routes?: readonly HttpRoute[];
   sockets?: readonly SocketRoute[];
+  /** Human takeover, when the operator allows it (`--allow-takeover`; src/takeover/). */
+  takeover?: TakeoverPort;
 }
 
 type State = 'idle' | 'running' | 'closing' | 'closed';
@@ -429,6 +433,34 @@ export class DeskbatchServer {
     return this.sessions.get(id);
   }
 
+  /** Sends a `takeover` frame to a session's connection, if one is attached and asked for them. */
+  notifySession(id: string, message: TakeoverMessage): void {
+    this.sessions.get(id)?.notify?.(message);
+  }
+
+  /** A person holds the session's desktop: how long a refusing client should wait before resending. */
+  heldRetryMs(session: Session): number | undefined {
+    const desktop = session.desktop?.desktop;
+    return desktop ? this.deps.takeover?.heldRetryMs(desktop) : undefined;
+  }
+
+  /** The `started` frame when a person holds the session's desktop now. */
+  takeoverNow(session: Session): TakeoverMessage | undefined {
+    const desktop = session.desktop?.desktop;
+    return desktop ? this.deps.takeover?.current(desktop) : undefined;
+  }
+
+  requestHelp(session: Session, reason: string): TakeoverMessage | SessionRefusal {
+    const desktop = session.desktop?.desktop;
+    if (!this.deps.takeover || !desktop) {
+      return {
+        code: 'help_unavailable',
+        message: 'this daemon does not let a person take over (the operator did not start it with --allow-takeover)',
+      };
+    }
+    return this.deps.takeover.requestHelp(session.id, desktop, reason);
+  }
+
   replayed(session: Session, batchId: string): void {
     this.activity.publish({ type: 'batch_replayed', session: session.id, batch_id: batchId, at: Date.now() });
   }
@@ -459,6 +491,7 @@ export class DeskbatchServer {
       ...(geometry ? { display: geometry.display, screenshot: geometry.screenshot } : {}),
       ...(described.legacy_tools ? { legacy_tools: described.legacy_tools } : {}),
       ...(options.recording ? { recording: session.recorded } : {}),
+      ...(options.takeover ? { capabilities: this.deps.takeover ? ['help'] : [] } : {}),
       ...(options.desktop && desktop
         ? {
             desktop: {

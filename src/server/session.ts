@@ -5,7 +5,7 @@
  * the client can resume it (docs/PROTOCOL.md "Idempotency and reconnects").
  */
 import { createHash, randomBytes } from 'node:crypto';
-import type { BatchResult, ToolEvent, ToolUse } from '../protocol.ts';
+import type { BatchResult, TakeoverMessage, ToolEvent, ToolUse } from '../protocol.ts';
 import { canonicalJson } from '../text.ts';
 import type { AgentOffer } from '../executor/executor.ts';
 import type { DesktopLease } from '../desktops/pool.ts';
@@ -105,6 +105,8 @@ export class Session {
   readonly id: string;
   /** Set while a connection is attached; events go there. */
   emit: ((event: ToolEvent) => void) | undefined;
+  /** Set while a connection is attached: `takeover` frames go there (the connection sends them if it asked). */
+  notify: ((message: TakeoverMessage) => void) | undefined;
   /** What the agent's own tools[] offers its model (hello.tools); everything served when unset. */
   offer: AgentOffer | undefined;
   /** The session's desktop, held until the session ends (src/desktops/pool.ts). */
@@ -165,6 +167,11 @@ export class Session {
     return { kind: 'accepted', result };
   }
 
+  /** Whether this batch_id was accepted before (and is still stored): resending it replays, never runs. */
+  knows(batchId: string): boolean {
+    return this.batches.has(batchId);
+  }
+
   /** Cancels a queued or running batch. False when the session never saw it. */
   cancel(batchId: string): boolean {
     const stored = this.batches.get(batchId);
@@ -191,6 +198,7 @@ export class Session {
     if (this.owner?.id !== owner) return;
     this.owner = undefined;
     this.emit = undefined;
+    this.notify = undefined;
     this.cancelAll();
     clearTimeout(this.graceTimer);
     this.graceTimer = setTimeout(expire, graceMs);
@@ -198,12 +206,18 @@ export class Session {
   }
 
   /** Attaches a connection; one that still held the session is evicted (a client reconnecting past a half-open socket). */
-  attach(owner: object, emit: (event: ToolEvent) => void, evict: () => void): void {
+  attach(
+    owner: object,
+    emit: (event: ToolEvent) => void,
+    evict: () => void,
+    notify?: (message: TakeoverMessage) => void,
+  ): void {
     clearTimeout(this.graceTimer);
     this.graceTimer = undefined;
     const previous = this.owner;
     this.owner = { id: owner, evict };
     this.emit = emit;
+    this.notify = notify;
     if (previous && previous.id !== owner) previous.evict();
   }
 
