@@ -83,6 +83,12 @@ Options:
   --record-max-bytes B     bytes all recordings may hold (default ${DEFAULT_CONFIG.recording.retention.maxBytes}, 2 GiB)
   --record-max-age-ms MS   age after which a recording is removed (default ${DEFAULT_CONFIG.recording.retention.maxAgeMs}, 7 days)
   --log-level LEVEL        debug | info | warn | error (default ${DEFAULT_CONFIG.logLevel})
+  --allow-takeover         let an operator take a session's desktop from the viewer and hand
+                           it back (docs/VIEWER.md "Takeover"); agents may then ask for a person
+  --takeover-lease-ms MS   how long a person holds a desktop unless they extend it
+                           (default ${DEFAULT_CONFIG.takeover.leaseMs}, 10 minutes)
+  --takeover-grace-ms MS   how long a holder's viewer may be gone before control goes back
+                           to the agent (default ${DEFAULT_CONFIG.takeover.graceMs})
   --log-format FORMAT      json | pretty (default: pretty when stderr is a terminal, else json)
 
 Environment:
@@ -217,6 +223,9 @@ async function serve(argv: string[]): Promise<void> {
       'record-max-sessions': { type: 'string' },
       'record-max-bytes': { type: 'string' },
       'record-max-age-ms': { type: 'string' },
+      'allow-takeover': { type: 'boolean' },
+      'takeover-lease-ms': { type: 'string' },
+      'takeover-grace-ms': { type: 'string' },
       'log-level': { type: 'string' },
       'log-format': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -296,6 +305,11 @@ async function serve(argv: string[]): Promise<void> {
       exposeDownloadPaths: values['expose-download-paths'],
     },
     recording: recordingOptions(values, num),
+    takeover: {
+      enabled: values['allow-takeover'],
+      leaseMs: num(values['takeover-lease-ms']),
+      graceMs: num(values['takeover-grace-ms']),
+    },
     logLevel: values['log-level'] as LogLevel | undefined,
     token,
     tokenConfigured: Boolean(envToken),

@@ -94,6 +94,8 @@ export interface DaemonConfig {
   retention: { maxFiles: number; maxBytes: number };
   /** Session recordings (docs/RECORDING.md). */
   recording: RecordingSettings;
+  /** Human takeover from the viewer (docs/VIEWER.md "Takeover"). */
+  takeover: TakeoverSettings;
   limits: {
     /** Largest WebSocket frame, in bytes; a larger one closes the socket with 1009. */
     maxPayloadBytes: number;
@@ -165,6 +167,17 @@ export interface RecordingSettings {
   redact: { typed: boolean; passwords: boolean };
   /** Finished recordings kept at most: how many, how many bytes in all (live ones count too), how old (ms). */
   retention: { maxSessions: number; maxBytes: number; maxAgeMs: number };
+}
+
+export interface TakeoverSettings {
+  /** Whether an operator may take a session's desktop from the viewer (`--allow-takeover`); off by default. */
+  enabled: boolean;
+  /** How long a person holds the desktop before it goes back to the agent, unless extended (ms). */
+  leaseMs: number;
+  /** How long a holder whose viewer went away has to come back before control goes back to the agent (ms). */
+  graceMs: number;
+  /** Where the viewer's noVNC files are (Debian's package `novnc`). */
+  novncDir: string;
 }
 
 export interface DesktopSettings {
@@ -271,6 +284,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     redact: { typed: false, passwords: false },
     retention: { maxSessions: 200, maxBytes: 2 * 1024 ** 3, maxAgeMs: 7 * 24 * 3_600_000 },
   },
+  takeover: { enabled: false, leaseMs: 10 * 60_000, graceMs: 15_000, novncDir: '/usr/share/novnc' },
   limits: {
     maxPayloadBytes: 1024 * 1024,
     maxToolUsesPerBatch: 100,
@@ -417,6 +431,8 @@ export function resolveConfig(
     ...Object.entries(config.retention).map(([k, v]): [string, number] => [`retention.${k}`, v]),
     ...Object.entries(config.recording.retention).map(([k, v]): [string, number] => [`recording.retention.${k}`, v]),
     ...Object.entries(config.resultCache).map(([k, v]): [string, number] => [`resultCache.${k}`, v]),
+    ['takeover.leaseMs', config.takeover.leaseMs],
+    ['takeover.graceMs', config.takeover.graceMs],
     ['resilience.breaker.failures', config.resilience.breaker.failures],
     ['resilience.breaker.coolDownMs', config.resilience.breaker.coolDownMs],
     ['resilience.retry.initialDelayMs', config.resilience.retry.initialDelayMs],
