@@ -48,6 +48,8 @@ export interface TraceOptions {
   redactTyped: boolean;
   /** Values of password fields, and typed text found in them, are stored as "[N characters]". */
   redactPasswords?: boolean;
+  /** Every form field's value in the DOM snapshots is stored as "[N characters]" (set once a person took over). */
+  redactFields?: boolean;
   /**
    * The screencast (JPEG frames of the page, the viewer's film strip); default
    * true. DOM snapshots do not need it. It costs the most time per call
@@ -484,6 +486,14 @@ export class BrowserSession {
    * that is open, else when one opens. A second call changes the options the
    * save uses.
    */
+  /**
+   * A person typed on the desktop (a takeover): the trace saved from now on keeps no form field's value, so
+   * nothing they typed into this session's pages is in it.
+   */
+  redactTraceFields(): void {
+    if (this.traceOptions) this.traceOptions.redactFields = true;
+  }
+
   async recordTrace(options: TraceOptions): Promise<void> {
     this.traceOptions = { ...options };
     const context = this.context;

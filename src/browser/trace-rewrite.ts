@@ -36,6 +36,11 @@ export interface TraceRewriteOptions {
   redactTyped: boolean;
   /** Values of password fields, and the typed text found in them, become `[N characters]`. */
   redactPasswords?: boolean;
+  /**
+   * Every form field's value in the DOM snapshots becomes `[N characters]`: a person typed on the desktop
+   * (a takeover, docs/VIEWER.md), and what they typed is not kept.
+   */
+  redactFields?: boolean;
   /** Largest entry inflated (default ZIP_ENTRY_MAX_BYTES); a larger one fails the rewrite. */
   maxEntryBytes?: number;
 }
@@ -298,6 +303,7 @@ class TraceRewrite {
   };
   private readonly redactTyped: boolean;
   private readonly redactPasswords: boolean;
+  private readonly redactFields: boolean;
   /** `resources/` files whose only references were dropped bodies' (once the references kept are subtracted). */
   private readonly dropped = new Set<string>();
   private readonly referenced = new Set<string>();
@@ -315,10 +321,11 @@ class TraceRewrite {
   ) {
     this.redactTyped = options.redactTyped;
     this.redactPasswords = options.redactPasswords ?? false;
+    this.redactFields = options.redactFields ?? false;
   }
 
   private get redacting(): boolean {
-    return this.redactTyped || this.redactPasswords;
+    return this.redactTyped || this.redactPasswords || this.redactFields;
   }
 
   async write(writer: ZipWriter): Promise<TraceRewriteReport> {
@@ -426,7 +433,7 @@ class TraceRewrite {
         const value = attrs[VALUE_ATTRIBUTE];
         if (typeof value !== 'string' || value === '') return;
         const field = tag.toUpperCase();
-        const typedField = this.redactTyped && (field === 'INPUT' || field === 'TEXTAREA');
+        const typedField = (this.redactTyped || this.redactFields) && (field === 'INPUT' || field === 'TEXTAREA');
         if (typedField || (this.redactPasswords && isPasswordInput(tag, attrs))) {
           attrs[VALUE_ATTRIBUTE] = redacted(value);
           this.report.redactions++;

@@ -40,6 +40,9 @@ const DISPLAY_SIZE_WAIT_MS = 250;
 export interface VideoHandle {
   readonly startedAt: number;
   chapter(title: string, startAt: number, endAt: number): void;
+  /** Stops taking frames until resume() (a person's takeover the operator chose not to record). */
+  pause(): void;
+  resume(): void;
   stop(): Promise<void>;
   bytes(): number;
 }
@@ -120,6 +123,10 @@ class SessionRecording {
   private readonly heldBatches = new Map<string, { at: number; toolUses: readonly ToolUse[]; events: object[] }>();
   /** Calls whose text went into a password field (reported by the browser toolset). */
   readonly secretInputs = new Set<string>();
+  /** A person holds the desktop and the operator chose not to keep the screen: the video takes no frames. */
+  private screenPaused = false;
+  /** When the takeover in progress began (its chapter). */
+  private takeoverAt: number | undefined;
 
   constructor(
     readonly id: string,
@@ -235,9 +242,32 @@ class SessionRecording {
     this.video = started;
     void started.then((v) => {
       this.videoNow = v;
+      if (this.screenPaused) v?.pause();
       if (v)
         this.line({ type: 'video', at: Date.now(), path: 'video.mp4', chapters: 'video.vtt', started_at: v.startedAt });
     });
+  }
+
+  /**
+   * A person took the desktop (docs/VIEWER.md "Takeover"): the line, and, unless the operator chose to keep
+   * the screen, no video frames until it is handed back. Called as the activity happens (not later): the
+   * person's first input must find the video paused.
+   */
+  takeoverStarted(recordScreen: boolean, at: number): void {
+    this.takeoverAt = at;
+    if (recordScreen) return;
+    this.screenPaused = true;
+    this.videoNow?.pause();
+  }
+
+  takeoverEnded(operator: string, at: number): void {
+    const paused = this.screenPaused;
+    this.screenPaused = false;
+    this.videoNow?.resume();
+    const start = this.takeoverAt ?? at;
+    this.takeoverAt = undefined;
+    const title = `takeover by ${operator}${paused ? ' (screen not recorded)' : ''}`;
+    void this.video?.then((v) => v?.chapter(title, start, at));
   }
 
   /** Finalises the video, once: its bytes are counted then. */
@@ -340,8 +370,8 @@ export class Recorder {
     this.unsubscribe = activity.subscribe((a) => this.later(a));
   }
 
-  /** Activity not yet looked at, in order: handled after this turn of the event loop (flush). */
-  private backlog: Activity[] = [];
+  /** Activity not yet looked at, in order, with the session it is for: handled after this turn of the event loop (flush). */
+  private backlog: Array<{ session: string; a: Activity }> = [];
   /** Sessions being recorded, from their `session_opened` to their `session_closed`. */
   private readonly recorded = new Set<string>();
 
@@ -351,16 +381,21 @@ export class Recorder {
    */
   private later(a: Activity): void {
     if (a.type === 'session_opened' && a.record) this.recorded.add(a.session);
-    if (!this.recorded.has(a.session)) return;
-    if (a.type === 'session_closed') this.recorded.delete(a.session);
-    this.backlog.push(a);
-    if (this.backlog.length === 1) setImmediate(this.flush);
+    // A takeover concerns every session on its desktop.
+    const sessions = 'sessions' in a ? a.sessions : [a.session];
+    for (const session of sessions) {
+      if (!this.recorded.has(session)) continue;
+      if (a.type === 'session_closed') this.recorded.delete(session);
+      if (a.type === 'takeover_started') this.liveDone.get(session)?.takeoverStarted(a.record_screen, a.at);
+      this.backlog.push({ session, a });
+      if (this.backlog.length === 1) setImmediate(this.flush);
+    }
   }
 
   private readonly flush = (): void => {
     const batch = this.backlog;
     this.backlog = [];
-    for (const a of batch) this.on(a);
+    for (const { session, a } of batch) this.on(session, a);
   };
 
   /** Opened recordings, by session id: what on() can reach synchronously. */
@@ -377,22 +412,22 @@ export class Recorder {
     this.liveDone.get(sessionId)?.secretInputs.add(toolUseId);
   }
 
-  private on(a: Activity): void {
+  private on(session: string, a: Activity): void {
     if (a.type === 'session_opened') {
-      if (a.record) this.open(a.session, this.deps.desktopOf(a.session));
+      if (a.record) this.open(session, this.deps.desktopOf(session));
       return;
     }
-    if (!this.live.has(a.session)) return;
-    const r = this.liveDone.get(a.session);
+    if (!this.live.has(session)) return;
+    const r = this.liveDone.get(session);
     if (!r) {
       // Opening (a mkdir) is still under way: this line follows it.
-      void this.live.get(a.session)!.then((rec) => rec && this.apply(rec, a));
+      void this.live.get(session)!.then((rec) => rec && this.apply(session, rec, a));
       return;
     }
-    this.apply(r, a);
+    this.apply(session, r, a);
   }
 
-  private apply(r: SessionRecording, a: Activity): void {
+  private apply(session: string, r: SessionRecording, a: Activity): void {
     switch (a.type) {
       case 'tools_offered':
         return r.line({ type: 'tools', at: a.at, tools: a.tools });
@@ -407,6 +442,30 @@ export class Recorder {
       case 'session_closed':
         void this.finish(a.session, r, a.at, a.reason);
         return;
+      case 'help_requested':
+        return r.line({ type: 'help_requested', at: a.at, request_id: a.request_id, reason: a.reason });
+      case 'takeover_started':
+        return r.line({
+          type: 'takeover',
+          event: 'started',
+          at: a.at,
+          desktop: a.desktop,
+          operator: a.operator,
+          record_screen: a.record_screen,
+        });
+      case 'takeover_ended':
+        r.takeoverEnded(a.operator, a.at);
+        if (this.deps.settings.trace) this.deps.desktopOf(session)?.browser?.session(session).redactTraceFields();
+        return r.line({
+          type: 'takeover',
+          event: 'ended',
+          at: a.at,
+          desktop: a.desktop,
+          operator: a.operator,
+          outcome: a.outcome,
+          ...(a.note ? { note: a.note } : {}),
+          activity: a.activity,
+        });
     }
   }
 

@@ -553,6 +553,23 @@ export class DesktopVideo {
     }
   }
 
+  private paused = false;
+
+  /**
+   * Takes no frames until resume(): ffmpeg is stopped (SIGSTOP), so nothing of the screen is grabbed, and
+   * the video holds its last frame over the gap (x11grab stamps frames with the wall clock).
+   */
+  pause(): void {
+    if (this.paused || !this.running() || this.stopping) return;
+    this.paused = this.child.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    if (this.running()) this.child.kill('SIGCONT');
+  }
+
   /**
    * Asks ffmpeg to finish (SIGINT: it writes its last fragment and exits),
    * and waits for it to exit; SIGKILL after STOP_DEADLINE_MS (the file stays
@@ -561,6 +578,7 @@ export class DesktopVideo {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       if (!this.running()) return;
+      this.resume(); // a stopped ffmpeg would not see the SIGINT until continued
       this.cpuSeconds();
       this.child.ref();
       const gone = exited(this.child);
