@@ -314,8 +314,45 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     }
   };
 
+  const helpRequests = new Counter({
+    name: 'deskbatch_help_requests_total',
+    help: 'Times an agent asked for a person (`help`, docs/PROTOCOL.md "Takeover").',
+    registers,
+  });
+  const takeovers = new Counter({
+    name: 'deskbatch_takeovers_total',
+    help: 'Takeovers that ended, by outcome: resolved, unresolved, expired, disconnected, ended.',
+    labelNames: ['outcome'],
+    registers,
+  });
+  let held = 0;
+  new Gauge({
+    name: 'deskbatch_desktops_held',
+    help: 'Desktops a person holds now (their agents wait).',
+    registers,
+    collect() {
+      this.set(held);
+    },
+  });
+  const takeoverDuration = new Histogram({
+    name: 'deskbatch_takeover_duration_seconds',
+    help: 'How long a person held a desktop.',
+    buckets: [10, 30, 60, 120, 300, 600, 1800],
+    registers,
+  });
+
   const observe = (a: Activity): void => {
     switch (a.type) {
+      case 'help_requested':
+        return void helpRequests.inc();
+      case 'takeover_started':
+        held++;
+        return;
+      case 'takeover_ended':
+        held = Math.max(0, held - 1);
+        takeovers.inc({ outcome: a.outcome });
+        takeoverDuration.observe(a.activity.duration_ms / 1000);
+        return;
       case 'tool_event':
         return onToolEvent(a.event);
       case 'batch_finished':
