@@ -11,7 +11,7 @@
  * Run: node --import tsx --test --test-concurrency=1 test/takeover-vnc.test.ts
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import {
   chmodSync,
   existsSync,
@@ -26,6 +26,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { XConnection } from '../src/desktop/x11.ts';
 import { createLogger, type Logger } from '../src/log.ts';
@@ -47,6 +48,8 @@ import { isRunning, processesMentioning } from './helpers/recording.ts';
 import { RfbTestClient } from './helpers/rfb-client.ts';
 import { until, within } from './helpers/wait.ts';
 
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const CHILD = fileURLToPath(new URL('./fixtures/vnc-child.ts', import.meta.url));
 const WIDTH = 1024;
 const HEIGHT = 768;
 const SHIFT_L = 0xffe1;
@@ -260,6 +263,17 @@ function socketInodes(pid: number): Set<string> {
 function netInodes(table: string): Set<string> {
   const lines = readFileSync(`/proc/net/${table}`, 'utf8').trim().split('\n').slice(1);
   return new Set(lines.map((l) => l.trim().split(/\s+/)[9]!));
+}
+
+/** System V shared memory segments made by `pid` (/proc/sysvipc/shm). */
+function sharedMemoryOf(pid: number): string[] {
+  const [head, ...rows] = readFileSync('/proc/sysvipc/shm', 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => l.trim().split(/\s+/));
+  const id = head!.indexOf('shmid');
+  const cpid = head!.indexOf('cpid');
+  return rows.filter((r) => Number(r[cpid]) === pid).map((r) => r[id]!);
 }
 
 function xclip(display: VirtualDisplay, selection: string): Promise<string | undefined> {
@@ -528,18 +542,21 @@ describe('x11vnc on a display, and the bridge', () => {
     await c.update({ incremental: false });
   });
 
-  test('a killed x11vnc closes the viewers, resolves exited and leaves no socket behind', async () => {
+  test('a killed x11vnc closes the viewers, resolves exited and leaves no socket or shared memory behind', async () => {
     const dir2 = privateDir();
     const server2 = await startVncServer({ display: display.display, xauthority: display.xauthority, dir: dir2, log });
     const web2 = await bridgeServer(() => server2);
     try {
       const c = await RfbTestClient.open(`${web2.url}?control=1`);
+      await c.update({ incremental: false });
+      await until('x11vnc to have shared memory for its screen reads', () => sharedMemoryOf(server2.pid).length > 0);
       process.kill(server2.pid, 'SIGKILL');
       await within(c.closed, "the viewer's WebSocket to close");
       assert.equal(c.closeCode, 1001);
       await within(web2.bridged[0]!.bridge.closed, 'bridge.closed');
       await within(server2.exited, 'exited');
-      await until('the socket file to be removed', () => !existsSync(server2.socketPath));
+      assert.ok(!existsSync(server2.socketPath), 'the socket file is removed');
+      assert.deepEqual(sharedMemoryOf(server2.pid), [], 'its shared memory is removed');
       await server2.stop();
     } finally {
       web2.close();
@@ -563,6 +580,7 @@ describe('x11vnc on a display, and the bridge', () => {
       await stopping;
       assert.ok(!isRunning(server2.pid), 'x11vnc is gone');
       assert.ok(!existsSync(server2.socketPath), 'its socket is gone');
+      assert.deepEqual(sharedMemoryOf(server2.pid), [], 'its shared memory is gone');
       assert.equal((await x.queryPointer()).mask & X_SHIFT_MASK, 0, 'Shift is up in X');
       await within(c.closed, "the viewer's WebSocket to close");
       await within(server2.exited, 'exited');
@@ -573,6 +591,67 @@ describe('x11vnc on a display, and the bridge', () => {
     } finally {
       web2.close();
       rmSync(dir2, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('x11vnc outlives no owner', () => {
+  let display: VirtualDisplay;
+  before(async () => {
+    display = await startTestDisplay({ width: WIDTH, height: HEIGHT });
+  });
+  after(() => display?.stop());
+
+  /** Starts test/fixtures/vnc-child.ts; resolves with it and its x11vnc's pid. */
+  async function child(dir: string): Promise<{ proc: ChildProcess; pid: number; gone: Promise<void> }> {
+    const proc = spawn(
+      process.execPath,
+      ['--import', 'tsx', CHILD, JSON.stringify({ display: display.display, xauthority: display.xauthority, dir })],
+      { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    const gone = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+    let out = '';
+    proc.stdout!.setEncoding('utf8');
+    proc.stdout!.on('data', (chunk: string) => (out += chunk));
+    const line = await until('the child to report x11vnc started', () => /^\{.*\}\n/.exec(out), {
+      timeoutMs: 30_000,
+      seen: () => ({ out, exitCode: proc.exitCode }),
+    });
+    const { pid } = JSON.parse(line[0]) as { pid: number };
+    assert.match(readFileSync(`/proc/${pid}/cmdline`, 'latin1'), /x11vnc/);
+    return { proc, pid, gone };
+  }
+
+  test('a process that exits without stop() takes its x11vnc and its shared memory with it', async () => {
+    const dir = privateDir();
+    try {
+      const { proc, pid, gone } = await child(dir);
+      await until('x11vnc to have shared memory for its screen reads', () => sharedMemoryOf(pid).length > 0);
+      proc.stdin!.end('exit\n');
+      await within(gone, 'the child to exit');
+      await until('x11vnc to be gone', () => !isRunning(pid));
+      assert.deepEqual(sharedMemoryOf(pid), [], 'its shared memory is removed');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a process killed with SIGKILL takes its x11vnc with it (setpriv --pdeathsig)', async () => {
+    const dir = privateDir();
+    try {
+      const { proc, pid, gone } = await child(dir);
+      const segments = sharedMemoryOf(pid);
+      proc.kill('SIGKILL');
+      await within(gone, 'the child to die');
+      await until('x11vnc to be gone', () => !isRunning(pid));
+      // Nothing of the owner runs any more to remove x11vnc's shared memory: the test does.
+      if (segments.length)
+        execFileSync(
+          'ipcrm',
+          segments.flatMap((id) => ['-m', id]),
+        );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -41,8 +41,8 @@
  * remembers only which buttons and non-character keys, such as Shift, are
  * down, to let go of them if the viewer vanishes).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { lstatSync, rmSync, statSync } from 'node:fs';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { lstatSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { isAbsolute, join } from 'node:path';
 import type { RawData, WebSocket } from 'ws';
@@ -236,6 +236,60 @@ class StderrLines {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+const IPCRM = '/usr/bin/ipcrm';
+/** Limit for one ipcrm run. */
+const IPCRM_TIMEOUT_MS = 5_000;
+
+/**
+ * The System V shared memory segments x11vnc `pid` made (MIT-SHM, its
+ * screen reads: 34 segments, ~5 MB, at 1024x768): x11vnc removes them as it
+ * exits, but one killed (SIGKILL after a stop that timed out, the exit
+ * hook) leaves them until the machine restarts. Only segments of this user,
+ * made by that pid since `sinceEpochSeconds`.
+ */
+function sharedMemoryOf(pid: number, sinceEpochSeconds: number): string[] {
+  let rows: string[][];
+  try {
+    rows = readFileSync('/proc/sysvipc/shm', 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => line.trim().split(/\s+/));
+  } catch {
+    return [];
+  }
+  const head = rows.shift() ?? [];
+  const [id, cpid, uid, ctime] = ['shmid', 'cpid', 'uid', 'ctime'].map((name) => head.indexOf(name)) as [
+    number,
+    number,
+    number,
+    number,
+  ];
+  if (id < 0 || cpid < 0 || uid < 0 || ctime < 0) return [];
+  const me = process.getuid?.();
+  return rows
+    .filter((r) => Number(r[cpid]) === pid && Number(r[uid]) === me && Number(r[ctime]) >= sinceEpochSeconds)
+    .map((r) => r[id]!)
+    .filter((v) => /^\d+$/.test(v));
+}
+
+/** Removes what sharedMemoryOf lists (a segment still attached goes when its last user detaches). Never throws. */
+async function removeSharedMemory(pid: number, sinceEpochSeconds: number, log: Logger): Promise<void> {
+  const ids = sharedMemoryOf(pid, sinceEpochSeconds);
+  if (ids.length === 0) return;
+  await new Promise<void>((resolve) => {
+    execFile(
+      IPCRM,
+      ids.flatMap((v) => ['-m', v]),
+      { timeout: IPCRM_TIMEOUT_MS },
+      (err) => {
+        if (err) log.debug('cannot remove the shared memory x11vnc left', { pid, error: err.message });
+        else log.debug('removed the shared memory x11vnc left', { pid, segments: ids.length });
+        resolve();
+      },
+    );
+  });
+}
+
 /** Whether a server accepts on `path` and greets as RFB does (then the probe hangs up). */
 function greets(path: string, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -301,6 +355,7 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
   const timeoutMs = o.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
   removeSocket(socketPath);
   const spawnedAt = performance.now();
+  const spawnedAtEpochSeconds = Math.floor(Date.now() / 1000) - 1;
   const [command, args] = dieWithParent(X11VNC, vncArgs(o.display, socketPath));
   const child: ChildProcess = spawn(command, args, {
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -319,7 +374,11 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
   const stderr = new StderrLines(log);
   child.stderr!.setEncoding('utf8');
   child.stderr!.on('data', (chunk: string) => stderr.write(chunk));
-  const gone = exited(child);
+  // Ended, and what a killed x11vnc leaves (its socket, its shared memory) removed.
+  const gone = exited(child).then(async () => {
+    removeSocket(socketPath);
+    if (child.pid !== undefined) await removeSharedMemory(child.pid, spawnedAtEpochSeconds, log);
+  });
 
   let failure: VncError | undefined;
   child.once('error', (err: NodeJS.ErrnoException) => {
@@ -367,9 +426,26 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
   child.unref();
   (child.stderr as Socket | null)?.unref();
   let stopping: Promise<void> | undefined;
+  // The exit hook of trackChild SIGKILLs x11vnc if this process exits without stop(): its shared
+  // memory must go too, synchronously, as nothing runs after.
+  const onProcessExit = (): void => {
+    try {
+      child.kill('SIGKILL');
+      const ids = sharedMemoryOf(pid, spawnedAtEpochSeconds);
+      if (ids.length)
+        execFileSync(
+          IPCRM,
+          ids.flatMap((v) => ['-m', v]),
+          { timeout: IPCRM_TIMEOUT_MS, stdio: 'ignore' },
+        );
+    } catch {
+      // gone already, or nothing to remove
+    }
+  };
+  process.on('exit', onProcessExit);
+  void gone.then(() => process.off('exit', onProcessExit));
   child.on('error', (err) => log.debug('x11vnc process error', { error: err.message }));
   child.once('exit', (code, signal) => {
-    removeSocket(socketPath);
     if (stopping) return;
     log.warn('vnc server exited unexpectedly', { display: o.display, pid, code, signal });
   });
