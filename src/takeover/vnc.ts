@@ -68,9 +68,9 @@ export interface VncServerOptions {
 export interface VncServer {
   readonly socketPath: string;
   readonly pid: number;
-  /** resolves when the process ended (for any reason) */
+  /** resolves when the process ended (for any reason), once its socket and shared memory are removed */
   readonly exited: Promise<void>;
-  /** SIGINT (x11vnc releases the keys still down and exits), SIGKILL after 3 s; removes the socket. Idempotent. */
+  /** SIGINT (x11vnc releases the keys still down and exits), SIGKILL after 3 s; resolves once exited has. Idempotent. */
   stop(): Promise<void>;
 }
 
@@ -465,9 +465,10 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
           if ((await raceDeadline(gone, STOP_DEADLINE_MS)) === 'deadline') {
             log.warn('x11vnc did not stop in time; killed', { display: o.display, pid });
             child.kill('SIGKILL');
-            await raceDeadline(gone, KILL_DEADLINE_MS);
           }
         }
+        // Its socket and shared memory removed too; bounded, as the kernel could hold a process.
+        await raceDeadline(gone, KILL_DEADLINE_MS + IPCRM_TIMEOUT_MS);
         removeSocket(socketPath);
         log.info('vnc server stopped', {
           display: o.display,
