@@ -48,6 +48,7 @@ const GROUPS = {
   cli: ['**/cli.ts'],
   daemon: ['**/daemon.ts'],
   ops: ['**/ops/**', '**/viewer/**'],
+  takeover: ['**/takeover/**'],
   recording: ['**/recording/**'],
   server: ['**/server/**'],
   executor: ['**/executor/**'],
@@ -91,6 +92,17 @@ function layer(name, files, ...below) {
       ],
     },
   };
+}
+
+/** `config` (a layer) with one file of the desktop driver allowed: its pattern for that group gets an exception. */
+function onlyFromDesktop(config, file) {
+  const options = config.rules['no-restricted-imports'][1];
+  for (const p of options.patterns) {
+    if (p.group !== GROUPS.desktop) continue;
+    p.group = [...GROUPS.desktop, `!**/${file.replace(/^src\//, '')}`];
+    p.message = `of the desktop driver, only ${file} may be imported here (docs/ARCHITECTURE.md).`;
+  }
+  return config;
 }
 
 export default defineConfig(
@@ -139,11 +151,23 @@ export default defineConfig(
     'browser',
     'client',
   ),
-  layer('ops and viewer', ['src/ops/**', 'src/viewer/**'], 'recording', 'server', 'executor', 'toolsets', 'desktops'),
+  // Human takeover (src/takeover/): the leaves, and of the desktop driver only xvfb.ts's child-process helpers.
+  onlyFromDesktop(layer('takeover', ['src/takeover/**']), 'src/desktop/xvfb.ts'),
+  layer(
+    'ops and viewer',
+    ['src/ops/**', 'src/viewer/**'],
+    'takeover',
+    'recording',
+    'server',
+    'executor',
+    'toolsets',
+    'desktops',
+  ),
   layer(
     'daemon',
     ['src/daemon.ts'],
     'ops',
+    'takeover',
     'recording',
     'server',
     'executor',
