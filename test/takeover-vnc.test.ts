@@ -508,8 +508,28 @@ describe('x11vnc on a display, and the bridge', () => {
     await c.update({ incremental: true });
   });
 
-  test('bounded: a viewer that stops reading holds the bridge near its 16 MiB mark, then gets every byte', async () => {
+  test('bounded: a watcher that stops reading is dropped (1013), so x11vnc never blocks on it', async () => {
     const { c, b } = await open(false);
+    await c.update({ incremental: false });
+    c.ws.pause(); // the client stops reading its TCP socket
+    let asked = 0;
+    const ask = setInterval(() => {
+      c.send(RfbTestClient.updateRequestBytes(false, WIDTH, HEIGHT));
+      asked++;
+    }, 20);
+    try {
+      await within(b.bridge.closed, 'the slow watcher dropped', 30_000);
+    } finally {
+      clearInterval(ask);
+      c.ws.resume();
+    }
+    await within(c.closed, 'the watcher connection ended');
+    // 1013 when the close frame got through; a client that read nothing may see only the connection drop (1006).
+    assert.ok(c.closeCode === 1013 || c.closeCode === 1006, `close ${c.closeCode} after ${asked} requests`);
+  });
+
+  test("bounded: the holder's viewer that stops reading holds the bridge near its 16 MiB mark, then gets every byte", async () => {
+    const { c, b } = await open(true);
     await c.update({ incremental: false });
     c.ws.pause(); // the client stops reading its TCP socket
     let peak = 0;

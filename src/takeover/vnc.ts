@@ -845,6 +845,10 @@ export interface VncBridge {
 
 /** Over this many unsent bytes on the WebSocket, the bridge stops reading x11vnc until it drains... */
 const WS_HIGH_WATER_BYTES = 16 * 1024 * 1024;
+/** A watcher with more than this unsent is dropped rather than waited for (x11vnc would block on it). */
+const WATCHER_MAX_BUFFERED_BYTES = 4 * 1024 * 1024;
+/** Close code for a watcher dropped for being slow: try again later. */
+const WS_TRY_AGAIN_LATER = 1013;
 /** ...to this. */
 const WS_LOW_WATER_BYTES = 4 * 1024 * 1024;
 /** A WebSocket whose peer does not answer the close handshake within this is cut. */
@@ -948,6 +952,11 @@ export function bridgeVnc(ws: WebSocket, server: VncServer, o: BridgeOptions): V
     guarded('socket data', (chunk: Buffer) => {
       if (closing || ws.readyState !== WS_OPEN) return;
       ws.send(chunk, { binary: true }, afterSend);
+      // x11vnc is single-threaded: a watcher it cannot write to would freeze the holder's screen too.
+      // So a watcher that falls behind is dropped (its page reconnects); only the holder is waited for.
+      if (!o.control && ws.bufferedAmount > WATCHER_MAX_BUFFERED_BYTES) {
+        return close(WS_TRY_AGAIN_LATER, 'this viewer fell behind');
+      }
       if (!paused && ws.bufferedAmount > WS_HIGH_WATER_BYTES) {
         paused = true;
         socket.pause();

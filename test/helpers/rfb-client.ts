@@ -42,6 +42,12 @@ export interface Update {
   at: number;
 }
 
+export interface SocketOptions {
+  /** Subprotocols to offer (the daemon's VNC socket wants its own, the token's and, for the holder, the lease's). */
+  protocols?: string[];
+  headers?: Record<string, string>;
+}
+
 interface Waiter {
   check: () => boolean;
   resolve: () => void;
@@ -86,14 +92,33 @@ export class RfbTestClient {
     ws.on('error', () => {});
   }
 
-  /** Connects, completes the handshake and sets the encodings; resolves after ServerInit. */
-  static async open(url: string, encodings: number[] = [ENCODING_RAW, ENCODING_CURSOR]): Promise<RfbTestClient> {
-    const ws = new WebSocket(url, { perMessageDeflate: false });
+  /**
+   * Opens the WebSocket (offering `socket.protocols`, sending `socket.headers`); the handshake then runs by
+   * itself. Rejects with the HTTP status when the upgrade is refused.
+   */
+  static async connect(url: string, socket: SocketOptions = {}): Promise<RfbTestClient> {
+    const ws = new WebSocket(url, socket.protocols ?? [], {
+      perMessageDeflate: false,
+      ...(socket.headers ? { headers: socket.headers } : {}),
+    });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', resolve);
+      ws.once('unexpected-response', (_req, res) => {
+        res.resume();
+        reject(new Error(`the VNC socket was refused: ${res.statusCode}`));
+      });
       ws.once('error', reject);
     });
-    const c = new RfbTestClient(ws);
+    return new RfbTestClient(ws);
+  }
+
+  /** Connects, completes the handshake and sets the encodings; resolves after ServerInit. */
+  static async open(
+    url: string,
+    encodings: number[] = [ENCODING_RAW, ENCODING_CURSOR],
+    socket: SocketOptions = {},
+  ): Promise<RfbTestClient> {
+    const c = await RfbTestClient.connect(url, socket);
     await c.wait('ServerInit', () => c.phase === 'messages');
     c.setEncodings(encodings);
     return c;
