@@ -151,8 +151,9 @@ export default defineConfig(
     'browser',
     'client',
   ),
-  // Human takeover (src/takeover/): the leaves, and of the desktop driver only xvfb.ts's child-process helpers.
-  onlyFromDesktop(layer('takeover', ['src/takeover/**']), 'src/desktop/xvfb.ts'),
+  // Human takeover (src/takeover/): the server's seams (routes, TakeoverPort), the desktops' hold, and of the
+  // desktop driver only xvfb.ts's child-process helpers.
+  onlyFromDesktop(layer('takeover', ['src/takeover/**'], 'server', 'desktops'), 'src/desktop/xvfb.ts'),
   layer(
     'ops and viewer',
     ['src/ops/**', 'src/viewer/**'],

@@ -4,14 +4,7 @@
  * An observer that throws is cut off, never the batch: observing must not
  * change what the model reads.
  */
-import type {
-  AgentToolEntry,
-  BatchResult,
-  TakeoverMessage,
-  TakeoverOutcome,
-  ToolEvent,
-  ToolUse,
-} from './protocol.ts';
+import type { AgentToolEntry, BatchResult, TakeoverMessage, TakeoverOutcome, ToolEvent, ToolUse } from './protocol.ts';
 
 export type Activity =
   | {

@@ -8,6 +8,7 @@ import { ConfigError, configWarnings, type DaemonConfig } from './config.ts';
 import { WorkerDesktopDriver } from './desktop/worker-driver.ts';
 import { FRAMEBUFFER_ENV } from './desktop/worker-protocol.ts';
 import { Executor } from './executor/executor.ts';
+import { Hold } from './desktops/hold.ts';
 import { Lane } from './desktops/lane.ts';
 import { fitSize, type Geometry, type Size } from './geometry.ts';
 import type { Logger } from './log.ts';
@@ -30,11 +31,12 @@ import type { DesktopResources, PartsFactory } from './desktops/desktop.ts';
 import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktops/pool.ts';
 import type { Ops } from './ops/index.ts';
 import { resolve } from 'node:path';
-import { createViewer, type ViewerDeps } from './viewer/index.ts';
+import { createViewer } from './viewer/index.ts';
 import { RecordingStore } from './recording/store.ts';
 import { Recorder, type Artifact, type VideoStarter } from './recording/recorder.ts';
 import { DesktopVideo } from './recording/video.ts';
 import { recordingRoutes } from './recording/routes.ts';
+import { TakeoverManager } from './takeover/manager.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -71,12 +73,7 @@ function checkDisabled(names: readonly string[]): void {
 /** How long a welcome waits for a fresh display size before it uses the last one known. */
 const WELCOME_GEOMETRY_WAIT_MS = 250;
 
-/** Beside the configuration: the viewer's takeover page side (the tests turn it on without the CLI). */
-export interface StartOptions {
-  viewer?: Pick<ViewerDeps, 'takeover'>;
-}
-
-export async function startDaemon(config: DaemonConfig, log: Logger, options: StartOptions = {}): Promise<Daemon> {
+export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
   checkDisabled(config.disabledMembers);
   checkEnabled(config.browserSettings.enable);
   const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
@@ -197,7 +194,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger, options: St
   const routes: HttpRoute[] = [];
   const sockets: SocketRoute[] = [];
   // The live viewer: GET /viewer (the page) and its feed /viewer/feed (docs/VIEWER.md).
-  const viewer = createViewer({ activity, log: log.child({ component: 'viewer' }), ...options.viewer });
+  const viewer = createViewer({
+    activity,
+    log: log.child({ component: 'viewer' }),
+    // With takeover on, the page gets its side of it (noVNC's files, the snapshot's flag).
+    ...(config.takeover.enabled ? { takeover: { novncDir: config.takeover.novncDir } } : {}),
+  });
   routes.push(...viewer.routes);
   sockets.push(viewer.socket);
   // Session recordings (docs/RECORDING.md): written as the activity goes by, served behind the token.
@@ -210,6 +212,17 @@ export async function startDaemon(config: DaemonConfig, log: Logger, options: St
           removed: (reason) => reportTo.metrics?.recordingRemoved(reason),
         });
   if (recorder) routes.push(...recordingRoutes(recorder.store, (id) => recorder.recorder.summary(id)));
+  // Human takeover from the viewer (docs/VIEWER.md "Takeover"): only when the operator allows it.
+  const takeover = config.takeover.enabled
+    ? new TakeoverManager({
+        settings: config.takeover,
+        activity,
+        log: log.child({ component: 'takeover' }),
+        desktopOf: (id) => server.findSession(id)?.desktop?.desktop,
+        notify: (id, message) => server.notifySession(id, message),
+      })
+    : undefined;
+  if (takeover) sockets.push(...takeover.sockets());
   // /metrics and /readyz (docs/OPERATIONS.md); `server` is read only when a request comes.
   const ops = createOps({
     activity,
@@ -247,6 +260,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger, options: St
     activity,
     routes,
     sockets,
+    ...(takeover ? { takeover } : {}),
     ...(recorder
       ? {
           secretInput: (session: string, toolUse: string) => recorder.recorder.secretInput(session, toolUse),
@@ -288,6 +302,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger, options: St
     activity,
     close() {
       closing ??= (async () => {
+        // First: the agents' waiting batches are let go, and told the person's control ended.
+        await takeover?.close();
         await server.close();
         // Every session closed: their recordings are finalised (the videos' last fragments written).
         await recorder?.recorder.close();
@@ -396,6 +412,7 @@ function createDesktops(
       driver,
       browser,
       lane: new Lane(),
+      hold: new Hold(),
       ...(config.display
         ? {
             screen: {

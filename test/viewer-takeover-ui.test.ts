@@ -20,6 +20,7 @@ import { loadNovnc } from '../src/viewer/novnc.ts';
 import { launchKioskChromium, type KioskChromium } from './helpers/chromium.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
+import { takeoverOn } from './helpers/takeover.ts';
 import { until, within } from './helpers/wait.ts';
 
 type Snapshot = Extract<FeedMessage, { type: 'snapshot' }>;
@@ -114,9 +115,9 @@ describe('noVNC files and the takeover flag on a real daemon (no display)', () =
     fixture = await makeFixture(root);
     await mkdir(join(root, 'empty'));
     const plain = { display: undefined, browser: 'off' } as const;
-    on = await startTestDaemon(plain, { viewer: { takeover: { novncDir: fixture.dir } } });
+    on = await startTestDaemon({ ...plain, takeover: takeoverOn(fixture.dir) });
     off = await startTestDaemon(plain);
-    missing = await startTestDaemon(plain, { viewer: { takeover: { novncDir: join(root, 'empty') } } });
+    missing = await startTestDaemon({ ...plain, takeover: takeoverOn(join(root, 'empty')) });
   });
   after(async () => {
     await Promise.all([on?.close(), off?.close(), missing?.close()]);
@@ -216,12 +217,9 @@ describe('the takeover page in Chromium, served by a real daemon with Debian’s
   let kiosk: KioskChromium;
   before(async () => {
     display = await startTestDisplay({ width: 1024, height: 768 });
-    d = await startTestDaemon({ display: display.display, browser: 'off' }, { viewer: { takeover: {} } });
+    d = await startTestDaemon({ display: display.display, browser: 'off', takeover: takeoverOn() });
     emptyDir = await mkdtemp(join(tmpdir(), 'deskbatch-no-novnc-'));
-    withoutNovnc = await startTestDaemon(
-      { display: undefined, browser: 'off' },
-      { viewer: { takeover: { novncDir: emptyDir } } },
-    );
+    withoutNovnc = await startTestDaemon({ display: undefined, browser: 'off', takeover: takeoverOn(emptyDir) });
     kiosk = await launchKioskChromium({ display: display.display, width: 1024, height: 768, url: 'about:blank' });
   });
   after(async () => {

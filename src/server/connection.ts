@@ -381,7 +381,7 @@ export class Connection {
         // Not accepted: nothing of it runs, and resending the same batch later runs it.
         return this.error(
           'desktop_held',
-          'a person controls this session\'s desktop; the batch was not accepted, send it again later',
+          "a person controls this session's desktop; the batch was not accepted, send it again later",
           id,
           retryAfterMs,
         );

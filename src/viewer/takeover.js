@@ -307,7 +307,8 @@ const ENDED_TEXT = {
 };
 
 function onEnded(message) {
-  if (!t.hold || t.hold.desktop !== message.desktop) return;
+  // A resume the daemon could not honour names no desktop: the lease this page kept is gone either way.
+  if (!t.hold || (message.desktop !== null && t.hold.desktop !== message.desktop)) return;
   t.hold = null;
   sessionStorage.removeItem(LEASE_KEY);
   if (t.view && t.view.mode === 'control') closeView();

@@ -7,7 +7,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { resolveConfig, type DaemonConfig } from '../../src/config.ts';
-import { startDaemon, type Daemon, type StartOptions } from '../../src/daemon.ts';
+import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { createLogger } from '../../src/log.ts';
 import type {
   BatchResult,
@@ -45,11 +45,13 @@ export interface TestDaemon {
   daemon: Daemon;
   url: string;
   screenshotsDir: string;
+  /** The daemon's log (every line, debug level included). */
+  logFile: string;
   connect(options?: ConnectOptions): Promise<TestClient>;
   close(): Promise<void>;
 }
 
-export async function startTestDaemon(overrides: Overrides = {}, options: StartOptions = {}): Promise<TestDaemon> {
+export async function startTestDaemon(overrides: Overrides = {}): Promise<TestDaemon> {
   const screenshotsDir = await mkdtemp(join(tmpdir(), 'deskbatch-shots-'));
   const config = resolveConfig({
     port: 0,
@@ -65,7 +67,8 @@ export async function startTestDaemon(overrides: Overrides = {}, options: StartO
   } as Parameters<typeof resolveConfig>[0]);
   // Every line at debug level goes to the test file's log folder (test/helpers/artifacts.ts);
   // DESKBATCH_TEST_LOG=1 also prints them.
-  const logFile = createWriteStream(join(newLogDir('daemon'), 'daemon.log'), { flags: 'a' });
+  const logPath = join(newLogDir('daemon'), 'daemon.log');
+  const logFile = createWriteStream(logPath, { flags: 'a' });
   const echo = Boolean(process.env.DESKBATCH_TEST_LOG);
   logFile.on('error', () => undefined); // a full disk must not fail the test it logs for
   const log = createLogger('debug', (line) => {
@@ -75,7 +78,7 @@ export async function startTestDaemon(overrides: Overrides = {}, options: StartO
   const closeLog = (): Promise<void> => new Promise((resolve) => logFile.end(resolve));
   let daemon: Daemon;
   try {
-    daemon = await startDaemon(config, log, options);
+    daemon = await startDaemon(config, log);
   } catch (err) {
     await closeLog();
     throw err;
@@ -85,6 +88,7 @@ export async function startTestDaemon(overrides: Overrides = {}, options: StartO
     daemon,
     url: daemon.url,
     screenshotsDir,
+    logFile: logPath,
     async connect(options = {}) {
       const client = await TestClient.open(daemon.url, options);
       clients.push(client);
