@@ -10,6 +10,7 @@ import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
+import { BatchRefusedError, DeskbatchClient } from '../src/client/index.ts';
 import type { BatchResult, ErrorMessage, TakeoverMessage } from '../src/protocol.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
@@ -265,6 +266,46 @@ describe('takeover on', () => {
       ws.once('error', () => undefined);
     });
     assert.equal(status, 401);
+  });
+
+  test('the client library: requestHelp, the takeover event, and desktop_held for a refusing client', async () => {
+    const waiting = await DeskbatchClient.connect(d.url, { token: TEST_TOKEN, reconnect: false, takeover: {} });
+    const refusing = await DeskbatchClient.connect(d.url, {
+      token: TEST_TOKEN,
+      reconnect: false,
+      takeover: { whenHeld: 'refuse' },
+    });
+    try {
+      const heard: TakeoverMessage[] = [];
+      waiting.on('takeover', (m) => heard.push(m));
+      const id = await waiting.requestHelp('solve the captcha');
+      assert.match(id, /^h\d+$/);
+      const viewer = await ControlClient.open(d.url);
+      viewer.send({ type: 'take', desktop: 'shared', operator: 'erin' });
+      await viewer.next('granted', (m) => m.type === 'granted');
+      await until('the started event', () => heard.find((m) => m.event === 'started'));
+      const refused = await refusing.runBatch([computerUse('cursor_position', {})]).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      assert.ok(refused instanceof BatchRefusedError, String(refused));
+      assert.equal(refused.code, 'desktop_held');
+      assert.ok((refused.retryAfterMs ?? 0) > 0);
+      const waited = waiting.runBatch([computerUse('cursor_position', {})]);
+      viewer.send({ type: 'return', desktop: 'shared', outcome: 'unresolved' });
+      const { toolResults } = await waited;
+      assert.equal(toolResults.length, 1);
+      const ended = heard.find((m) => m.event === 'ended');
+      assert.equal(ended?.outcome, 'unresolved');
+      assert.equal(ended?.request_id, id);
+      assert.equal(ended?.note, undefined, 'no note was written');
+      await viewer.close();
+    } finally {
+      await Promise.all([waiting.close(), refusing.close()]);
+    }
+    const plain = await DeskbatchClient.connect(d.url, { token: TEST_TOKEN, reconnect: false });
+    await assert.rejects(plain.requestHelp('anything'), /does not take help requests/);
+    await plain.close();
   });
 
   test('nobody holds the desktop: the VNC socket is closed at once', async () => {

@@ -441,9 +441,10 @@ export class TakeoverManager implements TakeoverPort {
       pasted_characters: tally.pasted,
     };
     const summary = summarize(outcome, activity);
-    for (const [s, request] of t.told) {
-      const open = this.help.get(s);
-      if (open && (request === undefined || open.request_id === request)) this.help.delete(s);
+    for (const [s, askedBefore] of t.told) {
+      // The request this takeover answers: the one open now (asked during it, or before it), else none.
+      const request = this.help.get(s)?.request_id ?? askedBefore;
+      this.help.delete(s);
       this.deps.notify(s, {
         type: 'takeover',
         event: 'ended',
