@@ -313,7 +313,8 @@ function onEnded(message) {
   sessionStorage.removeItem(LEASE_KEY);
   if (t.view && t.view.mode === 'control') closeView();
   const why = ENDED_TEXT[message.outcome] || 'Your control of the desktop ended.';
-  const detail = str(message.message);
+  // The daemon's own words only where the page has none of its own (they say the same).
+  const detail = ENDED_TEXT[message.outcome] ? '' : str(message.message);
   ui.ended.textContent = `Desktop ${str(message.desktop)}: ${why}${detail ? ` (${detail})` : ''}`;
   ui.ended.dataset.outcome = str(message.outcome);
   ui.ended.hidden = false;
