@@ -14,6 +14,7 @@ import { BatchRefusedError, DeskbatchClient } from '../src/client/index.ts';
 import type { BatchResult, ErrorMessage, TakeoverMessage } from '../src/protocol.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
+import type { TakeoverSettings } from '../src/config.ts';
 import { ControlClient, takeoverOn } from './helpers/takeover.ts';
 import { ENCODING_CURSOR, ENCODING_RAW, RfbTestClient } from './helpers/rfb-client.ts';
 import { until } from './helpers/wait.ts';
@@ -77,6 +78,24 @@ function arrivals(c: TestClient): string[] {
   return order;
 }
 
+/** A display and a daemon on it with takeover on (`settings` over the defaults), for the tests of one describe. */
+function takeoverDaemon(settings: Partial<TakeoverSettings>): { display: VirtualDisplay; d: TestDaemon } {
+  const env = {} as { display: VirtualDisplay; d: TestDaemon };
+  before(async () => {
+    env.display = await startTestDisplay(SIZE);
+    env.d = await startTestDaemon({
+      display: env.display.display,
+      browser: 'off',
+      takeover: takeoverOn(undefined, settings),
+    });
+  });
+  after(async () => {
+    await env.d?.close();
+    await env.display?.stop();
+  });
+  return env;
+}
+
 describe('takeover off (the default)', () => {
   let display: VirtualDisplay;
   let d: TestDaemon;
@@ -104,22 +123,10 @@ describe('takeover off (the default)', () => {
 });
 
 describe('takeover on', () => {
-  let display: VirtualDisplay;
-  let d: TestDaemon;
-  before(async () => {
-    display = await startTestDisplay(SIZE);
-    d = await startTestDaemon({
-      display: display.display,
-      browser: 'off',
-      takeover: takeoverOn(undefined, { leaseMs: 60_000, graceMs: 1_500 }),
-    });
-  });
-  after(async () => {
-    await d?.close();
-    await display?.stop();
-  });
+  const env = takeoverDaemon({ leaseMs: 60_000, graceMs: 1_500 });
 
   test('help, take, the agent waits, the person acts, hands back with a note; only counts reach the agent', async () => {
+    const { d, display } = env;
     const agent = await d.connect();
     const order = arrivals(agent);
     const welcome = await agent.hello(undefined, { takeover: {} });
@@ -228,6 +235,7 @@ describe('takeover on', () => {
   });
 
   test('a holder whose viewer drops keeps the desktop through the grace period, then loses it', async () => {
+    const { d } = env;
     const agent = await d.connect();
     await agent.hello(undefined, { takeover: {} });
     let viewer = await ControlClient.open(d.url);
@@ -251,6 +259,7 @@ describe('takeover on', () => {
   });
 
   test('the control and VNC sockets refuse a foreign Origin and a missing token', async () => {
+    const { d } = env;
     await assert.rejects(ControlClient.open(d.url, { origin: 'http://evil.example' }), /refused: 403/);
     const port = new URL(d.url).port;
     // The page's own origin is welcome (the Host it was served from).
@@ -269,6 +278,7 @@ describe('takeover on', () => {
   });
 
   test('the client library: requestHelp, the takeover event, and desktop_held for a refusing client', async () => {
+    const { d } = env;
     const waiting = await DeskbatchClient.connect(d.url, { token: TEST_TOKEN, reconnect: false, takeover: {} });
     const refusing = await DeskbatchClient.connect(d.url, {
       token: TEST_TOKEN,
@@ -309,6 +319,7 @@ describe('takeover on', () => {
   });
 
   test('nobody holds the desktop: the VNC socket is closed at once', async () => {
+    const { d } = env;
     const agent = await d.connect();
     await agent.hello();
     const socket = await vnc(d, 'shared').connect();
@@ -318,22 +329,10 @@ describe('takeover on', () => {
 });
 
 describe('a lease that runs out', () => {
-  let display: VirtualDisplay;
-  let d: TestDaemon;
-  before(async () => {
-    display = await startTestDisplay(SIZE);
-    d = await startTestDaemon({
-      display: display.display,
-      browser: 'off',
-      takeover: takeoverOn(undefined, { leaseMs: 2_000, graceMs: 1_000 }),
-    });
-  });
-  after(async () => {
-    await d?.close();
-    await display?.stop();
-  });
+  const env = takeoverDaemon({ leaseMs: 2_000, graceMs: 1_000 });
 
   test('extend pushes the expiry on; then control goes back to the agent with outcome expired', async () => {
+    const { d } = env;
     const agent = await d.connect();
     await agent.hello(undefined, { takeover: {} });
     const viewer = await ControlClient.open(d.url);

@@ -10,7 +10,7 @@
  * form; kept in sessionStorage only (gone when the tab closes).
  */
 /* global location, history, sessionStorage, WebSocket, requestAnimationFrame */
-import { byId, el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+import { byId, el, onJsonMessage, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
 import { decorateSessions, setTakeover, stopTakeover } from './takeover.js';
 
 const SUBPROTOCOL = 'deskbatch.viewer.v1';
@@ -116,16 +116,7 @@ function connect() {
   ws.addEventListener('open', () => {
     opened = true;
   });
-  ws.addEventListener('message', (event) => {
-    if (socket !== ws || typeof event.data !== 'string') return;
-    let message;
-    try {
-      message = JSON.parse(event.data);
-    } catch {
-      return;
-    }
-    receive(message);
-  });
+  onJsonMessage(ws, () => socket === ws, receive);
   ws.addEventListener('close', (event) => {
     if (socket !== ws) return;
     socket = undefined;

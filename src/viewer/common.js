@@ -40,3 +40,17 @@ export function onLogin(ui, next) {
     next();
   });
 }
+
+/** Calls `receive` with each JSON text frame of `ws`, while `current()` says this socket is still the page's. */
+export function onJsonMessage(ws, current, receive) {
+  ws.addEventListener('message', (event) => {
+    if (!current() || typeof event.data !== 'string') return;
+    let message;
+    try {
+      message = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    receive(message);
+  });
+}

@@ -15,7 +15,7 @@
  * listens on its own canvas only), and keys on the desktop view stop there.
  */
 /* global location, sessionStorage, localStorage, WebSocket */
-import { byId, el, TOKEN_KEY } from './common.js';
+import { byId, el, onJsonMessage, TOKEN_KEY } from './common.js';
 
 const CONTROL_PATH = '/viewer/control';
 const VNC_PATH = '/viewer/vnc';
@@ -196,16 +196,7 @@ function connect() {
       render();
     }
   });
-  ws.addEventListener('message', (event) => {
-    if (t.socket !== ws || typeof event.data !== 'string') return;
-    let message;
-    try {
-      message = JSON.parse(event.data);
-    } catch {
-      return;
-    }
-    receive(message);
-  });
+  onJsonMessage(ws, () => t.socket === ws, receive);
   ws.addEventListener('close', () => {
     if (t.socket !== ws) return;
     t.socket = undefined;
