@@ -148,9 +148,16 @@ describe('an operator rescues a stuck agent from the viewer', () => {
     await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
     await until('the page seeing the click', () => web.requests.some((r) => r.path === '/seen' && r.body === 'click'));
     await page.keyboard.type(SECRET, { delay: 20 });
+    // The key a French keyboard has for é (its code is Digit2 there): noVNC sends the keysym of the key the
+    // person's layout says, and x11vnc finds it a keycode on the desktop, whose layout is US.
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send('Input.dispatchKeyEvent', { type: 'keyDown', key: 'é', code: 'Digit2', text: 'é' });
+    await cdp.send('Input.dispatchKeyEvent', { type: 'keyUp', key: 'é', code: 'Digit2' });
+    await cdp.detach();
+    const typed = `${SECRET}é`;
     await until(
       'the page seeing the whole password',
-      () => web.requests.some((r) => r.path === '/seen' && r.body === `value:${SECRET}`),
+      () => web.requests.some((r) => r.path === '/seen' && r.body === `value:${typed}`),
       {
         timeoutMs: 30_000,
         seen: () =>
@@ -170,7 +177,7 @@ describe('an operator rescues a stuck agent from the viewer', () => {
     assert.equal(ended.outcome, 'resolved');
     assert.equal(ended.note, NOTE);
     assert.equal(ended.request_id, ack.request_id);
-    assert.equal(ended.activity?.typed_characters, SECRET.length);
+    assert.equal(ended.activity?.typed_characters, typed.length);
     assert.ok((ended.activity?.clicks ?? 0) >= 1);
     await page.locator('#takeover-ended').waitFor({ state: 'visible' });
     await until('ffmpeg taking frames again', async () =>
