@@ -155,8 +155,8 @@ addEventListener('keydown', (e) => {
 /**
  * Installed in the viewer page (a string: the page's CSP allows no eval, and
  * Playwright evaluates a string expression without one). `window.__takeTimer`
- * times a take; `window.__lat` arms one input-to-photon trial, counts flips
- * over a window, and decodes a JPEG.
+ * times a take; `window.__lat` arms one input-to-photon trial, counts the
+ * updates noVNC draws over a window, and decodes a JPEG.
  *
  * A trial stamps three times in the page's clock: the input (a capture-phase
  * listener on the document: event.timeStamp), when noVNC drew the flip on its
@@ -167,11 +167,12 @@ addEventListener('keydown', (e) => {
  * renderer builds that frame: rAF's own timestamp is the frame's begin time,
  * which can be earlier than a draw that still made it into the frame). And
  * each message of noVNC's socket meanwhile (its setter of onmessage wrapped
- * before noVNC opens it): when its event ran, and its size.
+ * before noVNC opens it): when its event ran, its size, and how long noVNC's
+ * handler took with it (parsing and decoding, on the page's main thread).
  */
 const VIEWER_SCRIPT = `(() => {
   if (window.__lat) return true;
-  // Each message of noVNC's socket while a trial runs: when its event ran (before noVNC handles it), its size.
+  // Each message of noVNC's socket while a trial runs: when its event ran, its size, how long noVNC took with it.
   const messages = [];
   let recording = false;
   const onmessage = Object.getOwnPropertyDescriptor(WebSocket.prototype, 'onmessage');
@@ -182,8 +183,13 @@ const VIEWER_SCRIPT = `(() => {
     set(handler) {
       if (typeof handler !== 'function' || !this.url.includes('/viewer/vnc')) return onmessage.set.call(this, handler);
       onmessage.set.call(this, function (event) {
-        if (recording) messages.push({ t: performance.now(), bytes: event.data.byteLength || 0 });
-        return handler.call(this, event);
+        if (!recording) return handler.call(this, event);
+        const t = performance.now();
+        try {
+          return handler.call(this, event);
+        } finally {
+          messages.push({ t, bytes: event.data.byteLength || 0, ms: performance.now() - t });
+        }
       });
     },
   });
@@ -275,24 +281,19 @@ const VIEWER_SCRIPT = `(() => {
       return base;
     },
     wait() { return trial; },
-    /** Over ms: the animation frames, and how many of them showed the pixel flipped from the frame before. */
-    count(x, y, ms) {
-      const read = reader(x, y);
-      return new Promise((resolve) => {
-        let last = read();
-        let frames = 0;
-        let flips = 0;
-        const end = performance.now() + ms;
-        const frame = (ts) => {
-          frames++;
-          const now = read();
-          if (Math.abs(now - last) > ${FLIP_THRESHOLD}) flips++;
-          last = now;
-          if (ts < end) requestAnimationFrame(frame);
-          else resolve({ frames, flips });
-        };
-        requestAnimationFrame(frame);
-      });
+    /** How many updates noVNC drew on its canvas (its drawImage calls) over ms: no work added to the page. */
+    draws(ms) {
+      const ctx = canvas().getContext('2d');
+      const draw = ctx.drawImage;
+      let n = 0;
+      ctx.drawImage = function (...args) {
+        n++;
+        return draw.apply(this, args);
+      };
+      return new Promise((resolve) => setTimeout(() => {
+        delete ctx.drawImage;
+        resolve(n);
+      }, ms));
     },
     /** Times decoding window.__jpeg (base64) and drawing it, n times, as a frame stream's client would. */
     async decode(n) {
@@ -448,6 +449,8 @@ export interface TrialTimes {
   arrived: number;
   /** noVNC drew the flip on its canvas. */
   drawn: number;
+  /** Of the time from the screen's flip to the draw, how long noVNC's handler ran on the update's messages. */
+  handled: number;
   /** The first animation frame of the viewer that shows it. */
   photon: number;
   /** Bytes of noVNC's socket from the screen's flip to the draw: the update. */
@@ -476,9 +479,8 @@ export interface CpuWindow {
   /** Every process of the desktop's Chromium (the agent's page), and of the viewer's (noVNC). */
   desktop_chromium_percent: number;
   viewer_chromium_percent: number;
-  /** The viewer's animation frames over the window, and how many showed the probe flipped. */
-  viewer_frames: number;
-  viewer_flips: number;
+  /** Updates noVNC drew on its canvas, per second. */
+  viewer_draws_per_s: number;
 }
 
 /** The lowest latency a frame stream of the daemon's own could have on one page, from medians of this run. */
@@ -594,6 +596,7 @@ function series(input: Input, kind: PageKind, samples: TrialTimes[]): LatencySer
       first: round2(s.first),
       arrived: round2(s.arrived),
       drawn: round2(s.drawn),
+      handled: round2(s.handled),
       photon: round2(s.photon),
       bytes: s.bytes,
     })),
@@ -617,6 +620,7 @@ function seriesFigures(s: LatencySeries): Figure[] {
     part('to-first', "    screen flipped → the update's first message at the viewer", (x) => x.first - x.screen),
     part('to-arrived', '    first message → last message', (x) => x.arrived - x.first),
     part('to-drawn', '    last message → drawn (its handling by noVNC)', (x) => x.drawn - x.arrived),
+    part('handled', "    (within first message → drawn: noVNC's handler on the messages, summed)", (x) => x.handled),
     part('to-frame', "    drawn → the viewer's frame", (x) => x.photon - x.drawn),
   ];
 }
@@ -746,8 +750,9 @@ export async function takeoverSection(): Promise<TakeoverReport> {
     // The middle of the desktop: on the page (both pages), clear of the browser's toolbar.
     const at = { x: box.x + box.width / 2, y: box.y + box.height / 2 };
     /**
-     * Waits until the viewer shows what the desktop's screen shows at the probe, so no flip of an
-     * earlier input is still on its way when a trial begins.
+     * Waits until the viewer shows what the desktop's screen shows at the probe. Every input is a
+     * trial that ends once the viewer showed its flip, so no flip is on its way when the next begins:
+     * one that were would be lost to x11vnc if the next input flipped the screen back before its poll.
      */
     const settled = (): Promise<boolean> =>
       until(
@@ -758,9 +763,6 @@ export async function takeoverSection(): Promise<TakeoverReport> {
         },
         { timeoutMs: 10_000, intervalMs: 5, seen: () => screen.read() },
       );
-    // The first click gives the desktop's page the keyboard focus (the warm-up would too).
-    await page.mouse.click(at.x, at.y);
-
     const trial =
       (input: Input, out: TrialTimes[]) =>
       async (i: number): Promise<number> => {
@@ -772,7 +774,12 @@ export async function takeoverSection(): Promise<TakeoverReport> {
         flipped.catch(() => undefined);
         if (input === 'mousedown') await page.mouse.click(at.x, at.y);
         else await page.keyboard.press('a');
-        type Seen = { input: number; drawn: number; frame: number; messages: Array<{ t: number; bytes: number }> };
+        type Seen = {
+          input: number;
+          drawn: number;
+          frame: number;
+          messages: Array<{ t: number; bytes: number; ms: number }>;
+        };
         const r = await inPage<Seen>(page, 'window.__lat.wait()').catch(async (err: Error) => {
           const now = screen.read();
           const says = await page.textContent('#vnc-status').catch(() => null);
@@ -795,6 +802,7 @@ export async function takeoverSection(): Promise<TakeoverReport> {
           first: firstAt - r.input,
           arrived: arrivedAt - r.input,
           drawn: r.drawn - r.input,
+          handled: update.reduce((n, m) => n + m.ms, 0),
           photon: r.frame - r.input,
           bytes: update.reduce((n, m) => n + m.bytes, 0),
         };
@@ -808,6 +816,8 @@ export async function takeoverSection(): Promise<TakeoverReport> {
       await interleave({ click: trial('mousedown', clicks), key: trial('keydown', keys) });
       return [series('mousedown', kind, clicks), series('keydown', kind, keys)];
     };
+    // A first click, untimed and waited for like any trial, gives the desktop's page the keyboard focus.
+    await trial('mousedown', [])(-1);
     const latency = [...(await block('solid'))];
     await toggle(v, 't', 'the text page on the desktop', (c) => c > 2);
     latency.push(...(await block('text')));
@@ -822,10 +832,7 @@ export async function takeoverSection(): Promise<TakeoverReport> {
       const desktop0 = cpuOf(browsers.desktop);
       const viewer0 = cpuOf(browsers.viewer);
       const t0 = performance.now();
-      const seen = await inPage<{ frames: number; flips: number }>(
-        page,
-        `window.__lat.count(${probe.x}, ${probe.y}, ${CPU_WINDOW_MS})`,
-      );
+      const draws = await inPage<number>(page, `window.__lat.draws(${CPU_WINDOW_MS})`);
       const seconds = (performance.now() - t0) / 1000;
       const x1 = processCpuSeconds(x11vnc);
       const d1 = processCpuSeconds(daemon.pid);
@@ -839,16 +846,14 @@ export async function takeoverSection(): Promise<TakeoverReport> {
         daemon_percent: d0 !== undefined && d1 !== undefined ? round2(((d1 - d0) / seconds) * 100) : NaN,
         desktop_chromium_percent: percent(desktop0, desktop1, seconds),
         viewer_chromium_percent: percent(viewer0, viewer1, seconds),
-        viewer_frames: seen.frames,
-        viewer_flips: seen.flips,
+        viewer_draws_per_s: round2(draws / seconds),
       };
     };
     const flipping = async (what: string): Promise<CpuWindow> => {
       await page.keyboard.press('p');
       try {
         await until('the desktop flipping on every frame, seen in the viewer', async () => {
-          const seen = await inPage<{ flips: number }>(page, `window.__lat.count(${probe.x}, ${probe.y}, 300)`);
-          return seen.flips > 2;
+          return (await inPage<number>(page, 'window.__lat.draws(300)')) > 2;
         });
         return await cpuWindow(what);
       } finally {
@@ -971,7 +976,7 @@ export function takeoverTable(r: TakeoverReport): string {
   const cpu = r.cpu.map(
     (c) =>
       `${c.what.padEnd(40)} ${cell(c.x11vnc_percent)} ${cell(c.daemon_percent)} ${cell(c.desktop_chromium_percent, 9)} ` +
-      `${cell(c.viewer_chromium_percent, 9)}   ${c.viewer_flips}/${c.viewer_frames} in ${c.seconds} s`,
+      `${cell(c.viewer_chromium_percent, 9)} ${cell(c.viewer_draws_per_s, 9)}   (${c.seconds} s)`,
   );
   const streams = r.frame_stream.map(
     (f) =>
@@ -985,7 +990,7 @@ export function takeoverTable(r: TakeoverReport): string {
     '',
     `take ("Take control" → noVNC connected): ${r.take_ms.join(', ')} ms; x11vnc's own start: ${r.x11vnc_start_ms.join(', ')} ms`,
     '',
-    `${'CPU, % of one core'.padEnd(40)}   x11vnc   daemon  Chromium: desktop  viewer   viewer frames showing a flip`,
+    `${'CPU, % of one core'.padEnd(40)}   x11vnc   daemon  Chromium: desktop  viewer   updates drawn/s`,
     ...cpu,
     `x11vnc RSS: ${r.x11vnc_rss_mib.still} MiB still, ${r.x11vnc_rss_mib.after_flipping} MiB after flipping, peak ${r.x11vnc_rss_mib.peak} MiB`,
     '',
