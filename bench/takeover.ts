@@ -160,8 +160,8 @@ addEventListener('keydown', (e) => {
  *
  * A trial stamps three times in the page's clock: the input (a capture-phase
  * listener on the document: event.timeStamp), when noVNC drew the flip on its
- * canvas (its one drawImage onto the visible canvas, noVNC's Display.flip,
- * wrapped for the trial: the canvas is read right after each call), and the
+ * canvas (its drawImage onto the visible canvas, one per update, wrapped for
+ * the trial: the canvas is read right after each call), and the
  * first animation frame that shows it (requestAnimationFrame, the canvas
  * read each frame; the time is performance.now() in the callback, when the
  * renderer builds that frame: rAF's own timestamp is the frame's begin time,
