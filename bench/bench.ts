@@ -27,7 +27,9 @@
  * runs section `browser` (bench/browser.ts: left_click beside Playwright's
  * own click, fresh daemons' start and first calls) alone, and
  * bench/results.json gets a fresh `browser`; BENCH_ONLY=recording runs what
- * recording costs (bench/recording.ts) alone, into `recording`.
+ * recording costs (bench/recording.ts) alone, into `recording`;
+ * BENCH_ONLY=takeover runs what a person's takeover in the viewer waits for
+ * and costs (bench/takeover.ts, issue 18) alone, into `takeover`.
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -50,10 +52,21 @@ import {
 import { FloorChild, floorFigures } from './floor.ts';
 import { machine, sourceState } from './machine.ts';
 import { MEMORY_SCREENSHOTS, memoryRun, type MemoryReport } from './memory.ts';
-import { browserRatios, callRatios, FORMATS, ONE_WAY_MS, RatioBook, ratios, recordingRatios, SIZES } from './ratios.ts';
+import {
+  browserRatios,
+  callRatios,
+  FORMATS,
+  ONE_WAY_MS,
+  RatioBook,
+  ratios,
+  recordingRatios,
+  SIZES,
+  takeoverRatios,
+} from './ratios.ts';
 import { recordingSection, recordingTable, type RecordingReport } from './recording.ts';
 import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
+import { takeoverSection, takeoverTable, type TakeoverReport } from './takeover.ts';
 import { startTestDisplay } from '../test/helpers/display.ts';
 import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from './stats.ts';
 
@@ -61,7 +74,7 @@ import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from '
 const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
 /** Sections that run alone with BENCH_ONLY. */
-const SECTIONS = ['density', 'calls', 'browser', 'recording'] as const;
+const SECTIONS = ['density', 'calls', 'browser', 'recording', 'takeover'] as const;
 /** Timed runs per figure of `BENCH_ONLY=calls`: each is a few ms, so more than the full run's, for steadier medians. */
 const CALLS_ITERATIONS = positiveInt(process.env.BENCH_ITERATIONS, 200);
 
@@ -71,6 +84,7 @@ interface Run {
   memory?: MemoryReport;
   density?: DensityReport;
   recording?: RecordingReport;
+  takeover?: TakeoverReport;
 }
 
 /**
@@ -220,6 +234,31 @@ async function recordingMain(): Promise<void> {
   await writeFile(results, `${JSON.stringify({ ...existing, recording }, null, 2)}\n`);
 }
 
+/** BENCH_ONLY=takeover: issue 18's figures alone; bench/results.json keeps what else it held and gets a fresh `takeover`. */
+async function takeoverMain(): Promise<void> {
+  const load = os.loadavg();
+  const started = performance.now();
+  const report = await takeoverSection();
+  const book = new RatioBook(report.figures);
+  takeoverRatios(book);
+  const info = machine(load);
+  const duration = round2((performance.now() - started) / 1000);
+  console.log(figureTable(report.figures));
+  console.log(`\n${ratioTable(book.ratios)}`);
+  console.log(`\n${takeoverTable(report)}`);
+  console.log(
+    `\ntakeover: ${duration} s on ${info.cpus} CPUs (${info.cpu_model}), load average ${info.loadavg_start.join(' ')} → ` +
+      `${info.loadavg_end.join(' ')}; written to bench/results.json (key "takeover")`,
+  );
+  const results = new URL('./results.json', import.meta.url);
+  const existing = await readFile(results, 'utf8').then(
+    (text) => JSON.parse(text) as Record<string, unknown>,
+    () => ({}),
+  );
+  const takeover = { machine: info, source: await sourceState(), duration_s: duration, ...report, ratios: book.ratios };
+  await writeFile(results, `${JSON.stringify({ ...existing, takeover }, null, 2)}\n`);
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && only !== '') {
@@ -228,6 +267,7 @@ async function main(): Promise<void> {
     }
     if (only === 'calls') return callsMain();
     if (only === 'recording') return recordingMain();
+    if (only === 'takeover') return takeoverMain();
     return only === 'browser' ? browserMain() : densityMain();
   }
   const started = performance.now();
@@ -259,6 +299,11 @@ async function main(): Promise<void> {
     run.recording = await withWebPage((url) => recordingSection(url));
     run.figures.push(...run.recording.figures);
   }
+  if (!skip.has('takeover')) {
+    progress('takeover: input to photon through the viewer');
+    run.takeover = await takeoverSection();
+    run.figures.push(...run.takeover.figures);
+  }
   const book = ratios(run.figures, run.memory);
   const duration = round2((performance.now() - started) / 1000);
   const info = machine(load);
@@ -269,6 +314,7 @@ async function main(): Promise<void> {
   if (run.memory) console.log(`\n${memoryTable(run.memory)}`);
   if (run.density) console.log(`\n${densityTable(run.density)}`);
   if (run.recording) console.log(`\n${recordingTable(run.recording)}`);
+  if (run.takeover) console.log(`\n${takeoverTable(run.takeover)}`);
   if (source) {
     const dirty = source.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
     console.log(`\nmeasured: commit ${source.commit}${dirty}`);
@@ -288,6 +334,7 @@ async function main(): Promise<void> {
     memory: run.memory ?? null,
     density: run.density ?? null,
     recording: run.recording ?? null,
+    takeover: run.takeover ?? null,
   };
   await writeFile(new URL('./results.json', import.meta.url), `${JSON.stringify(out, null, 2)}\n`);
 }

@@ -38,6 +38,8 @@ export interface DaemonProcessOptions {
   waitForWorker?: boolean;
   /** More flags for `serve` (e.g. `--record`). */
   extraArgs?: readonly string[];
+  /** Keep every line it logs in a file of its temp folder (`DaemonProcess.logFile`), to read figures it logs. */
+  keepLog?: boolean;
 }
 
 /** process.memoryUsage() of a process right after a full GC, in bytes. */
@@ -63,6 +65,8 @@ export interface DaemonProcess {
   connect(): Promise<BenchClient>;
   /** Where its recordings go (`--record`), inside its own folder. */
   recordingsDir: string;
+  /** Its log, one JSON object a line, with `keepLog` (removed by stop(), like the folder it is in). */
+  logFile: string | undefined;
   /** RSS of the daemon process and of its desktop worker child; with `collect`, after a full GC, and their heaps. */
   footprint(options?: { collect?: boolean }): Promise<{ daemon: Footprint; worker: Footprint | undefined }>;
   stop(): Promise<void>;
@@ -86,6 +90,7 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     display: options.display,
     token: BENCH_TOKEN,
     args,
+    ...(options.keepLog ? { logFile: join(dir, 'daemon.log') } : {}),
     env: {
       ...(options.framebuffer ? { [FRAMEBUFFER_ENV]: options.framebuffer } : {}),
       ...(options.gcOnSignal
@@ -106,6 +111,7 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     pid: child.pid,
     connect: () => BenchClient.open(child.url, BENCH_TOKEN),
     recordingsDir: join(dir, 'recordings'),
+    logFile: options.keepLog ? join(dir, 'daemon.log') : undefined,
     footprint: (opts) => footprint(child.pid, dir, opts?.collect ?? false),
     stop,
   };

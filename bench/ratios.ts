@@ -7,6 +7,7 @@ import { SLIDE_MS, sizeTag, type Size } from './desktop.ts';
 import { cheapestFloor } from './floor.ts';
 import { MEMORY_SCREENSHOTS, type MemoryReport, type RssSample } from './memory.ts';
 import { round2, type Figure } from './stats.ts';
+import { TARGET_MS as TAKEOVER_TARGET_MS } from './takeover.ts';
 
 /** The display sizes and formats the run measures, in order (bench/bench.ts uses them too). */
 export const SIZES: Size[] = [
@@ -144,6 +145,7 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
   if (memory) memoryRatios(book, memory);
   browserRatios(book);
   recordingRatios(book);
+  takeoverRatios(book);
   return book;
 }
 
@@ -217,4 +219,26 @@ export function recordingRatios(book: RatioBook): void {
     'recording.shot.plain',
     below(1.1),
   );
+}
+
+/**
+ * Issue 18: input to photon through the viewer's takeover (bench/takeover.ts) against the issue's target on
+ * loopback, and the lowest latency a frame stream of the daemon's own could have beside VNC's, per page.
+ */
+export function takeoverRatios(book: RatioBook): void {
+  const under = { text: `< ${TAKEOVER_TARGET_MS} ms`, ok: (v: number) => v < TAKEOVER_TARGET_MS };
+  for (const page of ['solid', 'text'])
+    for (const what of ['click', 'key'])
+      book.absolute(`takeover: ${what} → photon, ${page} page, median`, `takeover.${what}.${page}.photon`, under);
+  for (const page of ['solid', 'text']) {
+    const alt = `takeover.alt.${page}`;
+    const parts = [`${alt}.click`, `${alt}.capture`, `${alt}.shot`, `${alt}.decode`];
+    const floor = (m: (id: string) => number): number => {
+      const [click, capture, shot, decode] = parts.map(m) as [number, number, number, number];
+      return click + capture / 2 + shot + decode;
+    };
+    book.derived(`frame stream floor, ${page} page (click → drawn)`, parts, floor);
+    const vnc = `takeover.click.${page}.drawn`;
+    book.derived(`frame stream floor − VNC click → drawn, ${page} page`, [...parts, vnc], (m) => floor(m) - m(vnc));
+  }
 }
