@@ -12,7 +12,14 @@ import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { BatchRefusedError, DeskbatchClient } from '../src/client/index.ts';
 import type { BatchResult, ErrorMessage, TakeoverMessage } from '../src/protocol.ts';
-import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from './helpers/daemon.ts';
+import {
+  computerUse,
+  startedEvent,
+  startTestDaemon,
+  TEST_TOKEN,
+  type TestClient,
+  type TestDaemon,
+} from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import type { TakeoverSettings } from '../src/config.ts';
 import { ControlClient, takeoverOn } from './helpers/takeover.ts';
@@ -256,6 +263,34 @@ describe('takeover on', () => {
     assert.equal(ended.operator, 'carol');
     await watcher.desktop('the desktop free again', 'shared', (s) => s.holder === null);
     await watcher.close();
+  });
+
+  test('a take waits for the running batch, and can be given up meanwhile; the agent never hears of it', async () => {
+    const { d } = env;
+    const agent = await d.connect();
+    const order = arrivals(agent);
+    await agent.hello(undefined, { takeover: {} });
+    agent.send({ type: 'batch', batch_id: 'long', tool_uses: [computerUse('wait', { duration: 60 }, 'toolu_wait')] });
+    await agent.next(startedEvent('long', 'toolu_wait'));
+    const viewer = await ControlClient.open(d.url);
+    viewer.send({ type: 'take', desktop: 'shared', operator: 'frank' });
+    const waiting = await viewer.desktop(
+      'the take waiting for the batch',
+      'shared',
+      (s) => s.holder?.state === 'waiting',
+    );
+    assert.equal(waiting.holder?.waiting_for, 'a batch');
+    const other = await ControlClient.open(d.url);
+    other.send({ type: 'take', desktop: 'shared', operator: 'grace' });
+    assert.match(String((await other.next('refused', (m) => m.type === 'refused')).reason), /frank/);
+    viewer.send({ type: 'return', desktop: 'shared', outcome: 'unresolved' });
+    const ended = await viewer.next('ended', (m) => m.type === 'ended');
+    assert.equal(ended.outcome, 'cancelled');
+    await viewer.desktop('the desktop free again', 'shared', (s) => s.holder === null);
+    agent.send({ type: 'cancel', batch_id: 'long' });
+    await agent.next((m): m is BatchResult => m.type === 'batch_result' && m.batch_id === 'long');
+    assert.ok(!order.some((o) => o.startsWith('takeover:')), `the agent heard nothing: ${order.join(' ')}`);
+    await Promise.all([viewer.close(), other.close()]);
   });
 
   test('the control and VNC sockets refuse a foreign Origin and a missing token', async () => {

@@ -82,7 +82,7 @@ const ViewerMessageSchema = z.discriminatedUnion('type', [
 type ViewerMessage = z.output<typeof ViewerMessageSchema>;
 
 /** How a takeover ended, for its holder's page. */
-type EndReason = 'returned' | 'expired' | 'disconnected' | 'desktop_gone' | 'shutdown';
+type EndReason = 'returned' | 'cancelled' | 'expired' | 'disconnected' | 'desktop_gone' | 'shutdown';
 
 interface Controller {
   id: string;
@@ -279,6 +279,11 @@ export class TakeoverManager implements TakeoverPort {
         return this.broadcast();
       }
       case 'return': {
+        const waiting = this.takeovers.get(m.desktop);
+        if (waiting && !waiting.ended && waiting.controller === c && waiting.state === 'waiting') {
+          // Given up before the desktop was the person's: the agent was never told, and goes on.
+          return void this.end(waiting, 'cancelled', 'unresolved');
+        }
         const t = this.heldBy(c, m.desktop);
         if (!t) return this.send(c, { type: 'error', message: `you do not hold desktop ${m.desktop}` });
         return void this.end(t, 'returned', m.outcome, m.note || undefined);
@@ -604,6 +609,8 @@ function endMessage(reason: EndReason): string {
   switch (reason) {
     case 'returned':
       return 'You handed the desktop back to the agent.';
+    case 'cancelled':
+      return 'You gave up the take before the desktop was yours; the agent went on.';
     case 'expired':
       return 'Your lease expired; the desktop went back to the agent.';
     case 'disconnected':

@@ -291,6 +291,7 @@ function onGranted(message) {
 
 const ENDED_TEXT = {
   returned: 'You handed the desktop back; the agent continues.',
+  cancelled: 'You gave up the take before the desktop was yours; the agent went on.',
   expired: 'Your time ran out: the desktop went back to the agent.',
   disconnected: 'This page was away longer than the grace: the desktop went back to the agent.',
   desktop_gone: 'The desktop is gone (its session ended).',
@@ -366,6 +367,11 @@ ui.watchStop.addEventListener('click', () => {
 byId('handback-jump').addEventListener('click', () => {
   ui.handback.scrollIntoView({ block: 'center' });
   ui.note.focus();
+});
+
+// A take still waiting for the agent's batch can be given up (the agent never hears of it).
+byId('cancel-take').addEventListener('click', () => {
+  if (t.hold && !t.hold.lease) send({ type: 'return', desktop: t.hold.desktop, outcome: 'unresolved' });
 });
 
 ui.extend.addEventListener('click', () => {
