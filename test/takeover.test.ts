@@ -236,7 +236,9 @@ describe('takeover on', () => {
     const everything = JSON.stringify([agent.messages, refuser.messages, viewer.messages, other.messages]);
     assert.ok(!everything.includes(SECRET));
     const log = await readFile(d.logFile, 'utf8');
-    assert.match(log, /takeover ended/);
+    const inSessionLog = (what: string): boolean =>
+      log.split('\n').some((line) => line.includes(what) && line.includes(welcome.session_id));
+    assert.ok(inSessionLog('takeover started') && inSessionLog('takeover ended'), 'both are lines of the session');
     assert.ok(!log.includes(SECRET), 'the typed text is in no log line');
     await Promise.all([viewer.close(), other.close()]);
   });

@@ -393,9 +393,8 @@ export class TakeoverManager implements TakeoverPort {
       record_screen: recordScreen,
       at: t.startedAt,
     });
-    this.deps.log.info('takeover started: a person controls the desktop; its batches wait', {
+    this.logEach(sessions, 'takeover started: a person controls the desktop; its batches wait', {
       desktop: desktopId,
-      sessions,
       operator,
       remote: c.remote,
       record_screen: recordScreen,
@@ -472,15 +471,20 @@ export class TakeoverManager implements TakeoverPort {
       activity,
       at: Date.now(),
     });
-    this.deps.log.info("takeover ended: the desktop is the agent's again", {
+    this.logEach(sessions, "takeover ended: the desktop is the agent's again", {
       desktop: id,
-      sessions,
       operator: t.operator,
       outcome,
       ...activity,
       ...(note ? { note } : {}),
     });
     this.broadcast();
+  }
+
+  /** One line per session on the desktop (a session's log is the lines with its `session` field), or one for none. */
+  private logEach(sessions: readonly string[], message: string, fields: Record<string, unknown>): void {
+    if (sessions.length === 0) return this.deps.log.info(message, fields);
+    for (const session of sessions) this.deps.log.info(message, { session, ...fields });
   }
 
   private tally(t: Takeover): InputTally {
