@@ -154,7 +154,12 @@ describe('an operator rescues a stuck agent from the viewer', () => {
     await cdp.send('Input.dispatchKeyEvent', { type: 'keyDown', key: 'é', code: 'Digit2', text: 'é' });
     await cdp.send('Input.dispatchKeyEvent', { type: 'keyUp', key: 'é', code: 'Digit2' });
     await cdp.detach();
-    const typed = `${SECRET}é`;
+    // A key held down: the browser repeats it (keydown with repeat), and each repeat types it once more on the
+    // desktop, never the X server's own autorepeat (which a late key-up would let run on).
+    await page.keyboard.down('x');
+    await page.keyboard.down('x');
+    await page.keyboard.up('x');
+    const typed = `${SECRET}éxx`;
     await until(
       'the page seeing the whole password',
       () => web.requests.some((r) => r.path === '/seen' && r.body === `value:${typed}`),

@@ -38,8 +38,9 @@
  * a watcher's input is dropped, never forwarded; what a person in control
  * types is counted (InputTally), never kept: no character's keysym and no
  * cut text is logged, stored or passed on except to x11vnc (the bridge
- * remembers only which buttons and non-character keys, such as Shift, are
- * down, to let go of them if the viewer vanishes).
+ * holds, in memory and only while they are down, which buttons and keys are
+ * down: to pass a browser's key repeat on as a release and a press, and to let
+ * go of them if the viewer vanishes).
  */
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { lstatSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -175,12 +176,14 @@ export function vncArgs(display: string, socketPath: string): string[] {
     '-xkb',
     // x11vnc releases every key still down when it exits (a person leaving with Shift held).
     '-clear_keys',
-    // Key repeat is the X server's own, left on: x11vnc's default (-norepeat) turns it off for the
-    // whole display while a viewer is connected and back on after, but an x11vnc killed in between
-    // leaves the agent's desktop without it. And with it off nothing repeats at all: x11vnc passes
-    // on no second key-down for a key already down, which is how noVNC sends the browser's repeats
-    // (measured with xev: a key held 1.5 s gave 1 KeyPress, with -repeat 22).
-    '-repeat',
+    // Key repeat is the person's own, never the X server's: with the server's autorepeat on
+    // (-repeat), a key-up that arrived late (a busy machine, a slow link) let X repeat the key, and
+    // a typed password got 4-5 characters too many (seen in CI). So x11vnc turns the display's
+    // autorepeat off while a viewer is connected (its default; back on when the last one leaves,
+    // and x11vnc is stopped only after its viewers are closed), and the bridge passes the browser's
+    // repeats on as a release and a press each (Tally.key), as x11vnc ignores a press of a key
+    // already down.
+    '-norepeat',
     '-nobell',
     '-noxrecord',
     // Pointer: exact cursor shapes through XFIXES, sent as Cursor pseudo-rectangles; motion
@@ -768,34 +771,43 @@ const MAX_KEYS_DOWN = 32;
  * (Shift, Control, arrows, function keys). A character key is never
  * remembered; x11vnc releases any key still down when it stops (-clear_keys).
  */
+/** A KeyEvent letting go of `keysym`. */
+function keyUp(keysym: number): Buffer {
+  const up = Buffer.alloc(8);
+  up[0] = 4;
+  up.writeUInt32BE(keysym, 4);
+  return up;
+}
+
 class Tally {
   readonly counts: InputTally = { keys: 0, characters: 0, clicks: 0, wheel: 0, pasted: 0, moves: 0 };
-  readonly nonCharacterKeysDown = new Set<number>();
+  /**
+   * Keys down now, to release a repeat's predecessor and every key when the viewer leaves. Held only
+   * while down, in memory; never logged or counted anywhere.
+   */
+  readonly keysDown = new Set<number>();
   /** The button mask of the last pointer event, and where it was. */
   buttons = 0;
   x = 0;
   y = 0;
 
-  key(down: boolean, keysym: number): void {
-    const character = isCharacterKeysym(keysym);
-    if (!character) {
-      if (!down) this.nonCharacterKeysDown.delete(keysym);
-      else if (this.nonCharacterKeysDown.size < MAX_KEYS_DOWN) this.nonCharacterKeysDown.add(keysym);
+  /** Counts a key event; true for a press of a key already down (the browser's repeat). */
+  key(down: boolean, keysym: number): boolean {
+    if (!down) {
+      this.keysDown.delete(keysym);
+      return false;
     }
-    if (!down) return;
+    const repeat = this.keysDown.has(keysym);
+    if (!repeat && this.keysDown.size < MAX_KEYS_DOWN) this.keysDown.add(keysym);
     this.counts.keys++;
-    if (character && ![...this.nonCharacterKeysDown].some(isShortcutModifier)) this.counts.characters++;
+    if (isCharacterKeysym(keysym) && ![...this.keysDown].some(isShortcutModifier)) this.counts.characters++;
+    return repeat;
   }
 
   /** The messages that let go of every button and remembered key. */
   releases(): Buffer[] {
     const out: Buffer[] = [];
-    for (const keysym of this.nonCharacterKeysDown) {
-      const up = Buffer.alloc(8);
-      up[0] = 4;
-      up.writeUInt32BE(keysym, 4);
-      out.push(up);
-    }
+    for (const keysym of this.keysDown) out.push(keyUp(keysym));
     if (this.buttons !== 0) out.push(Buffer.from([5, 0, this.x >> 8, this.x & 0xff, this.y >> 8, this.y & 0xff]));
     return out;
   }
@@ -1003,7 +1015,8 @@ export function bridgeVnc(ws: WebSocket, server: VncServer, o: BridgeOptions): V
         switch (message.type) {
           case 'key':
           case 'qemu-key':
-            tally.key(message.down, message.keysym);
+            // A repeat: let go first, so that x11vnc (which ignores a press of a key already down) types it again.
+            if (tally.key(message.down, message.keysym)) out.push(keyUp(message.keysym));
             input = true;
             break;
           case 'pointer':
