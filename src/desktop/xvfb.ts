@@ -89,17 +89,24 @@ export interface VirtualDisplay {
   stop(): Promise<void>;
 }
 
-export type VirtualDisplayErrorCode = 'not_installed' | 'bad_options' | 'start_failed' | 'start_timeout';
+/** Why a child process the daemon starts (Xvfb, ffmpeg, x11vnc) did not start. */
+export type StartErrorCode = 'not_installed' | 'bad_options' | 'start_failed' | 'start_timeout';
 
-/** Starting the virtual display failed; `code` says how. The message carries the tail of the process's log. */
-export class VirtualDisplayError extends Error {
-  override readonly name = 'VirtualDisplayError';
+/** A child process could not start; `code` says why. Each child's subclass names it; messages quote the end of its output. */
+export class StartError extends Error {
   constructor(
-    readonly code: VirtualDisplayErrorCode,
+    readonly code: StartErrorCode,
     message: string,
   ) {
     super(message);
   }
+}
+
+export type VirtualDisplayErrorCode = StartErrorCode;
+
+/** Starting the virtual display failed; `code` says how. The message carries the tail of the process's log. */
+export class VirtualDisplayError extends StartError {
+  override readonly name = 'VirtualDisplayError';
 }
 
 const DEFAULT_DEPTH = 24;

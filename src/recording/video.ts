@@ -29,7 +29,15 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, chmodSync, closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { resolve } from 'node:path';
-import { dieWithParent, exitDescription, exited, raceDeadline, trackChild } from '../desktop/xvfb.ts';
+import {
+  dieWithParent,
+  exitDescription,
+  exited,
+  raceDeadline,
+  StartError,
+  trackChild,
+  type StartErrorCode,
+} from '../desktop/xvfb.ts';
 import type { Logger } from '../log.ts';
 
 /**
@@ -104,17 +112,11 @@ export interface VideoOptions {
   encoding?: Partial<VideoEncoding>;
 }
 
-export type VideoErrorCode = 'not_installed' | 'bad_options' | 'start_failed' | 'start_timeout';
+export type VideoErrorCode = StartErrorCode;
 
 /** The video could not start; `code` says why. Messages quote the end of ffmpeg's output. */
-export class VideoError extends Error {
+export class VideoError extends StartError {
   override readonly name = 'VideoError';
-  constructor(
-    readonly code: VideoErrorCode,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 const FFMPEG = 'ffmpeg';

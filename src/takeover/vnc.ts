@@ -47,7 +47,15 @@ import { lstatSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { isAbsolute, join } from 'node:path';
 import type { RawData, WebSocket } from 'ws';
-import { dieWithParent, exitDescription, exited, raceDeadline, trackChild } from '../desktop/xvfb.ts';
+import {
+  dieWithParent,
+  exitDescription,
+  exited,
+  raceDeadline,
+  StartError,
+  trackChild,
+  type StartErrorCode,
+} from '../desktop/xvfb.ts';
 import type { Logger } from '../log.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -75,17 +83,11 @@ export interface VncServer {
   stop(): Promise<void>;
 }
 
-export type VncErrorCode = 'not_installed' | 'bad_options' | 'start_failed' | 'start_timeout';
+export type VncErrorCode = StartErrorCode;
 
 /** x11vnc could not start; `code` says why. Messages quote the end of its output. */
-export class VncError extends Error {
+export class VncError extends StartError {
   override readonly name = 'VncError';
-  constructor(
-    readonly code: VncErrorCode,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 const X11VNC = 'x11vnc';
