@@ -349,11 +349,16 @@ export class Connection {
     );
   }
 
+  /** This connection's session; a client that sent no hello gets one implicitly. Undefined: an error was sent, or the socket is gone. */
+  private async sessionOrNew(): Promise<Session | undefined> {
+    if (!this.session) await this.onHello({ type: 'hello' });
+    return this.done ? undefined : this.session;
+  }
+
   /** The agent asks for a person (docs/PROTOCOL.md "Takeover"). */
   private async onHelp(msg: HelpMessage): Promise<void> {
-    if (!this.session) await this.onHello({ type: 'hello' });
-    const session = this.session;
-    if (!session || this.done) return;
+    const session = await this.sessionOrNew();
+    if (!session) return;
     const answer = this.deps.sessions.requestHelp(session, msg.reason);
     if ('code' in answer) return this.error(answer.code, answer.message);
     this.log.info('the agent asked for a person', { reason_chars: msg.reason.length });
@@ -371,9 +376,8 @@ export class Connection {
       return this.error('duplicate_tool_use_id', 'every tool_use in a batch needs its own id', id);
     }
     if (!this.deps.sessions.accepting()) return this.error('shutting_down', 'the daemon is shutting down', id);
-    if (!this.session) await this.onHello({ type: 'hello' });
-    const session = this.session;
-    if (!session || this.done) return; // an error was sent, or the socket is gone
+    const session = await this.sessionOrNew();
+    if (!session) return; // an error was sent, or the socket is gone
 
     if (this.whenHeld === 'refuse' && !session.knows(id)) {
       const retryAfterMs = this.deps.sessions.heldRetryMs(session);

@@ -544,7 +544,8 @@ export class TakeoverManager implements TakeoverPort {
 
   // ---- the viewers' picture
 
-  private stateMessage(c: Controller): object {
+  /** The `state` every viewer gets (each with its own `you`), built once per change. */
+  private picture(): { type: 'state'; lease_ms: number; grace_ms: number; desktops: object[] } {
     const desktops = [...this.desktops.entries()].map(([id, { sessions }]) => {
       const t = this.takeovers.get(id);
       return {
@@ -566,21 +567,17 @@ export class TakeoverManager implements TakeoverPort {
         }),
       };
     });
-    return {
-      type: 'state',
-      you: c.id,
-      lease_ms: this.deps.settings.leaseMs,
-      grace_ms: this.deps.settings.graceMs,
-      desktops,
-    };
+    return { type: 'state', lease_ms: this.deps.settings.leaseMs, grace_ms: this.deps.settings.graceMs, desktops };
   }
 
-  private sendState(c: Controller): void {
-    this.send(c, this.stateMessage(c));
+  private sendState(c: Controller, picture = this.picture()): void {
+    this.send(c, { ...picture, you: c.id });
   }
 
   private broadcast(): void {
-    for (const c of this.controllers) this.sendState(c);
+    if (this.controllers.size === 0) return;
+    const picture = this.picture();
+    for (const c of this.controllers) this.sendState(c, picture);
   }
 
   private send(c: Controller, message: object): void {
