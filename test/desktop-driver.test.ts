@@ -800,7 +800,10 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     test('aborting a long typeText stops it promptly; the next call works', async () => {
       await focusTextarea();
       await clearTextarea();
-      const long = 'abcdefghij'.repeat(600); // about 2 s of typing here, far longer than the signal below takes
+      // About 20 s of typing here, far longer than the signal below takes: with 6,000 characters (about 2 s on a
+      // quiet machine) a busy one once finished typing before the page's first-key message came back, and the
+      // abort found nothing left to stop.
+      const long = 'abcdefghij'.repeat(6_000);
       // Abort once typing is under way: when the page handles the first key. The page reports it by
       // pushing a console message from its key handler; polling the page instead would be answered
       // only after the whole flood of key events, which Chromium handles first.
