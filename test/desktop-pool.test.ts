@@ -421,6 +421,8 @@ describe('faults stay on their desktop', () => {
       assert.equal(result.failures.length, 0, JSON.stringify(result.failures));
     }
 
+    const homeA = desktopOf(d, idA).folders!.home;
+    assert.ok(existsSync(homeA), homeA);
     process.kill(desktopOf(d, idA).processes.xvfb!, 'SIGKILL');
     const shotB = [computerUse('screenshot')];
     const { result: rb } = await b.client.batch('b-during', shotB);
@@ -441,6 +443,9 @@ describe('faults stay on their desktop', () => {
       { timeoutMs: START_MS, intervalMs: 250 },
     );
     assert.ok(d.daemon.desktops.list().some((x) => x.id === idA && x.session === a.welcome.session_id));
+    // The rebuilt desktop has a HOME of its own; the dead one's is gone with it.
+    assert.notEqual(desktopOf(d, idA).folders!.home, homeA);
+    await until("the dead display's HOME to be removed", () => !existsSync(homeA));
 
     const browserPidB = desktopOf(d, idB).processes.browser;
     assert.ok(browserPidB, "B's browser pid");

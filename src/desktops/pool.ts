@@ -468,7 +468,9 @@ export class DesktopPool implements Desktops {
       }
     }
     // Only now: the session's calls meanwhile failed on the old parts' dead display, as retryable errors.
-    if (old) await destroyParts({ driver: old.driver, browser: old.browser, display: old.display });
+    // The downloads folder is the desktop's own (the same path, kept for its session); the HOME was the old
+    // parts' alone, as each build makes a new one.
+    if (old) await destroyParts({ driver: old.driver, browser: old.browser, display: old.display, home: old.home });
   }
 }
 
