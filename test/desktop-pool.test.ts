@@ -9,6 +9,9 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import sharp from 'sharp';
@@ -18,6 +21,7 @@ import { assertApiValid } from './helpers/api-rules.ts';
 import { ConnectError, DeskbatchClient } from '../src/client/index.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
+import { processesMentioning } from './helpers/recording.ts';
 import { until, within } from './helpers/wait.ts';
 import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
 
@@ -458,6 +462,35 @@ describe('faults stay on their desktop', () => {
     assert.equal(ra.failures.length, 0, `A failed after B's browser died: ${JSON.stringify(ra.failures)}`);
     a.client.close();
     b.client.close();
+  });
+});
+
+describe('closing while a desktop starts', () => {
+  test('close() resolves once the desktop still starting is torn down: none of its processes or folders are left', async () => {
+    // Everything this daemon makes in the temporary folder goes to one of the test's own (os.tmpdir() reads
+    // TMPDIR on every call), so what is left there after close() is this daemon's alone.
+    const tmp = await mkdtemp(join(tmpdir(), 'deskbatch-pool-close-'));
+    const before = process.env.TMPDIR;
+    process.env.TMPDIR = tmp;
+    try {
+      const d = await startTestDaemon({
+        browser: 'headless',
+        desktops: { mode: 'pool', max: 1, warm: 1, sizes: [SIZE] },
+      });
+      // The warm desktop starts in the background: Xvfb, openbox, the worker and Chromium take seconds.
+      assert.deepEqual(
+        d.daemon.desktops.list().map((x) => x.state),
+        ['starting'],
+        'the premise: a desktop is still starting when close() is called',
+      );
+      await d.close();
+      assert.deepEqual(await readdir(tmp), [], 'nothing of the daemon is left in its temporary folder');
+      assert.deepEqual(processesMentioning(tmp), [], 'no process of the desktop runs on');
+    } finally {
+      if (before === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = before;
+      await rm(tmp, { recursive: true, force: true });
+    }
   });
 });
 

@@ -18,6 +18,7 @@
  * idle one replaced. Nothing of it reaches another desktop: each has its
  * own worker, browser and circuit breakers.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Hold } from './hold.ts';
 import { Lane } from './lane.ts';
 import type { Size } from '../geometry.ts';
@@ -191,8 +192,21 @@ export class DesktopPool implements Desktops {
   private failuresInRow = 0;
   private startMs = DEFAULT_START_MS;
   private closed = false;
+  /** Aborted by close(): ends a rebuild's pause between attempts. */
+  private readonly closing = new AbortController();
+  /** Starts, rebuilds and teardowns under way: close() waits for them, so none is cut off by the process's exit. */
+  private readonly underWay = new Set<Promise<void>>();
 
   constructor(private readonly options: PoolOptions) {}
+
+  /** Runs `work` in the background, counted in underWay until it settles; a failure is logged, never thrown. */
+  private background(work: Promise<void>): void {
+    const tracked = work.catch((err: unknown) =>
+      this.options.log.error('a desktop start, rebuild or teardown failed', { error: String(err) }),
+    );
+    this.underWay.add(tracked);
+    void tracked.finally(() => this.underWay.delete(tracked));
+  }
 
   /** The display size of a session that asks for none. */
   get defaultSize(): Size {
@@ -292,11 +306,14 @@ export class DesktopPool implements Desktops {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.closing.abort();
     for (const w of this.waiters.splice(0)) {
       w.cleanup();
       w.reject(new NoDesktopError('the daemon is shutting down', 0));
     }
-    await Promise.all([...this.desktops].map((d) => destroyParts(d.parts ?? {})));
+    // A desktop still starting is torn down as its start ends (startDesktop), before close() resolves: a
+    // daemon that exits right after it leaves no processes, HOME or downloads folder behind.
+    await Promise.all([...[...this.desktops].map((d) => destroyParts(d.parts ?? {})), ...this.underWay]);
     this.desktops.clear();
   }
 
@@ -328,7 +345,7 @@ export class DesktopPool implements Desktops {
       release: () => {
         if (released) return;
         released = true;
-        void this.recycle(d);
+        this.background(this.recycle(d));
       },
     };
   }
@@ -363,7 +380,7 @@ export class DesktopPool implements Desktops {
       else if (this.room() > 0) this.startDesktop(w.size);
       else {
         const other = [...this.desktops].find((d) => d.state === 'warm');
-        if (other) void this.recycle(other);
+        if (other) this.background(this.recycle(other));
         break;
       }
       i++;
@@ -387,30 +404,32 @@ export class DesktopPool implements Desktops {
     const d = new PooledDesktop(`d${++this.built}`, size);
     this.desktops.add(d);
     const t0 = performance.now();
-    void this.build(d).then(
-      (parts) => {
-        if (this.closed) return void destroyParts(parts);
-        const ms = performance.now() - t0;
-        this.startMs = ms;
-        this.failuresInRow = 0;
-        this.options.onEvent?.({ kind: 'started', ms });
-        d.parts = parts;
-        d.state = 'warm';
-        parts.display.onUnexpectedExit((what) => void this.broke(d, what));
-        this.reconcile();
-      },
-      (err: unknown) => {
-        this.failuresInRow++;
-        this.options.onEvent?.({ kind: 'start_failed' });
-        const pause = startBackoffMs(this.failuresInRow);
-        this.options.log.error('a desktop did not start', { desktop: d.id, error: String(err), retry_in_ms: pause });
-        d.state = 'broken';
-        // It holds its place in the count for the pause, so a failing start is not retried in a tight loop.
-        setTimeout(() => {
-          this.desktops.delete(d);
+    this.background(
+      this.build(d).then(
+        async (parts) => {
+          if (this.closed) return destroyParts(parts);
+          const ms = performance.now() - t0;
+          this.startMs = ms;
+          this.failuresInRow = 0;
+          this.options.onEvent?.({ kind: 'started', ms });
+          d.parts = parts;
+          d.state = 'warm';
+          parts.display.onUnexpectedExit((what) => this.background(this.broke(d, what)));
           this.reconcile();
-        }, pause).unref();
-      },
+        },
+        (err: unknown) => {
+          this.failuresInRow++;
+          this.options.onEvent?.({ kind: 'start_failed' });
+          const pause = startBackoffMs(this.failuresInRow);
+          this.options.log.error('a desktop did not start', { desktop: d.id, error: String(err), retry_in_ms: pause });
+          d.state = 'broken';
+          // It holds its place in the count for the pause, so a failing start is not retried in a tight loop.
+          setTimeout(() => {
+            this.desktops.delete(d);
+            this.reconcile();
+          }, pause).unref();
+        },
+      ),
     );
   }
 
@@ -447,13 +466,15 @@ export class DesktopPool implements Desktops {
     d.state = 'broken';
     const old = d.parts;
     for (let attempt = 1; ; attempt++) {
+      // The session ended, or the daemon closes: the old parts go with the desktop (recycle, close).
+      if (d.session === undefined || this.closed) return;
       try {
         const parts = await this.build(d);
         // The session ended while it was rebuilt: the new parts go with the rest.
-        if (d.session === undefined || this.closed) return void destroyParts(parts);
+        if (d.session === undefined || this.closed) return destroyParts(parts);
         d.parts = parts;
         d.state = 'leased';
-        parts.display.onUnexpectedExit((w) => void this.broke(d, w));
+        parts.display.onUnexpectedExit((w) => this.background(this.broke(d, w)));
         this.options.onEvent?.({ kind: 'rebuilt' });
         break;
       } catch (err) {
@@ -464,7 +485,7 @@ export class DesktopPool implements Desktops {
           error: String(err),
           retry_in_ms: pause,
         });
-        await new Promise((r) => setTimeout(r, pause).unref());
+        await sleep(pause, undefined, { signal: this.closing.signal, ref: false }).catch(() => undefined);
       }
     }
     // Only now: the session's calls meanwhile failed on the old parts' dead display, as retryable errors.
