@@ -19,9 +19,20 @@ import { TestClient, computerUse, startedEvent } from './helpers/daemon.ts';
 import { within } from './helpers/wait.ts';
 
 const children: ChildProcess[] = [];
-after(() => {
-  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
-});
+/**
+ * Ends a daemon a test left running as an operator would, with SIGTERM: its
+ * desktops and their folders go with it (a SIGKILL left their HOMEs in /tmp).
+ * SIGKILL only for one that does not exit within its shutdown deadline.
+ */
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  const kill = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  await exited;
+  clearTimeout(kill);
+}
+after(() => Promise.all(children.map(stop)));
 
 interface Started {
   child: ChildProcess;
