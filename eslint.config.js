@@ -94,13 +94,13 @@ function layer(name, files, ...below) {
   };
 }
 
-/** `config` (a layer) with one file of the desktop driver allowed: its pattern for that group gets an exception. */
-function onlyFromDesktop(config, file) {
+/** `config` (a layer) with some files of the desktop driver allowed: its pattern for that group gets exceptions. */
+function onlyFromDesktop(config, ...files) {
   const options = config.rules['no-restricted-imports'][1];
   for (const p of options.patterns) {
     if (p.group !== GROUPS.desktop) continue;
-    p.group = [...GROUPS.desktop, `!**/${file.replace(/^src\//, '')}`];
-    p.message = `of the desktop driver, only ${file} may be imported here (docs/ARCHITECTURE.md).`;
+    p.group = [...GROUPS.desktop, ...files.map((f) => `!**/${f.replace(/^src\//, '')}`)];
+    p.message = `of the desktop driver, only ${files.join(' and ')} may be imported here (docs/ARCHITECTURE.md).`;
   }
   return config;
 }
@@ -152,8 +152,12 @@ export default defineConfig(
     'client',
   ),
   // Human takeover (src/takeover/): the server's seams (routes, TakeoverPort), the desktops' hold, and of the
-  // desktop driver only xvfb.ts's child-process helpers.
-  onlyFromDesktop(layer('takeover', ['src/takeover/**'], 'server', 'desktops'), 'src/desktop/xvfb.ts'),
+  // desktop driver only xvfb.ts's child-process helpers and keymap-watch.ts (the keymap a person's keys need).
+  onlyFromDesktop(
+    layer('takeover', ['src/takeover/**'], 'server', 'desktops'),
+    'src/desktop/xvfb.ts',
+    'src/desktop/keymap-watch.ts',
+  ),
   layer(
     'ops and viewer',
     ['src/ops/**', 'src/viewer/**'],

@@ -28,6 +28,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { KeymapWatch } from '../src/desktop/keymap-watch.ts';
 import { XConnection } from '../src/desktop/x11.ts';
 import { createLogger, type Logger } from '../src/log.ts';
 import {
@@ -41,6 +42,7 @@ import {
   type InputTally,
   type RfbSegment,
   type VncBridge,
+  type KeymapGuard,
   type VncServer,
 } from '../src/takeover/vnc.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
@@ -340,14 +342,23 @@ interface Bridged {
 }
 
 /** A ws server on 127.0.0.1 whose connections are bridged to `server`: `?control=1` for control, else a watcher. */
-async function bridgeServer(server: () => VncServer): Promise<{ url: string; bridged: Bridged[]; close(): void }> {
+async function bridgeServer(
+  server: () => VncServer,
+  keymap: () => KeymapGuard | undefined = () => undefined,
+): Promise<{ url: string; bridged: Bridged[]; close(): void }> {
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
   await new Promise<void>((resolve) => wss.once('listening', resolve));
   const bridged: Bridged[] = [];
   wss.on('connection', (ws, req) => {
     const control = new URL(req.url ?? '/', 'http://x').searchParams.get('control') === '1';
     const inputs: InputTally[] = [];
-    const bridge = bridgeVnc(ws, server(), { control, log, onInput: (t) => void inputs.push(t) });
+    const guard = keymap();
+    const bridge = bridgeVnc(ws, server(), {
+      control,
+      log,
+      onInput: (t) => void inputs.push(t),
+      ...(guard ? { keymap: guard } : {}),
+    });
     bridged.push({ ws, bridge, control, inputs });
   });
   const { port } = wss.address() as AddressInfo;
@@ -367,7 +378,10 @@ describe('x11vnc on a display, and the bridge', () => {
   let server: VncServer;
   let x: XConnection;
   let web: Awaited<ReturnType<typeof bridgeServer>>;
+  /** The keymap guard the next bridge gets (none: x11vnc binds and presses a missing keysym at once). */
+  let keymap: KeymapGuard | undefined;
   const clients: RfbTestClient[] = [];
+  const keymapHas = async (keysym: number): Promise<boolean> => (await x.getKeyboardMapping()).keysyms.includes(keysym);
   const open = async (control: boolean): Promise<{ c: RfbTestClient; b: Bridged }> => {
     const before = web.bridged.length;
     const c = await RfbTestClient.open(`${web.url}?control=${control ? 1 : 0}`);
@@ -379,7 +393,10 @@ describe('x11vnc on a display, and the bridge', () => {
     display = await startTestDisplay({ width: WIDTH, height: HEIGHT });
     dir = privateDir();
     server = await startVncServer({ display: display.display, xauthority: display.xauthority, dir, log });
-    web = await bridgeServer(() => server);
+    web = await bridgeServer(
+      () => server,
+      () => keymap,
+    );
     // As the desktop worker does (src/desktop/worker/screen.ts): the X cursor hidden, for as long as this connection lives.
     x = await XConnection.open(display.display, display.xauthority);
     const xfixes = await x.extension('XFIXES');
@@ -503,6 +520,72 @@ describe('x11vnc on a display, and the bridge', () => {
     await w.c.update({ incremental: true });
     assert.equal(await selectionText(display, 'clipboard'), text, "the watcher's text did not reach X");
     assert.equal(w.b.bridge.tally.pasted, 0);
+  });
+
+  test('a key the desktop lacks: x11vnc binds it on a release sent first; its press and the keys after it wait for the binding to be read', async () => {
+    const THORN = 0xfe;
+    assert.equal(await keymapHas(THORN), false, 'the premise: the US keymap has no þ');
+    let bound = false;
+    let settle!: () => void;
+    const asked: [number, number][] = [];
+    keymap = {
+      lacks: (keysym) => keysym === THORN && !bound,
+      mark: () => 41,
+      settled: (mark, keysym) => {
+        asked.push([mark, keysym]);
+        return new Promise<void>((resolve) => {
+          settle = () => {
+            bound = true;
+            resolve();
+          };
+        });
+      },
+    };
+    try {
+      const { c, b } = await open(true);
+      c.key(THORN, true);
+      c.key(THORN, false);
+      c.key(SHIFT_L, true);
+      // x11vnc answers the release by binding þ: the bridge sent it, then held the rest.
+      await until('x11vnc to bind þ to a spare keycode', () => keymapHas(THORN));
+      assert.deepEqual(asked, [[41, THORN]]);
+      assert.equal((await x.queryPointer()).mask & X_SHIFT_MASK, 0, 'Shift, behind the held press, has not reached X');
+      settle();
+      await until(
+        'Shift, after the press, to reach X',
+        async () => ((await x.queryPointer()).mask & X_SHIFT_MASK) !== 0,
+      );
+      c.key(SHIFT_L, false);
+      // Known from now on: its next press goes straight through.
+      c.key(THORN, true);
+      c.key(THORN, false);
+      await c.update({ incremental: true });
+      assert.equal(asked.length, 1, 'a keysym is bound once');
+      assert.deepEqual({ ...b.bridge.tally }, { keys: 3, characters: 2, clicks: 0, wheel: 0, pasted: 0, moves: 0 });
+    } finally {
+      keymap = undefined;
+    }
+  });
+
+  test("KeymapWatch: knows the desktop's keymap and what x11vnc binds; with no window to type into, a binding waits for nobody", async () => {
+    const AOGONEK = 0x1a1;
+    const watch = await KeymapWatch.open(display.display, display.xauthority, log);
+    assert.ok(watch, 'Xvfb has RECORD');
+    try {
+      assert.equal(watch.lacks(0x61), false, 'a');
+      assert.equal(watch.lacks(0xffe1), false, 'Shift_L');
+      assert.equal(watch.lacks(AOGONEK), true, 'ą');
+      keymap = watch;
+      const { c } = await open(true);
+      c.key(AOGONEK, true);
+      c.key(AOGONEK, false);
+      await c.update({ incremental: true });
+      assert.ok(await keymapHas(AOGONEK), 'x11vnc bound ą');
+      assert.equal(watch.lacks(AOGONEK), false, 'and the watch knows it');
+    } finally {
+      keymap = undefined;
+      watch.close();
+    }
   });
 
   test('a viewer that vanishes with a button and Shift down lets go of them in X', async () => {

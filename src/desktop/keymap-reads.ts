@@ -23,6 +23,22 @@ const X_GET_KEYBOARD_MAPPING = 101;
 const XKB_GET_MAP = 8;
 /** How long recording may take to start before the worker gives up on it (and uses the fixed wait). */
 const START_TIMEOUT_MS = 5_000;
+/** GetInputFocus's answer when focus follows the pointer (0 is None). */
+const POINTER_ROOT = 1;
+
+/**
+ * The window whose client gets the keyboard's keys: the focused window, or,
+ * when focus follows the pointer (no window manager) or is on the root, the
+ * top-level window under the pointer. 0 when there is none.
+ */
+export async function keyboardTarget(conn: XConnection): Promise<number> {
+  let focus = await conn.inputFocus();
+  if (focus === POINTER_ROOT || focus === conn.root) focus = (await conn.queryPointer()).child;
+  return focus > POINTER_ROOT ? focus : 0;
+}
+
+/** Whose keymap changes count: the control connection's own, or every client's (x11vnc's, during a takeover). */
+export type ChangesBy = 'us' | 'anyone';
 
 export class KeymapReads {
   /** Our own ChangeKeyboardMapping requests the server has dispatched. */
@@ -38,21 +54,32 @@ export class KeymapReads {
     private readonly data: XConnection,
     private readonly xkbOpcode: number | undefined,
     private readonly xresOpcode: number | undefined,
+    private readonly changesBy: ChangesBy,
   ) {}
+
+  /** The keymap changes counted so far (see ChangesBy), in the server's order. */
+  get changes(): number {
+    return this.changesSeen;
+  }
 
   /**
    * Starts recording, or undefined when the server has no RECORD extension.
-   * `control` is the connection that changes the keymap; a second connection
-   * carries the recorded data.
+   * `control` is the connection that changes the keymap (`changesBy: 'us'`);
+   * a second connection, with the cookie in `xauthority` if given, carries
+   * the recorded data.
    */
-  static async open(display: string, control: XConnection): Promise<KeymapReads | undefined> {
+  static async open(
+    display: string,
+    control: XConnection,
+    options: { changesBy?: ChangesBy; xauthority?: string } = {},
+  ): Promise<KeymapReads | undefined> {
     const record = await control.queryExtension('RECORD');
     if (record === undefined) return undefined;
     const xkb = await control.queryExtension('XKEYBOARD');
     const xres = await control.queryExtension('X-Resource');
-    const data = await XConnection.open(display);
+    const data = await XConnection.open(display, options.xauthority);
     try {
-      const reads = new KeymapReads(control, data, xkb, xres);
+      const reads = new KeymapReads(control, data, xkb, xres, options.changesBy ?? 'us');
       const context = control.newId();
       control.recordCreateContext(record, context, [
         { coreRequests: [X_CHANGE_KEYBOARD_MAPPING, X_GET_KEYBOARD_MAPPING], clientLifetimes: true },
@@ -90,13 +117,13 @@ export class KeymapReads {
       return;
     }
     if (reply[1] !== RECORD_FROM_CLIENT) return;
-    const ours = client === this.control.resourceIdBase;
+    const counted = this.changesBy === 'anyone' || client === this.control.resourceIdBase;
     let o = 32;
     while (o + 4 <= reply.length) {
       const [major, minor] = [reply[o]!, reply[o + 1]!];
       const units = reply.readUInt16LE(o + 2);
       if (units === 0) break; // BIG-REQUESTS length: none of the requests we record uses it
-      if (ours && major === X_CHANGE_KEYBOARD_MAPPING) this.changesSeen++;
+      if (counted && major === X_CHANGE_KEYBOARD_MAPPING) this.changesSeen++;
       else if (major === X_GET_KEYBOARD_MAPPING || (major === this.xkbOpcode && minor === XKB_GET_MAP)) {
         this.readAt.set(client, this.changesSeen);
         this.learnPid(client);

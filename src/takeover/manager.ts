@@ -28,6 +28,7 @@ import type { WebSocket } from 'ws';
 import { z } from 'zod';
 import type { Activity, ActivityHub } from '../activity.ts';
 import type { TakeoverSettings } from '../config.ts';
+import { KeymapWatch } from '../desktop/keymap-watch.ts';
 import type { DesktopResources } from '../desktops/desktop.ts';
 import type { HoldTicket } from '../desktops/hold.ts';
 import type { Logger } from '../log.ts';
@@ -112,6 +113,8 @@ interface Takeover {
   ticket: HoldTicket;
   vnc: VncServer | undefined;
   vncDir: string | undefined;
+  /** The desktop's keymap, for the holder's keys it lacks; undefined without RECORD or if it could not be read. */
+  keymap: KeymapWatch | undefined;
   /** Every VNC bridge of this takeover, the holder's first ones included after they closed (their counts). */
   bridges: Array<{ bridge: VncBridge; control: boolean; open: boolean }>;
   /** The sessions told `started`, each with the help request it answers. */
@@ -337,6 +340,7 @@ export class TakeoverManager implements TakeoverPort {
       ticket,
       vnc: undefined,
       vncDir: undefined,
+      keymap: undefined,
       bridges: [],
       told: new Map(),
       expiry: undefined,
@@ -360,6 +364,17 @@ export class TakeoverManager implements TakeoverPort {
         ...(screen.xauthority ? { xauthority: screen.xauthority } : {}),
         dir: t.vncDir,
         log: this.deps.log.child({ component: 'vnc', desktop: desktopId }),
+      });
+      t.keymap = await KeymapWatch.open(
+        screen.display,
+        screen.xauthority,
+        this.deps.log.child({ component: 'vnc', desktop: desktopId }),
+      ).catch((err: unknown) => {
+        this.deps.log.warn("could not watch the desktop's keymap: a key it lacks may be lost on its first press", {
+          desktop: desktopId,
+          error: String(err),
+        });
+        return undefined;
       });
     } catch (err) {
       this.deps.log.error('could not start the VNC server for a takeover', { desktop: desktopId, error: String(err) });
@@ -500,6 +515,8 @@ export class TakeoverManager implements TakeoverPort {
     for (const { bridge } of t.bridges) bridge.close();
     await t.vnc?.stop().catch(() => undefined);
     t.vnc = undefined;
+    t.keymap?.close();
+    t.keymap = undefined;
     if (t.vncDir) await rm(t.vncDir, { recursive: true, force: true }).catch(() => undefined);
     t.vncDir = undefined;
   }
@@ -527,6 +544,7 @@ export class TakeoverManager implements TakeoverPort {
     }
     const bridge = bridgeVnc(ws, t.vnc, {
       control,
+      ...(control && t.keymap ? { keymap: t.keymap } : {}),
       log: this.deps.log.child({ component: 'vnc', desktop: t.desktop.id }),
     });
     const entry = { bridge, control, open: true };

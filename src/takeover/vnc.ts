@@ -845,6 +845,8 @@ export interface BridgeOptions {
   control: boolean;
   /** Called after a frame whose input was forwarded, with the counts so far (a copy). Errors it throws are logged. */
   onInput?: (tally: Readonly<InputTally>) => void;
+  /** The holder's keys the desktop's keymap lacks are bound, and the binding read, before their press. */
+  keymap?: KeymapGuard;
   log: Logger;
 }
 
@@ -869,6 +871,19 @@ const WS_LOW_WATER_BYTES = 4 * 1024 * 1024;
 const WS_CLOSE_GRACE_MS = 2_000;
 /** WebSocket readyState OPEN (the `ws` constant). */
 const WS_OPEN = 1;
+
+/** What the bridge asks before a holder's key press reaches x11vnc; src/desktop/keymap-watch.ts is the real one. */
+export interface KeymapGuard {
+  /** Whether the desktop's keymap lacks `keysym`: x11vnc would bind it to a spare keycode and press it at once. */
+  lacks(keysym: number): boolean;
+  /** Taken right before the release that makes x11vnc bind a keysym. */
+  mark(): number;
+  /** Resolves, never rejects, once the binding after `mark` was read by the client that gets the keys (or a cap passed). */
+  settled(mark: number, keysym: number): Promise<void>;
+}
+
+/** What goes to x11vnc: the viewer's bytes, or a keysym to have bound (and its binding read) before what follows. */
+type Outgoing = Buffer | { bind: number };
 
 /** What a watcher never forwards: everything that acts on the desktop. */
 const ACTS_ON_DESKTOP = new Set<RfbClientMessage['type']>([
@@ -995,7 +1010,31 @@ export function bridgeVnc(ws: WebSocket, server: VncServer, o: BridgeOptions): V
     }),
   );
 
-  // viewer → x11vnc.
+  // viewer → x11vnc, in order; a key the keymap lacks holds what follows it until its binding is read.
+  const queue: Outgoing[] = [];
+  let binding = false;
+  const pump = guarded('pump', () => {
+    const bytes: Buffer[] = [];
+    while (!binding && !closing && queue.length) {
+      const item = queue.shift()!;
+      if (Buffer.isBuffer(item)) {
+        bytes.push(item);
+        continue;
+      }
+      // Its release first: x11vnc binds the keysym to a spare keycode (a release of a key not down types nothing).
+      const keymap = o.keymap!;
+      const mark = keymap.mark();
+      bytes.push(keyUp(item.bind));
+      binding = true;
+      void keymap.settled(mark, item.bind).then(() => {
+        binding = false;
+        pump();
+      });
+    }
+    if (bytes.length && !socket.write(bytes.length === 1 ? bytes[0]! : Buffer.concat(bytes)) && !ws.isPaused) {
+      ws.pause();
+    }
+  });
   ws.on(
     'message',
     guarded('ws message', (data: RawData, isBinary: boolean) => {
@@ -1010,7 +1049,7 @@ export function bridgeVnc(ws: WebSocket, server: VncServer, o: BridgeOptions): V
         return close(err.wsCode, err.wsCode === WS_TOO_BIG ? 'cut text too long' : 'unexpected RFB message');
       }
       let input = false;
-      const out: Buffer[] = [];
+      const out: Outgoing[] = [];
       for (const { bytes, message } of segments) {
         if (message.type === 'client-init') handshakeDone = true;
         if (!o.control && ACTS_ON_DESKTOP.has(message.type)) continue;
@@ -1019,6 +1058,9 @@ export function bridgeVnc(ws: WebSocket, server: VncServer, o: BridgeOptions): V
           case 'qemu-key':
             // A repeat: let go first, so that x11vnc (which ignores a press of a key already down) types it again.
             if (tally.key(message.down, message.keysym)) out.push(keyUp(message.keysym));
+            else if (message.type === 'key' && message.down && o.keymap?.lacks(message.keysym)) {
+              out.push({ bind: message.keysym });
+            }
             input = true;
             break;
           case 'pointer':
@@ -1034,7 +1076,8 @@ export function bridgeVnc(ws: WebSocket, server: VncServer, o: BridgeOptions): V
         }
         out.push(bytes);
       }
-      if (out.length && !socket.write(out.length === 1 ? out[0]! : Buffer.concat(out)) && !ws.isPaused) ws.pause();
+      queue.push(...out);
+      pump();
       if (input && o.onInput) {
         try {
           o.onInput({ ...tally.counts });

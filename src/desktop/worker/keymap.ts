@@ -3,7 +3,7 @@
  * binding keysyms it lacks to spare keycodes, for what nut-js cannot type
  * safely (worker.ts says which keys, and why not `xdotool type`).
  */
-import { KeymapReads } from '../keymap-reads.ts';
+import { keyboardTarget, KeymapReads } from '../keymap-reads.ts';
 import { BUTTON_RELEASE, KEY_PRESS, KEY_RELEASE, SLOTS_PROPERTY, XConnection } from '../x11.ts';
 import { log, sleep, throwIfCancelled, type OpContext } from './context.ts';
 
@@ -32,8 +32,6 @@ const REBIND_DRAIN_MS = 250;
  * BIND_SETTLE_MS, until it is seen to re-read again.
  */
 const REREAD_CAP_MS = 1000;
-/** GetInputFocus's answer when focus follows the pointer (0 is None). */
-const POINTER_ROOT = 1;
 
 /**
  * The live keymap plus our bindings of extra keysyms on spare keycodes.
@@ -206,10 +204,8 @@ export class XKeyboard {
    */
   private async awaitReread(ctx: OpContext): Promise<void> {
     const start = performance.now();
-    let focus = this.reads && !ctx.cancelled ? await this.conn.inputFocus() : 0;
-    // PointerRoot (no window manager), or the root itself: the keys go to the top-level window under the pointer.
-    if (focus === POINTER_ROOT || focus === this.conn.root) focus = (await this.conn.queryPointer()).child;
-    const client = focus > POINTER_ROOT ? this.reads!.owner(focus) : 0;
+    const focus = this.reads && !ctx.cancelled ? await keyboardTarget(this.conn) : 0;
+    const client = focus ? this.reads!.owner(focus) : 0;
     // 0: nothing to wait for (and X-Resource would read client 0 as every client).
     if (client === 0) return sleep(BIND_SETTLE_MS, ctx);
     const lazy = this.lazyReaders.has(client);
