@@ -21,7 +21,7 @@
  * Run: node --import tsx --test --test-timeout=180000 test/faults.test.ts
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -166,6 +166,53 @@ async function startXvfbOn(display: string): Promise<XServer> {
     throw err;
   }
   return { pid: proc.pid!, stop };
+}
+
+/** Binds display number ARGV[0]'s abstract X socket, without listening, until its stdin closes (Perl is Essential in Debian). */
+const HOLD_DISPLAY_NUMBER_PL = String.raw`
+use Socket;
+socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die "socket: $!\n";
+bind($s, pack_sockaddr_un("\0/tmp/.X11-unix/X$ARGV[0]")) or die "bind: $!\n";
+$| = 1;
+print "held\n";
+1 while <STDIN>;
+`;
+
+/**
+ * Keeps the number of `display`, whose X server the test killed, from every
+ * other X server until `release`: Xvfb takes the lowest free number, and
+ * another test file's once took this one while it was down (seen in CI), so
+ * the daemon's clients met a stranger's X server and the restart found it
+ * already answering. Xvfb skips a number whose abstract socket
+ * (`@/tmp/.X11-unix/X<n>`) is taken; bound there and not listening, it
+ * refuses every client, and the path socket stays absent: to every client
+ * the display is down. (Node cannot bind that name: it pads it with NULs.)
+ */
+async function holdDisplayNumber(display: string): Promise<{ release(): Promise<void> }> {
+  const n = /^:(\d+)$/.exec(display)?.[1];
+  assert.ok(n, `a local display: ${display}`);
+  const tryHold = (): Promise<ChildProcess | undefined> =>
+    new Promise((resolve) => {
+      const child = spawn('perl', ['-e', HOLD_DISPLAY_NUMBER_PL, n], { stdio: ['pipe', 'pipe', 'ignore'] });
+      child.stdout.once('data', () => resolve(child));
+      child.once('exit', () => resolve(undefined));
+      child.once('error', () => resolve(undefined));
+    });
+  // Free as soon as the killed X server's process has ended.
+  const holder = await waitFor(
+    `display number ${display} to be free to hold (has another X server taken it?)`,
+    tryHold,
+    5_000,
+    10,
+  );
+  return {
+    release: async () => {
+      if (holder.exitCode !== null || holder.signalCode !== null) return;
+      const exited = new Promise((resolve) => holder.once('exit', resolve));
+      holder.stdin!.end();
+      await exited;
+    },
+  };
 }
 
 // ---------------------------------------------------------------------------
@@ -800,6 +847,7 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
 describe('faults: the X server goes away during a batch and comes back', () => {
   let display: VirtualDisplay;
   let restarted: XServer | undefined;
+  let holding: ReturnType<typeof holdDisplayNumber> | undefined;
   let pages: Pages;
   let d: TestDaemon;
   let client: TestClient;
@@ -819,6 +867,7 @@ describe('faults: the X server goes away during a batch and comes back', () => {
   after(async () => {
     client?.close();
     await d?.close();
+    await (await holding?.catch(() => undefined))?.release();
     await restarted?.stop();
     await pages?.close();
     await display?.stop();
@@ -834,7 +883,13 @@ describe('faults: the X server goes away during a batch and comes back', () => {
     ];
     const { result, ms } = await run(client, uses, {
       // hold_key has started and holds for 8 s: the X server dies under it.
-      fault: { index: 0, inject: () => void killAll([display.pid]) },
+      fault: {
+        index: 0,
+        inject: () => {
+          killAll([display.pid]);
+          holding = holdDisplayNumber(display.display);
+        },
+      },
     });
     measure('batch with the X server killed as an 8 s hold_key started', ms);
     assertRetryableFailure(uses, result, 0, ['DriverCrashedError', 'DisplayUnavailableError']);
@@ -877,6 +932,7 @@ describe('faults: the X server goes away during a batch and comes back', () => {
 
     // 3. A new X server on the same number: computer calls work again (after any cool-down).
     const t0 = performance.now();
+    await (await holding)?.release();
     restarted = await startXvfbOn(display.display);
     measure('Xvfb restart on the same number', performance.now() - t0);
     const back = await untilOk(client, computerOk, 'computer batch after the X server came back');
@@ -900,6 +956,7 @@ describe('faults: the X server goes away during a batch and comes back', () => {
 describe("faults: cursor_position, asked on the daemon's own X connection, when its X server dies", () => {
   let display: VirtualDisplay;
   let restarted: XServer | undefined;
+  let holding: ReturnType<typeof holdDisplayNumber> | undefined;
   let d: TestDaemon;
   let client: TestClient;
 
@@ -912,6 +969,7 @@ describe("faults: cursor_position, asked on the daemon's own X connection, when 
   after(async () => {
     client?.close();
     await d?.close();
+    await (await holding?.catch(() => undefined))?.release();
     await restarted?.stop();
     await display?.stop();
   });
@@ -923,8 +981,14 @@ describe("faults: cursor_position, asked on the daemon's own X connection, when 
     ]);
     assert.equal(textOf(before.result, 1), 'X=11,Y=22');
 
-    await killAll([display.pid]);
+    killAll([display.pid]);
+    holding = holdDisplayNumber(display.display);
+    await holding;
     await display.stop(); // only cleans up: the X server is gone
+    // The hold works: an X server started now takes another number.
+    const stranger = await startTestDisplay({ width: 64, height: 64, windowManager: false });
+    await stranger.stop();
+    assert.notEqual(stranger.display, display.display, 'a new X server skips the held number');
     assert.equal(await isDisplayReachable(display.display), false);
     for (let i = 0; i < 3; i++) {
       const uses = [computerUse('cursor_position')];
@@ -941,6 +1005,7 @@ describe("faults: cursor_position, asked on the daemon's own X connection, when 
       other.close();
     }
 
+    await (await holding).release();
     restarted = await startXvfbOn(display.display);
     const back = await untilOk(
       client,
