@@ -73,6 +73,7 @@ const LEAVES = [
   'src/activity.ts',
   'src/screenshot-store.ts',
   'src/version.ts',
+  'src/temp-folder.ts',
 ];
 function layer(name, files, ...below) {
   const groups = Object.keys(GROUPS).filter(

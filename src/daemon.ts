@@ -37,6 +37,7 @@ import { Recorder, type Artifact, type VideoStarter } from './recording/recorder
 import { DesktopVideo } from './recording/video.ts';
 import { recordingRoutes } from './recording/routes.ts';
 import { TakeoverManager } from './takeover/manager.ts';
+import { sweepOwnedTempFolders } from './temp-folder.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -78,6 +79,10 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   checkEnabled(config.browserSettings.enable);
   const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
   await store.init();
+  // What a daemon killed with SIGKILL left in the temporary folder: its desktops' HOMEs, display files, VNC sockets.
+  const swept = await sweepOwnedTempFolders();
+  if (swept.length)
+    log.info('removed the temporary folders of a daemon that no longer runs', { folders: swept.length });
   const computer = createComputerToolset({
     screenshots: config.screenshot,
     maxTypeTextLength: config.limits.maxTypeTextLength,

@@ -15,6 +15,7 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from '../log.ts';
+import { processRuns } from '../temp-folder.ts';
 
 const PREFIX = 'deskbatch-traces-';
 /** The file in each folder that names the process that made it. */
@@ -34,16 +35,6 @@ function ownDir(dir: string): void {
   process.on('exit', () => {
     for (const d of liveDirs) rmSync(d, { recursive: true, force: true });
   });
-}
-
-/** Whether process `pid` runs (a zombie counts as running: its parent has yet to reap it). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /** A file a trace wrote under the folder, as its zip names it: `resources/x` or `screencast/x`, nothing else. */
@@ -82,7 +73,7 @@ export class TraceFolder {
       if (!s?.isDirectory() || (uid !== undefined && s.uid !== uid)) continue;
       const owner = Number((await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => '')).trim());
       const stale =
-        Number.isSafeInteger(owner) && owner > 0 ? !alive(owner) : Date.now() - s.mtimeMs > UNOWNED_STALE_MS;
+        Number.isSafeInteger(owner) && owner > 0 ? !processRuns(owner) : Date.now() - s.mtimeMs > UNOWNED_STALE_MS;
       if (!stale) continue;
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       log.info('removed a browser trace folder a killed daemon left behind', { folder: name });

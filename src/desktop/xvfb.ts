@@ -19,9 +19,9 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdtemp, open, readdir, readFile, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import { ownedTempFolder } from '../temp-folder.ts';
 import { isDisplayReachable } from './display.ts';
 
 export type VirtualDisplayLogLevel = 'debug' | 'info' | 'warn' | 'error';
@@ -603,7 +603,7 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
   }
 
   const startedAt = performance.now();
-  const workDir = await mkdtemp(join(tmpdir(), 'deskbatch-xvfb-'));
+  const workDir = await ownedTempFolder('xvfb');
   if (!sweptOnce) {
     sweptOnce = true;
     void sweepStaleFramebuffers().then(

@@ -6,8 +6,7 @@
  * src/desktops/pool.ts (one per session) or a single shared one (`DISPLAY`
  * given).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { BrowserManager } from '../browser/manager.ts';
 import type { DesktopDriver } from '../desktop/driver.ts';
@@ -18,6 +17,7 @@ import type { Hold } from './hold.ts';
 import type { Lane } from './lane.ts';
 import type { Size } from '../geometry.ts';
 import type { Logger } from '../log.ts';
+import { ownedTempFolder } from '../temp-folder.ts';
 
 /** What a call acts on: its session's desktop. */
 export interface DesktopResources {
@@ -71,7 +71,7 @@ export interface BuildOptions {
  */
 export async function buildDesktop(options: BuildOptions): Promise<DesktopParts> {
   const { id, size, log } = options;
-  const home = await mkdtemp(join(tmpdir(), `deskbatch-${id}-home-`));
+  const home = await ownedTempFolder(`${id}-home`);
   const downloads = join(options.downloadsRoot, id);
   let display: VirtualDisplay | undefined;
   let made: ReturnType<PartsFactory> | undefined;

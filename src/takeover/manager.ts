@@ -20,10 +20,8 @@
  *   leaves the VNC bridge (src/takeover/vnc.ts).
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { WebSocket } from 'ws';
 import { z } from 'zod';
 import type { Activity, ActivityHub } from '../activity.ts';
@@ -35,6 +33,7 @@ import type { Logger } from '../log.ts';
 import { personText, type TakeoverMessage, type TakeoverOutcome } from '../protocol.ts';
 import type { SocketRoute } from '../server/server.ts';
 import type { TakeoverPort } from '../server/takeover-port.ts';
+import { ownedTempFolder } from '../temp-folder.ts';
 import { bridgeVnc, startVncServer, type InputTally, type VncBridge, type VncServer } from './vnc.ts';
 
 export const CONTROL_PATH = '/viewer/control';
@@ -357,7 +356,7 @@ export class TakeoverManager implements TakeoverPort {
     await ticket.ready;
     if (t.ended) return;
     try {
-      t.vncDir = await mkdtemp(join(tmpdir(), 'deskbatch-vnc-'));
+      t.vncDir = await ownedTempFolder('vnc');
       const screen = desktop.screen;
       t.vnc = await startVncServer({
         display: screen.display,
