@@ -20,6 +20,9 @@ import { processRuns } from '../temp-folder.ts';
 const PREFIX = 'deskbatch-traces-';
 /** The file in each folder that names the process that made it. */
 const OWNER_FILE = 'owner';
+/** rm's retries of a removal that meets ENOTEMPTY (a file written meanwhile): after 50, 100, … 500 ms. */
+const REMOVE_RETRIES = 10;
+const REMOVE_RETRY_MS = 50;
 /** A folder without an owner file (made before it had one) counts as stale after this long. */
 const UNOWNED_STALE_MS = 60 * 60_000;
 let swept: Promise<void> | undefined;
@@ -108,9 +111,14 @@ export class TraceFolder {
 
   /** With the browser: everything still in it. */
   async remove(): Promise<void> {
-    liveDirs.delete(this.dir);
-    await rm(this.dir, { recursive: true, force: true }).catch((err: unknown) =>
-      this.log.warn('could not remove the browser trace folder', { error: String(err) }),
-    );
+    try {
+      // A browser that died: Playwright may still be writing its traces' files here as the folder is
+      // removed (ENOTEMPTY, seen in CI), so the removal is tried again, for up to about 3 s.
+      await rm(this.dir, { recursive: true, force: true, maxRetries: REMOVE_RETRIES, retryDelay: REMOVE_RETRY_MS });
+      liveDirs.delete(this.dir);
+    } catch (err) {
+      // Left for the exit hook (still in liveDirs), or for the next daemon's sweep.
+      this.log.warn('could not remove the browser trace folder', { error: String(err) });
+    }
   }
 }
