@@ -23,6 +23,12 @@ const X_GET_KEYBOARD_MAPPING = 101;
 const XKB_GET_MAP = 8;
 /** How long recording may take to start before the worker gives up on it (and uses the fixed wait). */
 const START_TIMEOUT_MS = 5_000;
+/**
+ * How long a client is waited for to re-read the keymap after a change, at
+ * most: the agent's typing (src/desktop/worker/keymap.ts) and a person's keys
+ * (src/desktop/keymap-watch.ts) both press the key after this regardless.
+ */
+export const REREAD_CAP_MS = 1_000;
 /** GetInputFocus's answer when focus follows the pointer (0 is None). */
 const POINTER_ROOT = 1;
 

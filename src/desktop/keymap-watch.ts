@@ -16,11 +16,8 @@
  * after it wait in order. Only the first press of each such keysym waits.
  */
 import type { Logger } from '../log.ts';
-import { keyboardTarget, KeymapReads } from './keymap-reads.ts';
+import { keyboardTarget, KeymapReads, REREAD_CAP_MS } from './keymap-reads.ts';
 import { XConnection } from './x11.ts';
-
-/** How long a press waits for the re-read at most: a client that does not re-read gets the key after this. */
-const REREAD_CAP_MS = 1_000;
 
 export class KeymapWatch {
   /** Every keysym on some keycode of the desktop's keymap, at any level. */

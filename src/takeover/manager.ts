@@ -358,17 +358,14 @@ export class TakeoverManager implements TakeoverPort {
     try {
       t.vncDir = await ownedTempFolder('vnc');
       const screen = desktop.screen;
+      const log = this.deps.log.child({ component: 'vnc', desktop: desktopId });
       t.vnc = await startVncServer({
         display: screen.display,
         ...(screen.xauthority ? { xauthority: screen.xauthority } : {}),
         dir: t.vncDir,
-        log: this.deps.log.child({ component: 'vnc', desktop: desktopId }),
+        log,
       });
-      t.keymap = await KeymapWatch.open(
-        screen.display,
-        screen.xauthority,
-        this.deps.log.child({ component: 'vnc', desktop: desktopId }),
-      ).catch((err: unknown) => {
+      t.keymap = await KeymapWatch.open(screen.display, screen.xauthority, log).catch((err: unknown) => {
         this.deps.log.warn("could not watch the desktop's keymap: a key it lacks may be lost on its first press", {
           desktop: desktopId,
           error: String(err),

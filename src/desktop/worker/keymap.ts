@@ -3,7 +3,7 @@
  * binding keysyms it lacks to spare keycodes, for what nut-js cannot type
  * safely (worker.ts says which keys, and why not `xdotool type`).
  */
-import { keyboardTarget, KeymapReads } from '../keymap-reads.ts';
+import { keyboardTarget, KeymapReads, REREAD_CAP_MS } from '../keymap-reads.ts';
 import { BUTTON_RELEASE, KEY_PRESS, KEY_RELEASE, SLOTS_PROPERTY, XConnection } from '../x11.ts';
 import { log, sleep, throwIfCancelled, type OpContext } from './context.ts';
 
@@ -26,14 +26,6 @@ const BIND_SETTLE_MS = 50;
  */
 const REBIND_DRAIN_MS = 250;
 /**
- * How long to wait for the focused client to re-read the keymap. A client
- * that does not within this is remembered as a lazy reader (it may read when
- * the key arrives, as Xlib's XLookupString does): it is waited for only up to
- * BIND_SETTLE_MS, until it is seen to re-read again.
- */
-const REREAD_CAP_MS = 1000;
-
-/**
  * The live keymap plus our bindings of extra keysyms on spare keycodes.
  * Keycodes found empty (all NoSymbol) are spare; we bind [keysym, keysym] on
  * them, like xdotool, and keep the binding until the slot is needed again
@@ -51,7 +43,12 @@ export class XKeyboard {
   readonly pressed = new Set<number>();
   /** Our keymap changes since `reads` began recording. */
   private changes = 0;
-  /** Clients (resource id bases) seen not to re-read the keymap on their own. */
+  /**
+   * Clients (resource id bases) seen not to re-read the keymap within
+   * REREAD_CAP_MS (keymap-reads.ts): they may read when the key arrives, as
+   * Xlib's XLookupString does, so they are waited for only up to
+   * BIND_SETTLE_MS, until they are seen to re-read again.
+   */
   private readonly lazyReaders = new Set<number>();
 
   constructor(
