@@ -109,7 +109,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const policy = config.browser === 'off' ? undefined : await browserPolicyState();
   if (policy && !policy.enforced) {
     log.warn(
-      "Chromium's managed policy is not installed: the model can reach file://, chrome:// and DevTools pages and native file dialogs through the browser's own interface; run `npm run setup` as root (docs/SECURITY.md)",
+      "Chromium's managed policy is not installed: the model can reach file://, chrome:// and DevTools pages and native file dialogs through the browser's own interface, and a page's WebRTC goes around the egress proxy; run `npm run setup` as root (docs/SECURITY.md)",
       {
         missing: policy.missing,
       },

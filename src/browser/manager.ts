@@ -58,8 +58,9 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
   '--no-first-run',
   '--disable-quic',
-  // WebRTC may only use UDP through the proxy, which has none: no way around the egress proxy.
-  '--force-webrtc-ip-handling-policy=disable_non_proxied_udp',
+  // WebRTC is kept inside the egress proxy by the managed policy's `WebRtcIPHandling`
+  // (src/browser/policy.ts); the switch `--force-webrtc-ip-handling-policy` has no effect on
+  // this Chromium (measured: STUN and TURN packets left with it), so it is not passed.
 ];
 
 export class BrowserManager {

@@ -5,11 +5,19 @@
  * `devtools://` pages (so no DevTools either: its window is a devtools://
  * page), no native file picker or Save dialog opens, no printing, no screen
  * capture, no extensions, no incognito or guest windows outside the
- * session's context. The file is `scripts/chromium-policy.json`;
+ * session's context, and WebRTC may only go through the egress proxy
+ * (`WebRtcIPHandling: disable_non_proxied_udp`: no UDP, TCP only through the
+ * proxy, so STUN and TURN reach no address the proxy refuses). The file is
+ * `scripts/chromium-policy.json`;
  * `scripts/setup.sh` and the Dockerfile install it where Debian's chromium
  * reads managed policies, `/etc/chromium/policies/managed/`. Only root can
  * write there, so a daemon that cannot find it says so at start and in
  * `/readyz` (docs/SECURITY.md).
+ *
+ * Chromium ignores a key it does not know without a word, so
+ * test/browser-policy.test.ts has Chromium's own chrome://policy page read
+ * the file and say OK of every key, and shows in a page what each key that
+ * contains something refuses.
  *
  * `DeveloperToolsAvailability: 2` would be the direct way to switch DevTools
  * off, but it also stops Playwright from opening pages (measured with
