@@ -74,7 +74,15 @@ const LEAVES = [
   'src/screenshot-store.ts',
   'src/version.ts',
   'src/temp-folder.ts',
+  'src/child-process.ts',
 ];
+/** Only src/child-process.ts starts programs: every other file goes through it (docs/ARCHITECTURE.md). */
+const CHILD_PROCESS_MODULE = 'src/child-process.ts';
+const childProcessPaths = ['node:child_process', 'child_process'].map((name) => ({
+  name,
+  message: `programs are started through ${CHILD_PROCESS_MODULE} (one way to run a child process: docs/ARCHITECTURE.md).`,
+}));
+
 function layer(name, files, ...below) {
   const groups = Object.keys(GROUPS).filter(
     (g) => !below.includes(g) && !files.some((f) => GROUPS[g].includes(`**/${f.replace(/^src\//, '')}`)),
@@ -85,6 +93,7 @@ function layer(name, files, ...below) {
       'no-restricted-imports': [
         'error',
         {
+          paths: files.includes(CHILD_PROCESS_MODULE) ? [] : childProcessPaths,
           patterns: groups.map((g) => ({
             group: GROUPS[g],
             message: `the ${name} may not import from the ${g} layer: imports point down (docs/ARCHITECTURE.md).`,
@@ -134,6 +143,7 @@ export default defineConfig(
     },
   },
   layer('leaves', LEAVES),
+  layer('child processes', [CHILD_PROCESS_MODULE]),
   layer('desktop driver', ['src/desktop/**']),
   layer('browser driver', ['src/browser/**']),
   layer('desktops', ['src/desktops/**'], 'desktop', 'browser'),
@@ -153,12 +163,8 @@ export default defineConfig(
     'client',
   ),
   // Human takeover (src/takeover/): the server's seams (routes, TakeoverPort), the desktops' hold, and of the
-  // desktop driver only xvfb.ts's child-process helpers and keymap-watch.ts (the keymap a person's keys need).
-  onlyFromDesktop(
-    layer('takeover', ['src/takeover/**'], 'server', 'desktops'),
-    'src/desktop/xvfb.ts',
-    'src/desktop/keymap-watch.ts',
-  ),
+  // desktop driver only keymap-watch.ts (the keymap a person's keys need).
+  onlyFromDesktop(layer('takeover', ['src/takeover/**'], 'server', 'desktops'), 'src/desktop/keymap-watch.ts'),
   layer(
     'ops and viewer',
     ['src/ops/**', 'src/viewer/**'],

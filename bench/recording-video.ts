@@ -39,7 +39,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { dieWithParent } from '../src/desktop/xvfb.ts';
+import { dieWithParent } from '../src/child-process.ts';
 import { silentLogger } from '../src/log.ts';
 import { DEFAULT_ENCODING, DesktopVideo, type VideoEncoding } from '../src/recording/video.ts';
 import { launchKioskChromium } from '../test/helpers/chromium.ts';

@@ -24,11 +24,11 @@
  * remembered from our last op: the pointer also moves without us (a person,
  * another X client).
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { forkChild, type ChildProcess } from '../child-process.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../errors.ts';
 import type { StartGuard } from '../resilience.ts';
 import { displaySocketPath, isDisplayReachable } from './display.ts';
@@ -491,7 +491,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   private spawn(socketId: string | undefined): Child {
-    const proc = fork(WORKER_PATH, [], {
+    const proc = forkChild(WORKER_PATH, {
       execArgv: ['--import', tsxLoader()],
       serialization: 'advanced',
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],

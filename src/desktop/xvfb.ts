@@ -10,17 +10,25 @@
  * - openbox runs with a generated minimal config (OPENBOX_RC below) that binds
  *   no keys and no modifier+mouse chords, so Alt+click, Alt+Tab, Ctrl+Alt+arrows
  *   reach the applications instead of the window manager.
- * - Children never outlive this process: they are started under
- *   `setpriv --pdeathsig KILL` when available (the kernel kills them if we die,
- *   even by SIGKILL), and a `process.on('exit')` hook SIGKILLs them too. They are
- *   unref'd, so a forgotten `stop()` does not keep the process alive.
+ * - Children never outlive this process (src/child-process.ts: setpriv's
+ *   pdeathsig and an exit hook). They are unref'd, so a forgotten `stop()`
+ *   does not keep the process alive.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdtemp, open, readdir, readFile, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import {
+  fileTail,
+  runTool,
+  startChild,
+  StartError,
+  stopChild,
+  trackChild,
+  type ChildProcess,
+  type StartErrorCode,
+} from '../child-process.ts';
 import { ownedTempFolder } from '../temp-folder.ts';
 import { isDisplayReachable } from './display.ts';
 
@@ -89,19 +97,6 @@ export interface VirtualDisplay {
   stop(): Promise<void>;
 }
 
-/** Why a child process the daemon starts (Xvfb, ffmpeg, x11vnc) did not start. */
-export type StartErrorCode = 'not_installed' | 'bad_options' | 'start_failed' | 'start_timeout';
-
-/** A child process could not start; `code` says why. Each child's subclass names it; messages quote the end of its output. */
-export class StartError extends Error {
-  constructor(
-    readonly code: StartErrorCode,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
 export type VirtualDisplayErrorCode = StartErrorCode;
 
 /** Starting the virtual display failed; `code` says how. The message carries the tail of the process's log. */
@@ -111,22 +106,15 @@ export class VirtualDisplayError extends StartError {
 
 const DEFAULT_DEPTH = 24;
 const DEFAULT_START_TIMEOUT_MS = 10_000;
-/** After SIGTERM, how long a child gets before SIGKILL. */
-const STOP_DEADLINE_MS = 3_000;
 /** Interval between readiness probes (X socket, window manager property). */
 const POLL_INTERVAL_MS = 20;
 /** Limit for one xprop / xdpyinfo run. */
 const X_TOOL_TIMEOUT_MS = 5_000;
-/** How much of a child's log an error message quotes. */
-const LOG_TAIL_CHARS = 2_000;
 /** Fixed DPI, so browsers pick a device scale factor of 1. */
 const XVFB_DPI = 96;
 /** Xvfb refuses screens larger than this in either direction. */
 const MAX_SCREEN_PX = 16_384;
 
-const SETPRIV = '/usr/bin/setpriv';
-/** What setpriv exits with when it cannot find the command it was to run. */
-const EXIT_COMMAND_NOT_FOUND = 127;
 const XVFB_NOT_FOUND = 'Xvfb not found: run `bash scripts/setup.sh` (Debian package xvfb)';
 const OPENBOX_NOT_FOUND = 'openbox not found: run `bash scripts/setup.sh` (Debian package openbox)';
 
@@ -171,35 +159,6 @@ const OPENBOX_RC = `<?xml version="1.0" encoding="UTF-8"?>
 `;
 
 /**
- * Children still running, each with the synchronous clean-up to do after
- * SIGKILLing it if this process exits without stopping it.
- */
-const liveChildren = new Map<ChildProcess, () => void>();
-let exitHookInstalled = false;
-
-/**
- * SIGKILLs `child` if this process exits while it still runs (the desktop
- * video's ffmpeg uses it too, src/recording/video.ts).
- */
-export function trackChild(child: ChildProcess): void {
-  liveChildren.set(child, () => {});
-  child.once('exit', () => liveChildren.delete(child));
-  if (!exitHookInstalled) {
-    exitHookInstalled = true;
-    process.on('exit', () => {
-      for (const [c, afterKill] of liveChildren) {
-        try {
-          c.kill('SIGKILL');
-          afterKill();
-        } catch {
-          // already gone, or nothing left to clean
-        }
-      }
-    });
-  }
-}
-
-/**
  * Folders of displays not stopped yet (their logs, cookie, framebuffer):
  * removed if the process exits first, also when it exits while a display is
  * still starting (a daemon shut down while a pool desktop was being built).
@@ -214,11 +173,6 @@ function ownDir(dir: string): void {
   process.on('exit', () => {
     for (const d of ownedDirs) rmSync(d, { recursive: true, force: true });
   });
-}
-
-/** Sets what the exit hook does after SIGKILLing `child` (a killed Xvfb leaves its lock and socket behind). */
-function onExitHookKill(child: ChildProcess, afterKill: () => void): void {
-  if (liveChildren.has(child)) liveChildren.set(child, afterKill);
 }
 
 /** Where Xvfb's framebuffer file goes when it can (a tmpfs on Linux); else beside its other files. */
@@ -279,63 +233,7 @@ export async function sweepStaleFramebuffers(minAgeMs = SWEEP_MIN_AGE_MS): Promi
   return removed;
 }
 
-/**
- * `setpriv --pdeathsig KILL -- cmd args…` when setpriv exists (util-linux,
- * present on Debian): the kernel kills the command when this process dies.
- * setpriv execs the command, so the child's pid is the command's.
- */
-export function dieWithParent(command: string, args: string[]): [string, string[]] {
-  return existsSync(SETPRIV) ? [SETPRIV, ['--pdeathsig', 'KILL', '--', command, ...args]] : [command, args];
-}
-
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function logTail(path: string): Promise<string> {
-  try {
-    const text = (await readFile(path, 'utf8')).trim();
-    return text.length > LOG_TAIL_CHARS ? `…${text.slice(-LOG_TAIL_CHARS)}` : text;
-  } catch {
-    return '';
-  }
-}
-
-/** How a child ended, for messages: `was killed by SIGKILL`, `exited with code 1`. */
-export function exitDescription(code: number | null, signal: NodeJS.Signals | null): string {
-  return signal ? `was killed by ${signal}` : `exited with code ${code}`;
-}
-
-/** Resolves when `child` has exited (immediately if it already has). */
-export function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once('exit', () => resolve()));
-}
-
-/** SIGTERM, then SIGKILL after STOP_DEADLINE_MS; resolves once the child has exited. */
-async function terminate(child: ChildProcess): Promise<void> {
-  // No pid: it never started (spawn error), so there is nothing to wait for.
-  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-  child.ref(); // keep the loop alive until we have seen it go
-  const gone = exited(child);
-  child.kill('SIGTERM');
-  if ((await raceDeadline(gone, STOP_DEADLINE_MS)) === 'deadline') {
-    child.kill('SIGKILL');
-    // SIGKILL cannot be ignored; the bound only guards against a process stuck in the kernel.
-    await raceDeadline(gone, STOP_DEADLINE_MS);
-  }
-}
-
-/** Resolves with 'done' when `promise` settles first, with 'deadline' after `ms`. */
-export async function raceDeadline(promise: Promise<void>, ms: number): Promise<'done' | 'deadline'> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<'deadline'>((resolve) => {
-    timer = setTimeout(() => resolve('deadline'), ms);
-  });
-  try {
-    return await Promise.race([promise.then(() => 'done' as const), deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /**
  * Spawns Xvfb with `-displayfd 3` and resolves with the display number it
@@ -349,74 +247,45 @@ async function spawnXvfb(
   logPath: string,
   timeoutMs: number,
 ): Promise<{ child: ChildProcess; displayNumber: number }> {
-  const xvfbArgs = [
-    ...(fbDir ? ['-fbdir', fbDir] : []),
-    '-displayfd',
-    '3',
-    '-screen',
-    '0',
-    screen,
-    '-dpi',
-    String(XVFB_DPI),
-    '-nolisten',
-    'tcp',
-    '-noreset',
-    '-auth',
-    authPath,
-  ];
-  const [command, args] = dieWithParent('Xvfb', xvfbArgs);
-  const child = spawn(command, args, { stdio: ['ignore', logFd, logFd, 'pipe'] });
-  trackChild(child);
-  const fd3 = child.stdio[3] as Readable;
-
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    const displayNumber = await new Promise<number>((resolve, reject) => {
-      let text = '';
-      fd3.setEncoding('utf8');
-      fd3.on('data', (chunk: string) => {
-        text += chunk;
-        const m = /^(\d+)\n/.exec(text);
-        if (m) resolve(Number(m[1]));
-      });
-      child.once('error', (err: NodeJS.ErrnoException) => {
-        reject(
-          err.code === 'ENOENT'
-            ? new VirtualDisplayError('not_installed', XVFB_NOT_FOUND)
-            : new VirtualDisplayError('start_failed', `cannot start Xvfb: ${err.message}`),
-        );
-      });
-      child.once('exit', (code, signal) => {
-        void logTail(logPath).then((tail) =>
-          reject(
-            code === EXIT_COMMAND_NOT_FOUND
-              ? new VirtualDisplayError('not_installed', `${XVFB_NOT_FOUND}${tail ? `:\n${tail}` : ''}`)
-              : new VirtualDisplayError(
-                  'start_failed',
-                  `Xvfb ${exitDescription(code, signal)} before reporting its display${tail ? `:\n${tail}` : ''}`,
-                ),
-          ),
-        );
-      });
-      timer = setTimeout(() => {
-        void logTail(logPath).then((tail) =>
-          reject(
-            new VirtualDisplayError(
-              'start_timeout',
-              `Xvfb did not report its display within ${timeoutMs} ms${tail ? `:\n${tail}` : ''}`,
-            ),
-          ),
-        );
-      }, timeoutMs);
-    });
-    return { child, displayNumber };
-  } catch (err) {
-    await terminate(child);
-    throw err;
-  } finally {
-    clearTimeout(timer);
-    fd3.destroy();
-  }
+  const { child, ready } = await startChild({
+    name: 'Xvfb',
+    command: 'Xvfb',
+    args: [
+      ...(fbDir ? ['-fbdir', fbDir] : []),
+      '-displayfd',
+      '3',
+      '-screen',
+      '0',
+      screen,
+      '-dpi',
+      String(XVFB_DPI),
+      '-nolisten',
+      'tcp',
+      '-noreset',
+      '-auth',
+      authPath,
+    ],
+    spawn: { stdio: ['ignore', logFd, logFd, 'pipe'] },
+    error: VirtualDisplayError,
+    notInstalled: XVFB_NOT_FOUND,
+    timeoutMs,
+    exitedBefore: 'before reporting its display',
+    notReady: 'did not report its display',
+    tail: () => fileTail(logPath),
+    ready: (started) => {
+      const fd3 = started.stdio[3] as Readable;
+      return new Promise<number>((resolve) => {
+        let text = '';
+        fd3.setEncoding('utf8');
+        fd3.on('data', (chunk: string) => {
+          text += chunk;
+          const m = /^(\d+)\n/.exec(text);
+          if (m) resolve(Number(m[1]));
+        });
+      }).finally(() => fd3.destroy());
+    },
+  });
+  return { child, displayNumber: ready };
 }
 
 /** The authority file updates of this process, one at a time (setXauthEntry). */
@@ -487,35 +356,19 @@ function xauthEntry(number: string, cookie: Buffer): Buffer {
 }
 
 /** Runs an X client tool with an argument array; resolves with stdout, rejects on failure. */
-function runXTool(command: string, args: string[], display: string, xauthority?: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      command,
-      args,
-      {
-        env: { ...process.env, DISPLAY: display, ...(xauthority ? { XAUTHORITY: xauthority } : {}) },
-        timeout: X_TOOL_TIMEOUT_MS,
-        encoding: 'utf8',
-      },
-      (err, stdout, stderr) => {
-        if (err) {
-          const e = err as NodeJS.ErrnoException;
-          if (e.code === 'ENOENT') {
-            reject(
-              new VirtualDisplayError(
-                'not_installed',
-                `${command} not found: run \`bash scripts/setup.sh\` (Debian package x11-utils)`,
-              ),
-            );
-          } else {
-            reject(new Error(`${command} ${args.join(' ')} failed: ${stderr.trim() || err.message}`));
-          }
-        } else {
-          resolve(stdout);
-        }
-      },
-    );
+async function runXTool(command: string, args: string[], display: string, xauthority?: string): Promise<string> {
+  const run = await runTool(command, args, {
+    env: { ...process.env, DISPLAY: display, ...(xauthority ? { XAUTHORITY: xauthority } : {}) },
+    timeoutMs: X_TOOL_TIMEOUT_MS,
   });
+  if (!run.error) return run.stdout;
+  if (run.error.code === 'ENOENT') {
+    throw new VirtualDisplayError(
+      'not_installed',
+      `${command} not found: run \`bash scripts/setup.sh\` (Debian package x11-utils)`,
+    );
+  }
+  throw new Error(`${command} ${args.join(' ')} failed: ${run.stderr.trim() || run.error.message}`);
 }
 
 /** Whether a window manager has announced itself on the display (EWMH `_NET_SUPPORTING_WM_CHECK`). */
@@ -537,47 +390,22 @@ async function startOpenbox(
   logPath: string,
   timeoutMs: number,
 ): Promise<ChildProcess> {
-  const [command, args] = dieWithParent('openbox', ['--sm-disable', '--config-file', rcPath]);
-  const child = spawn(command, args, {
-    stdio: ['ignore', logFd, logFd],
-    env: { ...process.env, DISPLAY: display, XAUTHORITY: xauthority },
+  const { child } = await startChild({
+    name: 'openbox',
+    command: 'openbox',
+    args: ['--sm-disable', '--config-file', rcPath],
+    spawn: { stdio: ['ignore', logFd, logFd], env: { ...process.env, DISPLAY: display, XAUTHORITY: xauthority } },
+    error: VirtualDisplayError,
+    notInstalled: OPENBOX_NOT_FOUND,
+    timeoutMs,
+    exitedBefore: 'during start-up',
+    notReady: `did not come up on ${display}`,
+    tail: () => fileTail(logPath),
+    ready: async (_child, aborted) => {
+      while (!aborted.aborted && !(await windowManagerRunning(display, xauthority))) await sleep(POLL_INTERVAL_MS);
+    },
   });
-  trackChild(child);
-  let failure: VirtualDisplayError | undefined;
-  child.once('error', (err: NodeJS.ErrnoException) => {
-    failure =
-      err.code === 'ENOENT'
-        ? new VirtualDisplayError('not_installed', OPENBOX_NOT_FOUND)
-        : new VirtualDisplayError('start_failed', `cannot start openbox: ${err.message}`);
-  });
-  try {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      if (failure) throw failure;
-      if (child.exitCode !== null || child.signalCode !== null) {
-        const tail = await logTail(logPath);
-        if (child.exitCode === EXIT_COMMAND_NOT_FOUND) {
-          throw new VirtualDisplayError('not_installed', `${OPENBOX_NOT_FOUND}${tail ? `:\n${tail}` : ''}`);
-        }
-        throw new VirtualDisplayError(
-          'start_failed',
-          `openbox ${exitDescription(child.exitCode, child.signalCode)} during start-up${tail ? `:\n${tail}` : ''}`,
-        );
-      }
-      if (await windowManagerRunning(display, xauthority)) return child;
-      if (Date.now() > deadline) {
-        const tail = await logTail(logPath);
-        throw new VirtualDisplayError(
-          'start_timeout',
-          `openbox did not come up on ${display} within ${timeoutMs} ms${tail ? `:\n${tail}` : ''}`,
-        );
-      }
-      await sleep(POLL_INTERVAL_MS);
-    }
-  } catch (err) {
-    await terminate(child);
-    throw err;
-  }
+  return child;
 }
 
 function checkDimension(name: string, value: number): void {
@@ -629,8 +457,8 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
   let openbox: ChildProcess | undefined;
 
   const cleanUp = async (): Promise<void> => {
-    if (openbox) await terminate(openbox);
-    if (xvfb) await terminate(xvfb);
+    if (openbox) await stopChild(openbox);
+    if (xvfb) await stopChild(xvfb);
     await xvfbLog.close().catch(() => {});
     await openboxLog?.close().catch(() => {});
     await rm(workDir, { recursive: true, force: true });
@@ -672,8 +500,8 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     throw err;
   }
   const displayNumber = display.slice(1);
-  // Its folders go with the exit hook of ownDir.
-  onExitHookKill(xvfb, () => {
+  // Its folders go with the exit hook of ownDir; a killed Xvfb leaves its lock and socket behind.
+  trackChild(xvfb, () => {
     for (const path of [`/tmp/.X${displayNumber}-lock`, `/tmp/.X11-unix/X${displayNumber}`]) {
       rmSync(path, { recursive: true, force: true });
     }

@@ -12,9 +12,8 @@
  * - Encoding (DEFAULT_ENCODING): libx264 `superfast`, CRF 30 with a floor on
  *   the quantiser, a keyframe every 10 s, one thread, constant frame rate.
  *   Measured choices, see the comment there.
- * - ffmpeg never outlives this process: it runs under `setpriv --pdeathsig
- *   KILL` (dieWithParent, src/desktop/xvfb.ts) and an exit hook SIGKILLs it
- *   (trackChild, same file).
+ * - ffmpeg never outlives this process: it is started as every child is
+ *   (src/child-process.ts: setpriv's pdeathsig and an exit hook).
  * - Its argv is built only from validated values: the display name matches
  *   `:N` or `:N.S`, sizes and rates are bounded numbers, and the output path
  *   goes through ffmpeg's `file:` protocol, so no name is read as an option or
@@ -25,19 +24,20 @@
  * - ffmpeg's messages go to the log (warnings and errors, a bounded number),
  *   never to the model; the last lines are quoted in start errors.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, chmodSync, closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { resolve } from 'node:path';
 import {
-  dieWithParent,
   exitDescription,
-  exited,
-  raceDeadline,
+  OutputLines,
+  runTool,
+  running,
+  startChild,
   StartError,
-  trackChild,
+  stopChild,
+  type ChildProcess,
   type StartErrorCode,
-} from '../desktop/xvfb.ts';
+} from '../child-process.ts';
 import type { Logger } from '../log.ts';
 
 /**
@@ -124,16 +124,12 @@ const FFMPEG = 'ffmpeg';
 const DEFAULT_START_TIMEOUT_MS = 15_000;
 /** After asking ffmpeg to finish, how long it gets before SIGKILL. */
 const STOP_DEADLINE_MS = 5_000;
-/** After SIGKILL: only guards against a process stuck in the kernel. */
-const KILL_DEADLINE_MS = 3_000;
 /** A fragment is cut at least this often (µs), so a crash loses at most about this much. */
 const FRAGMENT_US = 1_000_000;
 const MIN_FPS = 0.2;
 const MAX_FPS = 60;
 /** x11grab cannot capture more than an X screen can be. */
 const MAX_SIDE_PX = 16_384;
-/** What setpriv exits with when it cannot find the command. */
-const EXIT_COMMAND_NOT_FOUND = 127;
 /** ffmpeg's lines kept for error messages, and the length each is cut to. */
 const TAIL_LINES = 12;
 const LINE_CHARS = 300;
@@ -301,24 +297,16 @@ class FfmpegOutput {
   /** Set once the output's header is written: ffmpeg is recording. */
   recording = false;
   onRecording: (() => void) | undefined;
-  private readonly tail: string[] = [];
-  private pending = '';
   private inInput = false;
   private logged = 0;
   private dropped = 0;
   /** Set once start() is over: from then on warnings and errors go to the log. */
   log: Logger | undefined;
+  /** Its warnings and errors: the last ones are quoted in start errors. */
+  readonly lines = new OutputLines({ lines: TAIL_LINES, lineChars: LINE_CHARS, onLine: (line) => this.line(line) });
 
-  write(chunk: string): void {
-    this.pending += chunk;
-    // A line longer than this is cut, so a stream without newlines cannot grow the buffer.
-    if (this.pending.length > 64 * LINE_CHARS && !this.pending.includes('\n')) this.pending += '\n';
-    const lines = this.pending.split(/\r?\n|\r/);
-    this.pending = lines.pop() ?? '';
-    for (const line of lines) if (line.trim()) this.line(line);
-  }
-
-  private line(raw: string): void {
+  /** Reads one line; says whether it belongs in the tail (a warning or worse). */
+  private line(raw: string): boolean {
     const m = LOG_LINE.exec(raw);
     const level = m?.[1] ?? 'info';
     const text = (m?.[2] ?? raw).slice(0, LINE_CHARS);
@@ -338,12 +326,10 @@ class FfmpegOutput {
         this.recording = true;
         this.onRecording?.();
       }
-      return;
+      return false;
     }
-    if (level !== 'warning' && level !== 'error' && level !== 'fatal' && level !== 'panic') return;
-    this.tail.push(text);
-    if (this.tail.length > TAIL_LINES) this.tail.shift();
-    if (!this.log) return;
+    if (level !== 'warning' && level !== 'error' && level !== 'fatal' && level !== 'panic') return false;
+    if (!this.log) return true;
     if (this.logged < MAX_LOGGED_LINES) {
       this.logged++;
       // Its harmless start-up warnings are debug; its errors mean frames are being lost.
@@ -352,10 +338,7 @@ class FfmpegOutput {
     } else {
       this.dropped++;
     }
-  }
-
-  tailText(): string {
-    return this.tail.join('\n');
+    return true;
   }
 
   droppedLines(): number {
@@ -381,18 +364,11 @@ export class DesktopVideo {
   static available(): Promise<boolean> {
     availability ??= (async () => {
       let timedOut = false;
-      const run = (args: string[]): Promise<string> =>
-        new Promise((resolve) => {
-          execFile(
-            FFMPEG,
-            ['-hide_banner', ...args],
-            { timeout: PROBE_TIMEOUT_MS, encoding: 'utf8' },
-            (err, stdout) => {
-              if (err?.killed) timedOut = true;
-              resolve(err ? '' : stdout);
-            },
-          );
-        });
+      const run = async (args: string[]): Promise<string> => {
+        const { stdout, error } = await runTool(FFMPEG, ['-hide_banner', ...args], { timeoutMs: PROBE_TIMEOUT_MS });
+        if (error?.killed) timedOut = true;
+        return error ? '' : stdout;
+      };
       const [devices, encoders] = await Promise.all([run(['-devices']), run(['-encoders'])]);
       // A machine too busy to answer in time is asked again next time.
       if (timedOut) availability = undefined;
@@ -415,67 +391,36 @@ export class DesktopVideo {
       throw err;
     }
 
-    const [command, args] = dieWithParent(FFMPEG, videoArgs(options, encoding));
-    const child = spawn(command, args, {
-      stdio: ['ignore', 'ignore', 'pipe'],
-      // A process group of its own: a Ctrl-C at the daemon's terminal is the
-      // daemon's to handle (it stops the video in order), not ffmpeg's.
-      detached: true,
-      env: { ...process.env, ...(options.xauthority ? { XAUTHORITY: options.xauthority } : {}) },
-    });
-    trackChild(child);
     const output = new FfmpegOutput();
-    child.stderr!.setEncoding('utf8');
-    child.stderr!.on('data', (chunk: string) => output.write(chunk));
-
-    let timer: NodeJS.Timeout | undefined;
+    let child: ChildProcess;
     try {
-      const timeoutMs = options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
-      await new Promise<void>((resolve, reject) => {
-        const quoted = (): string => {
-          const tail = output.tailText();
-          return tail ? `:\n${tail}` : '';
-        };
-        output.onRecording = resolve;
-        child.once('error', (err: NodeJS.ErrnoException) => {
-          reject(
-            err.code === 'ENOENT'
-              ? new VideoError('not_installed', FFMPEG_NOT_FOUND)
-              : new VideoError('start_failed', `cannot start ffmpeg: ${err.message}`),
-          );
-        });
-        // 'close': stderr is read to its end, so the message quotes ffmpeg's last words.
-        child.once('close', (code, signal) => {
-          if (code === EXIT_COMMAND_NOT_FOUND) return reject(new VideoError('not_installed', FFMPEG_NOT_FOUND));
-          reject(
-            new VideoError(
-              'start_failed',
-              `ffmpeg ${exitDescription(code, signal)} before recording ${options.display}${quoted()}`,
-            ),
-          );
-        });
-        timer = setTimeout(
-          () =>
-            reject(
-              new VideoError(
-                'start_timeout',
-                `ffmpeg did not start recording ${options.display} within ${timeoutMs} ms${quoted()}`,
-              ),
-            ),
-          timeoutMs,
-        );
-      });
+      ({ child } = await startChild({
+        name: 'ffmpeg',
+        command: FFMPEG,
+        args: videoArgs(options, encoding),
+        spawn: {
+          stdio: ['ignore', 'ignore', 'pipe'],
+          // A process group of its own: a Ctrl-C at the daemon's terminal is the
+          // daemon's to handle (it stops the video in order), not ffmpeg's.
+          detached: true,
+          env: { ...process.env, ...(options.xauthority ? { XAUTHORITY: options.xauthority } : {}) },
+        },
+        error: VideoError,
+        notInstalled: FFMPEG_NOT_FOUND,
+        timeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
+        exitedBefore: `before recording ${options.display}`,
+        notReady: `did not start recording ${options.display}`,
+        tail: () => output.lines.quoted(),
+        abortSignal: 'SIGKILL',
+        ready: (started) => {
+          output.lines.read(started.stderr);
+          return new Promise<void>((resolve) => (output.onRecording = resolve));
+        },
+      }));
     } catch (err) {
-      if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) {
-        const gone = exited(child);
-        child.kill('SIGKILL');
-        await raceDeadline(gone, KILL_DEADLINE_MS);
-      }
       rmSync(options.path, { force: true });
       rmSync(options.chaptersPath, { force: true });
       throw err;
-    } finally {
-      clearTimeout(timer);
     }
     output.log = log;
     const startedAt = output.firstFrameAt ?? output.inputSeenAt ?? spawnedAt;
@@ -517,7 +462,7 @@ export class DesktopVideo {
         display: options.display,
         code,
         signal,
-        ffmpeg: output.tailText(),
+        ffmpeg: output.lines.text(),
       });
       for (const listener of this.exitListeners) listener(reason);
     });
@@ -582,13 +527,8 @@ export class DesktopVideo {
       if (!this.running()) return;
       this.resume(); // a stopped ffmpeg would not see the SIGINT until continued
       this.cpuSeconds();
-      this.child.ref();
-      const gone = exited(this.child);
-      this.child.kill('SIGINT');
-      if ((await raceDeadline(gone, STOP_DEADLINE_MS)) === 'deadline') {
+      if ((await stopChild(this.child, { signal: 'SIGINT', deadlineMs: STOP_DEADLINE_MS })) === 'killed') {
         this.options.log.warn('ffmpeg did not finish in time; killed', { display: this.options.display });
-        this.child.kill('SIGKILL');
-        await raceDeadline(gone, KILL_DEADLINE_MS);
       }
       const dropped = this.output.droppedLines();
       this.options.log.info('desktop video stopped', {
@@ -619,6 +559,6 @@ export class DesktopVideo {
   }
 
   private running(): boolean {
-    return this.child.pid !== undefined && this.child.exitCode === null && this.child.signalCode === null;
+    return running(this.child);
   }
 }

@@ -4,10 +4,9 @@
  * one browser viewer's WebSocket (noVNC) to that socket.
  *
  * The server (startVncServer):
- * - x11vnc runs with an argv (no shell) under `setpriv --pdeathsig KILL`
- *   (dieWithParent, src/desktop/xvfb.ts) and the exit hook of trackChild
- *   (same file), in a process group of its own; it runs only while a person
- *   holds the desktop, and stop() ends it.
+ * - x11vnc is started as every child is (src/child-process.ts: an argv, no
+ *   shell, setpriv's pdeathsig and an exit hook), in a process group of its
+ *   own; it runs only while a person holds the desktop, and stop() ends it.
  * - It listens on `<dir>/vnc.sock` and on nothing else: `-rfbport 0` closes
  *   the IPv4 port, but libvncserver still listened on [::]:5900 with
  *   `-rfbport 0 -noipv6` (seen with `ss -ltnp`) until `-rfbportv6 -1` was
@@ -42,20 +41,23 @@
  * down: to pass a browser's key repeat on as a release and a press, and to let
  * go of them if the viewer vanishes).
  */
-import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { lstatSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { isAbsolute, join } from 'node:path';
 import type { RawData, WebSocket } from 'ws';
 import {
-  dieWithParent,
-  exitDescription,
   exited,
+  OutputLines,
   raceDeadline,
+  runTool,
+  runToolSync,
+  running,
+  startChild,
   StartError,
-  trackChild,
+  stopChild,
+  type ChildProcess,
   type StartErrorCode,
-} from '../desktop/xvfb.ts';
+} from '../child-process.ts';
 import type { Logger } from '../log.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -92,8 +94,6 @@ export class VncError extends StartError {
 
 const X11VNC = 'x11vnc';
 const X11VNC_NOT_FOUND = 'x11vnc not found: run `bash scripts/setup.sh` (Debian package x11vnc)';
-/** What setpriv exits with when it cannot find the command. */
-const EXIT_COMMAND_NOT_FOUND = 127;
 const SOCKET_NAME = 'vnc.sock';
 /** sun_path holds 108 bytes with the terminating NUL. */
 const MAX_SOCKET_PATH_BYTES = 107;
@@ -204,38 +204,22 @@ export function vncArgs(display: string, socketPath: string): string[] {
 
 /** x11vnc's stderr, line by line: each to the log at debug level (bounded), the last ones kept for errors. */
 class StderrLines {
-  private pending = '';
-  private readonly tail: string[] = [];
   private logged = 0;
   dropped = 0;
   /** Set once x11vnc has said it made its selection window (and, next, set up XFIXES for the cursor). */
   selectionsReady = false;
+  readonly lines = new OutputLines({ lines: TAIL_LINES, lineChars: LINE_CHARS, onLine: (line) => this.line(line) });
 
   constructor(private readonly log: Logger) {}
 
-  write(chunk: string): void {
-    this.pending += chunk;
-    // A line longer than this is cut, so a stream without newlines cannot grow the buffer.
-    if (this.pending.length > 16 * LINE_CHARS && !this.pending.includes('\n')) this.pending += '\n';
-    const lines = this.pending.split('\n');
-    this.pending = lines.pop() ?? '';
-    for (const raw of lines) {
-      const line = raw.trim().slice(0, LINE_CHARS);
-      if (!line) continue;
-      if (!this.selectionsReady && SELECTION_WINDOW_LINE.test(line)) this.selectionsReady = true;
-      this.tail.push(line);
-      if (this.tail.length > TAIL_LINES) this.tail.shift();
-      if (this.logged < MAX_LOGGED_LINES) {
-        this.logged++;
-        this.log.debug('x11vnc', { line });
-      } else {
-        this.dropped++;
-      }
+  private line(line: string): void {
+    if (!this.selectionsReady && SELECTION_WINDOW_LINE.test(line)) this.selectionsReady = true;
+    if (this.logged < MAX_LOGGED_LINES) {
+      this.logged++;
+      this.log.debug('x11vnc', { line: line.slice(0, LINE_CHARS) });
+    } else {
+      this.dropped++;
     }
-  }
-
-  tailText(): string {
-    return this.tail.length ? `:\n${this.tail.join('\n')}` : '';
   }
 }
 
@@ -281,18 +265,13 @@ function sharedMemoryOf(pid: number, sinceEpochSeconds: number): string[] {
 async function removeSharedMemory(pid: number, sinceEpochSeconds: number, log: Logger): Promise<void> {
   const ids = sharedMemoryOf(pid, sinceEpochSeconds);
   if (ids.length === 0) return;
-  await new Promise<void>((resolve) => {
-    execFile(
-      IPCRM,
-      ids.flatMap((v) => ['-m', v]),
-      { timeout: IPCRM_TIMEOUT_MS },
-      (err) => {
-        if (err) log.debug('cannot remove the shared memory x11vnc left', { pid, error: err.message });
-        else log.debug('removed the shared memory x11vnc left', { pid, segments: ids.length });
-        resolve();
-      },
-    );
-  });
+  const { error } = await runTool(
+    IPCRM,
+    ids.flatMap((v) => ['-m', v]),
+    { timeoutMs: IPCRM_TIMEOUT_MS },
+  );
+  if (error) log.debug('cannot remove the shared memory x11vnc left', { pid, error: error.message });
+  else log.debug('removed the shared memory x11vnc left', { pid, segments: ids.length });
 }
 
 /** Whether a server accepts on `path` and greets as RFB does (then the probe hangs up). */
@@ -361,69 +340,58 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
   removeSocket(socketPath);
   const spawnedAt = performance.now();
   const spawnedAtEpochSeconds = Math.floor(Date.now() / 1000) - 1;
-  const [command, args] = dieWithParent(X11VNC, vncArgs(o.display, socketPath));
-  const child: ChildProcess = spawn(command, args, {
-    stdio: ['ignore', 'ignore', 'pipe'],
-    // A process group of its own: a Ctrl-C at the daemon's terminal is the daemon's to handle.
-    detached: true,
-    // Not the daemon's environment (its token): what x11vnc needs, and a HOME in the private folder.
-    env: {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      HOME: o.dir,
-      LANG: 'C.UTF-8',
-      X11VNC_AVOID_WINDOWS: 'never',
-      ...(o.xauthority ? { XAUTHORITY: o.xauthority } : {}),
-    },
-  });
-  trackChild(child);
   const stderr = new StderrLines(log);
-  child.stderr!.setEncoding('utf8');
-  child.stderr!.on('data', (chunk: string) => stderr.write(chunk));
   // Ended, and what a killed x11vnc leaves (its socket, its shared memory) removed.
-  const gone = exited(child).then(async () => {
-    removeSocket(socketPath);
-    if (child.pid !== undefined) await removeSharedMemory(child.pid, spawnedAtEpochSeconds, log);
-  });
-
-  let failure: VncError | undefined;
-  child.once('error', (err: NodeJS.ErrnoException) => {
-    failure =
-      err.code === 'ENOENT'
-        ? new VncError('not_installed', X11VNC_NOT_FOUND)
-        : new VncError('start_failed', `cannot start x11vnc: ${err.message}`);
-  });
+  const cleanedUp = (started: ChildProcess): Promise<void> =>
+    exited(started).then(async () => {
+      removeSocket(socketPath);
+      if (started.pid !== undefined) await removeSharedMemory(started.pid, spawnedAtEpochSeconds, log);
+    });
+  let gone: Promise<void> | undefined;
+  let child: ChildProcess;
   try {
-    const deadline = performance.now() + timeoutMs;
-    for (;;) {
-      if (failure) throw failure;
-      if (child.exitCode !== null || child.signalCode !== null) {
-        // Let its last words arrive before quoting them.
-        await raceDeadline(new Promise((resolve) => child.stderr!.once('close', resolve)), 500);
-        if (child.exitCode === EXIT_COMMAND_NOT_FOUND) throw new VncError('not_installed', X11VNC_NOT_FOUND);
-        throw new VncError(
-          'start_failed',
-          `x11vnc ${exitDescription(child.exitCode, child.signalCode)} during start-up on ${o.display}${stderr.tailText()}`,
-        );
-      }
-      const left = deadline - performance.now();
-      if (left <= 0) {
-        throw new VncError(
-          'start_timeout',
-          `x11vnc did not accept connections on ${o.display} within ${timeoutMs} ms${stderr.tailText()}`,
-        );
-      }
-      const waitingForSelections = !stderr.selectionsReady && performance.now() - spawnedAt < SELECTIONS_GRACE_MS;
-      if (!waitingForSelections && (await greets(socketPath, Math.min(left, 2_000)))) break;
-      await sleep(PROBE_INTERVAL_MS);
-    }
+    ({ child } = await startChild({
+      name: 'x11vnc',
+      command: X11VNC,
+      args: vncArgs(o.display, socketPath),
+      spawn: {
+        stdio: ['ignore', 'ignore', 'pipe'],
+        // A process group of its own: a Ctrl-C at the daemon's terminal is the daemon's to handle.
+        detached: true,
+        // Not the daemon's environment (its token): what x11vnc needs, and a HOME in the private folder.
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          HOME: o.dir,
+          LANG: 'C.UTF-8',
+          X11VNC_AVOID_WINDOWS: 'never',
+          ...(o.xauthority ? { XAUTHORITY: o.xauthority } : {}),
+        },
+      },
+      error: VncError,
+      notInstalled: X11VNC_NOT_FOUND,
+      timeoutMs,
+      exitedBefore: `during start-up on ${o.display}`,
+      notReady: `did not accept connections on ${o.display}`,
+      tail: () => stderr.lines.quoted(),
+      abortSignal: 'SIGKILL',
+      ready: async (started, aborted) => {
+        stderr.lines.read(started.stderr);
+        gone = cleanedUp(started);
+        const deadline = performance.now() + timeoutMs;
+        while (!aborted.aborted) {
+          const waitingForSelections = !stderr.selectionsReady && performance.now() - spawnedAt < SELECTIONS_GRACE_MS;
+          const left = deadline - performance.now();
+          if (!waitingForSelections && left > 0 && (await greets(socketPath, Math.min(left, 2_000)))) return;
+          await sleep(PROBE_INTERVAL_MS);
+        }
+      },
+    }));
   } catch (err) {
-    if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL');
-      await raceDeadline(gone, KILL_DEADLINE_MS);
-    }
+    if (gone) await raceDeadline(gone, IPCRM_TIMEOUT_MS);
     removeSocket(socketPath);
     throw err;
   }
+  const ended: Promise<void> = gone ?? cleanedUp(child);
 
   const pid = child.pid as number;
   log.info('vnc server started', { display: o.display, pid, ms: Math.round(performance.now() - spawnedAt) });
@@ -438,17 +406,17 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
       child.kill('SIGKILL');
       const ids = sharedMemoryOf(pid, spawnedAtEpochSeconds);
       if (ids.length)
-        execFileSync(
+        runToolSync(
           IPCRM,
           ids.flatMap((v) => ['-m', v]),
-          { timeout: IPCRM_TIMEOUT_MS, stdio: 'ignore' },
+          { timeoutMs: IPCRM_TIMEOUT_MS },
         );
     } catch {
       // gone already, or nothing to remove
     }
   };
   process.on('exit', onProcessExit);
-  void gone.then(() => process.off('exit', onProcessExit));
+  void ended.then(() => process.off('exit', onProcessExit));
   child.on('error', (err) => log.debug('x11vnc process error', { error: err.message }));
   child.once('exit', (code, signal) => {
     if (stopping) return;
@@ -458,22 +426,19 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
   return {
     socketPath,
     pid,
-    exited: gone,
+    exited: ended,
     stop(): Promise<void> {
       stopping ??= (async () => {
-        if (child.exitCode === null && child.signalCode === null) {
-          child.ref();
+        if (running(child)) {
           // SIGINT, not SIGTERM: x11vnc cleans up after SIGINT in its main loop, but after any other
           // signal inside the handler, which deadlocked whenever the signal came while it was in
           // Xlib or writing its log (seen with gdb: right after a viewer left, every time).
-          child.kill('SIGINT');
-          if ((await raceDeadline(gone, STOP_DEADLINE_MS)) === 'deadline') {
+          if ((await stopChild(child, { signal: 'SIGINT', deadlineMs: STOP_DEADLINE_MS, gone: ended })) === 'killed') {
             log.warn('x11vnc did not stop in time; killed', { display: o.display, pid });
-            child.kill('SIGKILL');
           }
         }
         // Its socket and shared memory removed too; bounded, as the kernel could hold a process.
-        await raceDeadline(gone, KILL_DEADLINE_MS + IPCRM_TIMEOUT_MS);
+        await raceDeadline(ended, KILL_DEADLINE_MS + IPCRM_TIMEOUT_MS);
         removeSocket(socketPath);
         log.info('vnc server stopped', {
           display: o.display,
