@@ -8,8 +8,10 @@
  * Every relative import counts, `import type` and `export … from` and
  * `import('…')` included: a type-only import is erased at run time, but the
  * two files still each need the other to be read, which is what a circle
- * costs a reader. (eslint-plugin-import's `import/no-cycle` skips type-only
- * imports, and so would have found neither circle issue 29 names.)
+ * costs a reader. Both circles this check was written for ran through one:
+ * the browser session's `import type` of its manager (now SessionHost, in
+ * src/browser/session.ts) and the bench report's of the density run's types
+ * (now bench/density-report.ts).
  *
  * Usage: node --import tsx scripts/check-cycles.ts
  * Prints each circle as one line, `a.ts → b.ts → a.ts`; exits 1 if there is one.
