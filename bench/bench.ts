@@ -37,7 +37,8 @@ import { performance } from 'node:perf_hooks';
 import type { ImageFormat } from '../src/image.ts';
 import type { VirtualDisplay } from '../src/desktop/xvfb.ts';
 import { anatomyFigures } from './anatomy.ts';
-import { densityMain, densityRun, type DensityReport } from './density.ts';
+import { densityMain, densityRun } from './density.ts';
+import type { DensityReport } from './density-report.ts';
 import { browserFigures, browserSection, launchFigure, launchSample, withWebPage } from './browser.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
 import {

@@ -3,7 +3,7 @@
  * target and whether it was met (bench/ratios.ts), memory, and the density
  * section (bench/density.ts).
  */
-import type { DensityReport, RestReport, Series } from './density.ts';
+import type { DensityReport, RestReport, Series } from './density-report.ts';
 import type { MemoryReport } from './memory.ts';
 import type { Ratio } from './ratios.ts';
 import type { Figure } from './stats.ts';

@@ -67,7 +67,7 @@ export function isSecretKey(key: string): boolean {
 }
 
 /** Deeper structures are cut: a log record is not a dump. */
-const MAX_DEPTH = 8;
+const MAX_LOGGED_DEPTH = 8;
 
 /**
  * A copy of `value` fit for a log line: credential fields redacted, secrets
@@ -84,7 +84,7 @@ export function redact(
   if (typeof value !== 'object' || value === null) return value;
   if (value instanceof Error) return scrub(String(value), secrets);
   if (seen.has(value)) return '[circular]';
-  if (depth >= MAX_DEPTH) return '[too deep]';
+  if (depth >= MAX_LOGGED_DEPTH) return '[too deep]';
   seen.add(value);
   try {
     if (Array.isArray(value)) return value.map((v) => redact(v, secrets, depth + 1, seen));

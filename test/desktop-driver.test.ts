@@ -29,7 +29,7 @@ import { parseChord, parseModifierKeys, KEY_NAMES_HELP, KEYSYMS, checkTypeable }
 import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
 import { XConnection } from '../src/desktop/x11.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/errors.ts';
-import { SCROLL_AMOUNT_MAX, type DriverKey } from '../src/desktop/driver.ts';
+import { COMPUTER_SCROLL_AMOUNT_MAX, type DriverKey } from '../src/desktop/driver.ts';
 import type { Point } from '../src/geometry.ts';
 import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
 import type { RecordedEvent } from './helpers/event-page.ts';
@@ -489,9 +489,9 @@ describe('WorkerDesktopDriver on Xvfb', () => {
         [{ id: 2, op: 'toString' }, 'Error', /unknown op "toString"/],
         [{ id: 3, op: 'scroll', args: 'down' }, 'ToolInputError', /arguments must be an object/],
         [
-          { id: 4, op: 'scroll', args: { direction: 'down', amount: SCROLL_AMOUNT_MAX + 1, modifiers: [] } },
+          { id: 4, op: 'scroll', args: { direction: 'down', amount: COMPUTER_SCROLL_AMOUNT_MAX + 1, modifiers: [] } },
           'ToolInputError',
-          new RegExp(`amount must be an integer from 1 to ${SCROLL_AMOUNT_MAX}`),
+          new RegExp(`amount must be an integer from 1 to ${COMPUTER_SCROLL_AMOUNT_MAX}`),
         ],
         [{ id: 5, op: 'moveMouse', args: { to: { x: 'a', y: 1 } } }, 'ToolInputError', /to must have numeric x and y/],
         [{ id: 6, op: 'pressKeys', args: { chord: [5], repeat: 1 } }, 'ToolInputError', /list of key names/],
@@ -527,8 +527,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
   test('the worker accepts what the computer schemas accept: fractional holds, the largest scroll', async () => {
     // hold_key takes seconds with fractions: 1.1 s is 1100.0000000000002 ms.
     await driver.holdKeys(parseChord('shift'), 1.1 * 1000);
-    await driver.scroll('down', SCROLL_AMOUNT_MAX, []);
-    await assert.rejects(driver.scroll('down', SCROLL_AMOUNT_MAX + 1, []), ToolInputError);
+    await driver.scroll('down', COMPUTER_SCROLL_AMOUNT_MAX, []);
+    await assert.rejects(driver.scroll('down', COMPUTER_SCROLL_AMOUNT_MAX + 1, []), ToolInputError);
   });
 
   describe('with chromium', () => {

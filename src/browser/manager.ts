@@ -14,7 +14,7 @@ import { oneLine } from '../text.ts';
 import { removeDownloadFolder, removeStaleDownloads, type DownloadSettings } from './downloads.ts';
 import { BrowserCrashedError, BrowserUnavailableError } from './failures.ts';
 import type { SettleCounts } from './call-watch.ts';
-import { BrowserSession } from './session.ts';
+import { BrowserSession, type SessionHost } from './session.ts';
 import { TraceFolder } from './trace-folder.ts';
 import type { UrlPolicy } from './url-policy.ts';
 
@@ -63,7 +63,7 @@ const CHROMIUM_ARGS = [
   // this Chromium (measured: STUN and TURN packets left with it), so it is not passed.
 ];
 
-export class BrowserManager {
+export class BrowserManager implements SessionHost {
   private browser: Browser | undefined;
   private launching: Promise<Browser> | undefined;
   /** A background launch (warm) that no call has joined yet. */

@@ -11,17 +11,17 @@
 import { randomUUID } from 'node:crypto';
 import { chmod, mkdir, rename, rm } from 'node:fs/promises';
 import { basename, dirname, extname, join } from 'node:path';
-import type { BrowserContext, CDPSession, Page, Request } from 'playwright';
+import type { Browser, BrowserContext, CDPSession, Page, Request } from 'playwright';
 import { TabStateError, ToolInputError } from '../errors.ts';
 import type { BrowserStateChange } from '../protocol.ts';
 import { rewriteTrace } from './trace-rewrite.ts';
 import { ZipReader } from './zip.ts';
 import { oneLine } from '../text.ts';
-import { CallWatch } from './call-watch.ts';
+import type { Logger } from '../log.ts';
+import { CallWatch, type SettleCounts } from './call-watch.ts';
 import { answerDialog } from './dialogs.ts';
-import { Downloads, STATE_CHANGES_MAX } from './downloads.ts';
+import { Downloads, STATE_CHANGES_MAX, type DownloadSettings } from './downloads.ts';
 import { BrowserCrashedError } from './failures.ts';
-import type { BrowserManager } from './manager.ts';
 import { NavigationGuard } from './navigation-guard.ts';
 import { Notices } from './notices.ts';
 import { TABS_MAX, Tabs, type TabEntry } from './tabs.ts';
@@ -82,6 +82,36 @@ const TRACE_OP_TIMEOUT_MS = 5_000;
 /** Longest step title kept (member name and tool_use id). */
 const TRACE_TITLE_MAX = 200;
 
+/**
+ * What a session needs from the browser it runs in: the BrowserManager (manager.ts), which
+ * builds the sessions. It is named here, so this file does not import the manager that
+ * imports it.
+ */
+export interface SessionHost {
+  readonly options: {
+    readonly viewport: { width: number; height: number };
+    readonly urlPolicy?: UrlPolicy;
+    readonly log: Logger;
+  };
+  /** How its sessions' actions settled, counted across them. */
+  readonly actionSettles: SettleCounts;
+  readonly downloadSettings: DownloadSettings;
+  /** Bumped on every launch, so a session can tell its context died with an older browser. */
+  readonly generation: number;
+  /** Bumped whenever a browser disconnects, so a call can tell the browser died while it ran. */
+  readonly deaths: number;
+  /** Where the running browser's traces are written while they run; undefined if it could not be made. */
+  readonly traceFolder: TraceFolder | undefined;
+  /** The running browser, launching it if needed. */
+  browserNow(): Promise<Browser>;
+  /** A promise that rejects with BrowserCrashedError when a browser disconnects, until disposed. */
+  watchDeath(): { died: Promise<never>; dispose: () => void };
+  /** Whether the browser of `generation` still answers: one round trip, raced with its death. */
+  answers(generation: number): Promise<boolean>;
+  /** Whether the browser of `generation` is still the one running. */
+  alive(generation: number): boolean;
+}
+
 /** What one call changed, for its result. */
 export interface CallReport {
   tabs: TabEntry[];
@@ -134,7 +164,7 @@ export class BrowserSession {
   readonly traceFiles: string[] = [];
 
   constructor(
-    private readonly manager: BrowserManager,
+    private readonly manager: SessionHost,
     readonly id: string,
   ) {
     this.call = new CallWatch(manager.actionSettles);
@@ -366,7 +396,7 @@ export class BrowserSession {
     return this.tabs.log(tabId)?.drainNetwork() ?? [];
   }
 
-  /** See BrowserManager.watchDeath. */
+  /** See SessionHost.watchDeath (BrowserManager.watchDeath). */
   watchDeath(): { died: Promise<never>; dispose: () => void } {
     return this.manager.watchDeath();
   }

@@ -53,7 +53,7 @@ import { echo } from '../text.ts';
 /** Longest text a reading member returns, note included (docs/TOOLSETS.md C2, E). */
 export const READ_OUTPUT_MAX = 50_000;
 /** `read_page` depth when none is given. */
-export const DEFAULT_DEPTH = 15;
+export const READ_PAGE_DEPTH_DEFAULT = 15;
 /** Most matches `find` returns. */
 export const FIND_MAX = 20;
 
@@ -548,9 +548,9 @@ async function readFrame(
 
 /** The accessibility-tree text of the page (or of one element's subtree), one element per line, frames included. */
 export async function readPage(page: Page, options: ReadPageOptions): Promise<string> {
-  const depth = options.depth ?? DEFAULT_DEPTH;
+  const depth = options.depth ?? READ_PAGE_DEPTH_DEFAULT;
   if (!Number.isInteger(depth) || depth < 1) {
-    throw new ToolInputError(`depth must be a whole number of at least 1 (default ${DEFAULT_DEPTH}).`);
+    throw new ToolInputError(`depth must be a whole number of at least 1 (default ${READ_PAGE_DEPTH_DEFAULT}).`);
   }
   const filter = options.filter ?? null;
   const ref = options.ref != null ? refNumber(options.ref) : null;

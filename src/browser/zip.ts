@@ -38,6 +38,7 @@ export const ZIP_ENTRIES_MAX = 200_000;
 
 export class ZipFormatError extends Error {
   override name = 'ZipFormatError';
+  readonly code = 'ERR_ZIP_FORMAT';
 }
 
 export interface ZipEntry {

@@ -2,17 +2,25 @@
  * The client's typed errors. Each says what happened to the batch it rejects:
  * refused (nothing ran), or outcome unknown (some calls may have run, and the
  * client will not send it again, so nothing is ever done twice).
+ *
+ * Each has a stable `code` beside its `name`, as the daemon's errors have
+ * (src/errors.ts): `ERR_…` for what the client itself found; ConnectError and
+ * BatchRefusedError carry the daemon's own `error` code instead (lower case,
+ * docs/PROTOCOL.md "error").
  */
 import type { ErrorCode } from '../protocol.ts';
 
 /** Base class of every error this client throws or rejects with. */
 export class DeskbatchError extends Error {
   override name = 'DeskbatchError';
+  /** Optional only for ConnectError, whose code is the daemon's when it answered hello with one. */
+  readonly code?: string = 'ERR_CLIENT';
 }
 
 /** The daemon refused the WebSocket handshake with an HTTP status (401 token, 403 origin, 404 path, 429, 503). */
 export class HandshakeRefusedError extends DeskbatchError {
   override name = 'HandshakeRefusedError';
+  override readonly code: string = 'ERR_HANDSHAKE_REFUSED';
   constructor(readonly status: number) {
     super(`the daemon refused the connection with HTTP ${status}${HANDSHAKE_HINTS[status] ?? ''}`);
   }
@@ -37,7 +45,7 @@ export class ConnectError extends DeskbatchError {
   constructor(
     message: string,
     /** The daemon's `error` code, when it answered hello with one. */
-    readonly code?: ErrorCode,
+    override readonly code?: ErrorCode,
     options?: { cause?: unknown; retryAfterMs?: number },
   ) {
     super(message, options);
@@ -56,7 +64,7 @@ export class ConnectError extends DeskbatchError {
 export class BatchRefusedError extends DeskbatchError {
   override name = 'BatchRefusedError';
   constructor(
-    readonly code: ErrorCode,
+    override readonly code: ErrorCode,
     message: string,
     readonly batchId: string,
     /** `desktop_held` (a person holds the desktop): how long until sending it again is worth it. */
@@ -76,6 +84,7 @@ export type OutcomeUnknownReason = 'session_lost' | 'connection_lost' | 'session
  */
 export class BatchOutcomeUnknownError extends DeskbatchError {
   override name = 'BatchOutcomeUnknownError';
+  override readonly code: string = 'ERR_BATCH_OUTCOME_UNKNOWN';
   constructor(
     readonly reason: OutcomeUnknownReason,
     message: string,
@@ -99,6 +108,7 @@ export class BatchOutcomeUnknownError extends DeskbatchError {
  */
 export class SessionLostError extends BatchOutcomeUnknownError {
   override name = 'SessionLostError';
+  override readonly code: string = 'ERR_SESSION_LOST';
   constructor(batchId: string, sessionId: string | undefined, sent: boolean, toolUseIds: readonly string[]) {
     super(
       'session_lost',
@@ -115,16 +125,19 @@ export class SessionLostError extends BatchOutcomeUnknownError {
 /** Reconnecting failed (attempts exhausted, the token refused) or another connection took the session over. */
 export class ConnectionLostError extends BatchOutcomeUnknownError {
   override name = 'ConnectionLostError';
+  override readonly code: string = 'ERR_CONNECTION_LOST';
 }
 
 /** `close()` was called (or the client's signal aborted) while the batch had no result yet. */
 export class ClientClosedError extends BatchOutcomeUnknownError {
   override name = 'ClientClosedError';
+  override readonly code: string = 'ERR_CLIENT_CLOSED';
 }
 
 /** `mergeToolResults` found a tool_use without exactly one tool_result, or a result for no tool_use. */
 export class ToolResultMismatchError extends DeskbatchError {
   override name = 'ToolResultMismatchError';
+  override readonly code: string = 'ERR_TOOL_RESULT_MISMATCH';
   constructor(
     readonly problem: 'missing' | 'duplicate' | 'unknown' | 'duplicate_tool_use' | 'misplaced',
     readonly toolUseId: string,

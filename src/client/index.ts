@@ -12,16 +12,13 @@
  * never causes a second click. The SDK is not imported; its types fit.
  */
 export {
-  DEFAULT_RECONNECT,
   DeskbatchClient,
-  type ClientState,
-  type ConnectOptions,
   type DeskbatchClientEvents,
-  type ReconnectOptions,
   type RunBatchOptions,
   type RunBatchResult,
   type ToolsetTool,
 } from './client.ts';
+export { DEFAULT_RECONNECT, type ClientState, type ConnectOptions, type ReconnectOptions } from './link.ts';
 export {
   mergeToolResults,
   splitToolUses,

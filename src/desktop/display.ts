@@ -1,7 +1,7 @@
 import { connect } from 'node:net';
 
 /** How long a reachability probe of the X socket may take. */
-const PROBE_TIMEOUT_MS = 500;
+const X_SOCKET_PROBE_TIMEOUT_MS = 500;
 
 /**
  * Parses an X display name (`:0`, `:99.0`, `unix:5`) into its local socket
@@ -27,7 +27,7 @@ export function isDisplayReachable(display: string | undefined): Promise<boolean
       socket.destroy();
       resolve(ok);
     };
-    const timer = setTimeout(() => done(false), PROBE_TIMEOUT_MS);
+    const timer = setTimeout(() => done(false), X_SOCKET_PROBE_TIMEOUT_MS);
     socket.once('connect', () => done(true));
     socket.once('error', () => done(false));
   });

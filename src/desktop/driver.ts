@@ -29,10 +29,13 @@ export type ScrollDirection = 'up' | 'down' | 'left' | 'right';
 
 /** Clicks per `click` call: single, double or triple. */
 export const CLICK_COUNT_MAX = 3;
-/** Wheel clicks per `scroll` call, 1 to this. The API documents no range for computer; this bounds one call. */
-export const SCROLL_AMOUNT_MAX = 100;
-/** Presses per `pressKeys` call, 1 to this (`key.repeat`, DCU). */
-export const KEY_REPEAT_MAX = 100;
+/**
+ * Wheel clicks per `scroll` call (the computer toolset's `scroll_amount`), 1 to this. The API documents no range
+ * for computer; this bounds one call. The browser toolset's own is BROWSER_SCROLL_AMOUNT_MAX (toolsets/browser/input.ts).
+ */
+export const COMPUTER_SCROLL_AMOUNT_MAX = 100;
+/** Presses per `pressKeys` call, 1 to this (the computer toolset's `key.repeat`, DCU). */
+export const COMPUTER_KEY_REPEAT_MAX = 100;
 /** Longest `holdKeys`, in ms (`hold_key.duration`, DCU: "up to 300" seconds). */
 export const HOLD_MAX_MS = 300_000;
 /** Largest capture output side, in pixels. */
@@ -66,11 +69,11 @@ export interface DesktopDriver {
   /** Press at `from`, move to `to` in steps so apps see motion, release; modifiers held throughout. */
   drag(from: Point, to: Point, modifiers: DriverKey[], signal?: AbortSignal): Promise<void>;
   /**
-   * Scrolls `amount` (1–SCROLL_AMOUNT_MAX) wheel clicks at the current position, holding `modifiers`.
+   * Scrolls `amount` (1–COMPUTER_SCROLL_AMOUNT_MAX) wheel clicks at the current position, holding `modifiers`.
    * `left` scrolls the content view left (X11 buttons 6), `right` right (button 7).
    */
   scroll(direction: ScrollDirection, amount: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void>;
-  /** Presses the chord (all keys down in order, then up in reverse), `repeat` (1–KEY_REPEAT_MAX) times. */
+  /** Presses the chord (all keys down in order, then up in reverse), `repeat` (1–COMPUTER_KEY_REPEAT_MAX) times. */
   pressKeys(chord: DriverKey[], repeat: number, signal?: AbortSignal): Promise<void>;
   /** Holds the chord down for `durationMs` (0–HOLD_MAX_MS, fractions allowed), then releases it (also on abort). */
   holdKeys(chord: DriverKey[], durationMs: number, signal?: AbortSignal): Promise<void>;

@@ -22,7 +22,7 @@ const X_CHANGE_KEYBOARD_MAPPING = 100;
 const X_GET_KEYBOARD_MAPPING = 101;
 const XKB_GET_MAP = 8;
 /** How long recording may take to start before the worker gives up on it (and uses the fixed wait). */
-const START_TIMEOUT_MS = 5_000;
+const RECORD_START_TIMEOUT_MS = 5_000;
 /**
  * How long a client is waited for to re-read the keymap after a change, at
  * most: the agent's typing (src/desktop/worker/keymap.ts) and a person's keys
@@ -98,7 +98,7 @@ export class KeymapReads {
       // never does must not hold the worker's start.
       let timer: NodeJS.Timeout | undefined;
       await new Promise<void>((resolve, reject) => {
-        timer = setTimeout(() => reject(new Error('RECORD did not start within 5 s')), START_TIMEOUT_MS);
+        timer = setTimeout(() => reject(new Error('RECORD did not start within 5 s')), RECORD_START_TIMEOUT_MS);
         data
           .recordEnableContext(record, context, (reply) => {
             resolve();

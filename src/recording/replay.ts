@@ -144,6 +144,7 @@ export interface ReplayReport {
 /** The trajectory cannot be replayed: unreadable, not a trajectory, a newer format; or the session could not be held. */
 export class ReplayError extends Error {
   override name = 'ReplayError';
+  readonly code = 'ERR_REPLAY';
 }
 
 // ---------------------------------------------------------------- the trajectory's lines, as far as replay reads them

@@ -53,8 +53,8 @@ const MAX_CONTROLLERS = 8;
 const MAX_WATCHERS = 4;
 const PING_MS = 30_000;
 /** What a refusing client is told to wait at most before it tries again (it also hears `ended`). */
-const MAX_RETRY_MS = 10_000;
-const MIN_RETRY_MS = 250;
+const MAX_HELD_RETRY_MS = 10_000;
+const MIN_HELD_RETRY_MS = 250;
 /** The note a person leaves for the agent. */
 export const MAX_NOTE_CHARS = 1_000;
 
@@ -173,7 +173,7 @@ export class TakeoverManager implements TakeoverPort {
   heldRetryMs(desktop: DesktopResources): number | undefined {
     const t = this.takeovers.get(desktop.id);
     if (!t || t.ended || t.desktop !== desktop) return undefined;
-    return Math.max(MIN_RETRY_MS, Math.min(MAX_RETRY_MS, t.expiresAt - Date.now()));
+    return Math.max(MIN_HELD_RETRY_MS, Math.min(MAX_HELD_RETRY_MS, t.expiresAt - Date.now()));
   }
 
   current(desktop: DesktopResources): TakeoverMessage | undefined {

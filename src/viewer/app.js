@@ -20,7 +20,7 @@ const MEDIA_TYPES = new Set(['image/png', 'image/jpeg', 'image/webp', 'image/gif
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const CLOSE_READ_ONLY = 1008;
 const CLOSE_TOO_MANY_VIEWERS = 1013;
-const MAX_RETRY_MS = 30_000;
+const MAX_FEED_RETRY_MS = 30_000;
 
 const ui = {
   state: byId('state'),
@@ -134,7 +134,7 @@ function connect() {
     if (event.code === CLOSE_READ_ONLY) why = 'the feed closed the connection';
     setState('disconnected', `${why}; retrying in ${Math.round(retryMs / 1000)} s`);
     retryTimer = setTimeout(connect, retryMs);
-    retryMs = Math.min(retryMs * 2, MAX_RETRY_MS);
+    retryMs = Math.min(retryMs * 2, MAX_FEED_RETRY_MS);
   });
 }
 

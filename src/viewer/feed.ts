@@ -153,8 +153,8 @@ export function truncate(text: string, max: number): string {
   return `${cut}… (${text.length - cut.length} more characters)`;
 }
 
-const MAX_DEPTH = 4;
-const MAX_ITEMS = 20;
+const MAX_INPUT_DEPTH = 4;
+const MAX_INPUT_ITEMS = 20;
 
 /**
  * A bounded copy of a tool input for the operator's eyes: strings cut to `maxChars` (a `type` text
@@ -166,10 +166,10 @@ export function summarizeInput(value: unknown, maxChars: number, depth = 0): unk
   if (value === null || typeof value === 'boolean') return value;
   if (typeof value === 'number') return Number.isFinite(value) ? value : String(value);
   if (typeof value !== 'object') return value === undefined ? null : String(value);
-  if (depth >= MAX_DEPTH) return '…';
+  if (depth >= MAX_INPUT_DEPTH) return '…';
   if (Array.isArray(value)) {
-    const items = value.slice(0, MAX_ITEMS).map((v) => summarizeInput(v, maxChars, depth + 1));
-    if (value.length > MAX_ITEMS) items.push(`… (${value.length - MAX_ITEMS} more items)`);
+    const items = value.slice(0, MAX_INPUT_ITEMS).map((v) => summarizeInput(v, maxChars, depth + 1));
+    if (value.length > MAX_INPUT_ITEMS) items.push(`… (${value.length - MAX_INPUT_ITEMS} more items)`);
     return items;
   }
   const record = value as Record<string, unknown>;
@@ -178,9 +178,9 @@ export function summarizeInput(value: unknown, maxChars: number, depth = 0): unk
   const keys = Object.keys(record);
   // Object.fromEntries defines properties: a key named __proto__ stays a plain key.
   const out = Object.fromEntries(
-    keys.slice(0, MAX_ITEMS).map((k) => [truncate(k, 64), summarizeInput(record[k], maxChars, depth + 1)]),
+    keys.slice(0, MAX_INPUT_ITEMS).map((k) => [truncate(k, 64), summarizeInput(record[k], maxChars, depth + 1)]),
   );
-  if (keys.length > MAX_ITEMS) out['…'] = `${keys.length - MAX_ITEMS} more fields`;
+  if (keys.length > MAX_INPUT_ITEMS) out['…'] = `${keys.length - MAX_INPUT_ITEMS} more fields`;
   return out;
 }
 

@@ -21,7 +21,7 @@ const SERVED_FOLDERS = ['core', 'vendor'] as const;
 const MAX_FILES = 256;
 const MAX_FILE_BYTES = 1024 * 1024;
 const MAX_TOTAL_BYTES = 8 * 1024 * 1024;
-const MAX_DEPTH = 6;
+const MAX_FOLDER_DEPTH = 6;
 const PLAIN_NAME = /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/;
 
 /** The module the page imports; without it the install is not usable. */
@@ -36,7 +36,7 @@ export function loadNovnc(dir: string): NovncFiles {
   const files = new Map<string, Buffer>();
   let bytes = 0;
   const walk = (folder: string, relative: string, depth: number): void => {
-    if (depth > MAX_DEPTH) throw new Error(`${relative}: deeper than ${MAX_DEPTH} folders`);
+    if (depth > MAX_FOLDER_DEPTH) throw new Error(`${relative}: deeper than ${MAX_FOLDER_DEPTH} folders`);
     const entries = readdirSync(folder, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name));
     for (const entry of entries) {
       // isFile/isDirectory describe the entry itself: a symbolic link is neither, so it is never followed.

@@ -139,8 +139,13 @@ function bounded(value, depth = 0) {
 
 // ---- token and requests
 
-class AuthError extends Error {}
+/** No token, or the daemon refused it: the login form is back (api). */
+class AuthError extends Error {
+  code = 'ERR_AUTH';
+}
+/** A request that got no answer (status 0) or one other than 2xx. */
 class HttpError extends Error {
+  code = 'ERR_HTTP';
   constructor(status, retryAfter) {
     super(`HTTP ${status}`);
     this.status = status;

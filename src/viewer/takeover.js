@@ -30,7 +30,7 @@ const OPERATOR_KEY = 'deskbatch.viewer.operator';
 const LEASE_KEY = 'deskbatch.viewer.lease';
 const MAX_OPERATOR = 64;
 const MAX_NOTE = 1000;
-const MAX_RETRY_MS = 30_000;
+const MAX_CONTROL_RETRY_MS = 30_000;
 const MAX_VNC_RETRY_MS = 10_000;
 /** What is rendered of what the daemon sends (it bounds them too). */
 const MAX_DESKTOPS = 64;
@@ -204,7 +204,7 @@ function connect() {
     const held = t.hold && t.hold.lease ? ' (the desktop stays yours for a short grace)' : '';
     setConnection('disconnected', `control: reconnecting in ${Math.round(t.retryMs / 1000)} s${held}`);
     t.retryTimer = setTimeout(connect, t.retryMs);
-    t.retryMs = Math.min(t.retryMs * 2, MAX_RETRY_MS);
+    t.retryMs = Math.min(t.retryMs * 2, MAX_CONTROL_RETRY_MS);
     render();
   });
 }

@@ -28,13 +28,16 @@ import {
   type ClickTarget,
 } from './context.ts';
 
-/** `scroll.scroll_amount` range (DBU, T:1559). */
-export const SCROLL_AMOUNT_MAX = 10;
-export const SCROLL_AMOUNT_DEFAULT = 3;
+/**
+ * The browser toolset's `scroll.scroll_amount` range (DBU, T:1559); the computer toolset's is
+ * COMPUTER_SCROLL_AMOUNT_MAX (src/desktop/driver.ts).
+ */
+export const BROWSER_SCROLL_AMOUNT_MAX = 10;
+export const BROWSER_SCROLL_AMOUNT_DEFAULT = 3;
 /** Pixels one wheel notch scrolls. */
 export const WHEEL_NOTCH_PX = 100;
-/** `key.repeat` range (DBU, T:847). */
-export const KEY_REPEAT_MAX = 100;
+/** The browser toolset's `key.repeat` range (DBU, T:847); the computer toolset's is COMPUTER_KEY_REPEAT_MAX. */
+export const BROWSER_KEY_REPEAT_MAX = 100;
 /** `hold_key` and `wait` durations, seconds (DBU, T:703, T:2073). */
 export const DURATION_MAX_SECONDS = 30;
 /**
@@ -224,17 +227,17 @@ export const scroll = browserMember({
     scroll_amount: z
       .number()
       .int('must be a whole number of wheel notches')
-      .min(1, `must be 1–${SCROLL_AMOUNT_MAX}`)
-      .max(SCROLL_AMOUNT_MAX, `must be 1–${SCROLL_AMOUNT_MAX}`)
+      .min(1, `must be 1–${BROWSER_SCROLL_AMOUNT_MAX}`)
+      .max(BROWSER_SCROLL_AMOUNT_MAX, `must be 1–${BROWSER_SCROLL_AMOUNT_MAX}`)
       .nullish()
-      .describe(`Wheel notches, 1–${SCROLL_AMOUNT_MAX}; default ${SCROLL_AMOUNT_DEFAULT}.`),
+      .describe(`Wheel notches, 1–${BROWSER_SCROLL_AMOUNT_MAX}; default ${BROWSER_SCROLL_AMOUNT_DEFAULT}.`),
     tab_id: tabId,
   }),
   ack: (input) => `Scrolled ${input.scroll_direction}.`,
   async handle(input, ctx) {
     const { page } = await ctx.tab(input.tab_id);
     const at = ctx.viewportPoint(page, input.target);
-    const px = (input.scroll_amount ?? SCROLL_AMOUNT_DEFAULT) * WHEEL_NOTCH_PX;
+    const px = (input.scroll_amount ?? BROWSER_SCROLL_AMOUNT_DEFAULT) * WHEEL_NOTCH_PX;
     const [dx, dy] = WHEEL[input.scroll_direction];
     await page.mouse.move(at.x, at.y);
     await page.mouse.wheel(dx * px, dy * px);
@@ -336,10 +339,10 @@ export const key = browserMember({
     repeat: z
       .number()
       .int('must be a whole number')
-      .min(1, `must be 1–${KEY_REPEAT_MAX}`)
-      .max(KEY_REPEAT_MAX, `must be 1–${KEY_REPEAT_MAX}`)
+      .min(1, `must be 1–${BROWSER_KEY_REPEAT_MAX}`)
+      .max(BROWSER_KEY_REPEAT_MAX, `must be 1–${BROWSER_KEY_REPEAT_MAX}`)
       .nullish()
-      .describe(`How many times to press the whole sequence, 1–${KEY_REPEAT_MAX}; default 1.`),
+      .describe(`How many times to press the whole sequence, 1–${BROWSER_KEY_REPEAT_MAX}; default 1.`),
     tab_id: tabId,
   }),
   ack: (input) => `Pressed ${echo(input.text)}.`,

@@ -3,7 +3,7 @@
  * The page work and the element references live in src/browser/snapshot.ts.
  */
 import { z } from 'zod';
-import { DEFAULT_DEPTH, findElements, pageText, readPage } from '../../src/browser/snapshot.ts';
+import { READ_PAGE_DEPTH_DEFAULT, findElements, pageText, readPage } from '../../src/browser/snapshot.ts';
 import { browserMember, tabId } from './context.ts';
 
 /** Longest `find` query accepted: a description, not a document. */
@@ -26,7 +26,7 @@ export const readPageMember = browserMember({
       .int('must be a whole number')
       .min(1, 'must be at least 1')
       .nullish()
-      .describe(`Maximum tree depth, at least 1. Default ${DEFAULT_DEPTH}.`),
+      .describe(`Maximum tree depth, at least 1. Default ${READ_PAGE_DEPTH_DEFAULT}.`),
     ref: z
       .string()
       .min(1)

@@ -1,7 +1,7 @@
 /** Keyboard members: `key`, `hold_key`, `type` (docs/TOOLSETS.md B2, B4). */
 import { z } from 'zod';
 import { parseChord } from '../../src/desktop/keys.ts';
-import { HOLD_MAX_MS, KEY_REPEAT_MAX, type DriverKey } from '../../src/desktop/driver.ts';
+import { COMPUTER_KEY_REPEAT_MAX, HOLD_MAX_MS, type DriverKey } from '../../src/desktop/driver.ts';
 import { ToolInputError } from '../../src/errors.ts';
 import { echo } from '../../src/text.ts';
 import { computerMember } from './context.ts';
@@ -39,9 +39,9 @@ export const key = computerMember({
       .number()
       .int('must be a whole number')
       .min(1)
-      .max(KEY_REPEAT_MAX)
+      .max(COMPUTER_KEY_REPEAT_MAX)
       .nullish()
-      .describe(`How many times to press it, 1–${KEY_REPEAT_MAX}; default 1.`),
+      .describe(`How many times to press it, 1–${COMPUTER_KEY_REPEAT_MAX}; default 1.`),
   }),
   ack: (input) => `Pressed ${echo(input.text)}.`,
   async handle(input, ctx) {

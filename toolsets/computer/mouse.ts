@@ -3,7 +3,7 @@
  * `left_mouse_up`, `cursor_position`, `left_click_drag`, `scroll`.
  */
 import { z } from 'zod';
-import { SCROLL_AMOUNT_MAX } from '../../src/desktop/driver.ts';
+import { COMPUTER_SCROLL_AMOUNT_MAX } from '../../src/desktop/driver.ts';
 import { toScreenshot } from '../../src/geometry.ts';
 import { computerMember, coordinate, modifierText } from './context.ts';
 
@@ -84,8 +84,8 @@ export const scroll = computerMember({
       .number()
       .int('must be a whole number of wheel clicks')
       .min(1)
-      .max(SCROLL_AMOUNT_MAX)
-      .describe(`Wheel clicks, 1–${SCROLL_AMOUNT_MAX}.`),
+      .max(COMPUTER_SCROLL_AMOUNT_MAX)
+      .describe(`Wheel clicks, 1–${COMPUTER_SCROLL_AMOUNT_MAX}.`),
     coordinate: coordinate('Where to scroll; the pointer position when omitted').nullish(),
     text: modifierText,
   }),

@@ -8,9 +8,13 @@ import type { ChildMessage, LogLevel } from '../worker-protocol.ts';
 /** Bad arguments: the parent rebuilds it as ToolInputError (the model reads it). */
 export class WorkerInputError extends Error {
   override readonly name = 'ToolInputError';
+  /** ToolInputError's own (src/errors.ts): only the name crosses, but the twins agree. */
+  readonly code = 'ERR_TOOL_INPUT';
 }
+/** The op was cancelled: the parent rebuilds it as CancelledError. */
 export class WorkerCancelled extends Error {
   override readonly name = 'CancelledError';
+  readonly code = 'ERR_CANCELLED';
 }
 
 export interface OpContext {

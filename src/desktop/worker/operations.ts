@@ -12,8 +12,8 @@ import {
   CAPTURE_SIDE_MAX,
   CLICK_COUNT_MAX,
   HOLD_MAX_MS,
-  KEY_REPEAT_MAX,
-  SCROLL_AMOUNT_MAX,
+  COMPUTER_KEY_REPEAT_MAX,
+  COMPUTER_SCROLL_AMOUNT_MAX,
   type CaptureOptions,
   type DriverKey,
   type MouseButton,
@@ -94,7 +94,7 @@ const OPERATIONS: Operations = {
   },
   scroll: {
     parse: (a) => ({
-      amount: intIn('amount', a.amount, 1, SCROLL_AMOUNT_MAX),
+      amount: intIn('amount', a.amount, 1, COMPUTER_SCROLL_AMOUNT_MAX),
       direction: scrollDirection(a.direction),
       modifiers: keyNames('modifiers', a.modifiers ?? []),
     }),
@@ -107,7 +107,7 @@ const OPERATIONS: Operations = {
   },
   pressKeys: {
     parse: (a) => ({
-      repeat: intIn('repeat', a.repeat, 1, KEY_REPEAT_MAX),
+      repeat: intIn('repeat', a.repeat, 1, COMPUTER_KEY_REPEAT_MAX),
       chord: chord(a.chord, 'no key to press'),
     }),
     input: true,
