@@ -108,45 +108,39 @@ function processRegistry(): Registry {
   return processMetrics;
 }
 
-export function createMetrics(deps: MetricsDeps): Metrics {
-  const registry = new Registry();
-  const registers = [registry];
+type Registers = Registry[];
 
-  // A tool_use without toolset_name reads "computer_legacy" when it is the served plain tool
-  // (the older `computer` tool), else "none" (a plain tool, refused).
-  const plain = deps.plainToolName;
-  const toolsetLabel = (name: string | null | undefined, member?: string): string =>
+/**
+ * Bounded labels: a toolset or member name only if the daemon serves it, an
+ * error type only if the daemon raises it. A tool_use without toolset_name
+ * reads "computer_legacy" when it is the served plain tool (the older
+ * `computer` tool), else "none" (a plain tool, refused).
+ */
+function boundedLabels(served: MetricsDeps['served'], plain: string | undefined) {
+  const toolset = (name: string | null | undefined, member?: string): string =>
     name === null || name === undefined
       ? plain !== undefined && member === plain
         ? PLAIN_TOOL_LABEL
         : 'none'
-      : deps.served.has(name)
+      : served.has(name)
         ? name
         : UNKNOWN;
-  const memberLabel = (toolset: string, name: string): string => {
-    if (toolset === PLAIN_TOOL_LABEL && plain !== undefined) return plain;
-    const t = deps.served.get(toolset);
+  const member = (toolsetLabel: string, name: string): string => {
+    if (toolsetLabel === PLAIN_TOOL_LABEL && plain !== undefined) return plain;
+    const t = served.get(toolsetLabel);
     return t && (t.members.has(name) || t.allMemberNames.includes(name)) ? name : UNKNOWN;
   };
-  const errorLabel = (type: string | undefined): string =>
+  const error = (type: string | undefined): string =>
     type !== undefined && KNOWN_ERROR_TYPES.has(type) ? type : 'other';
+  return { toolset, member, error };
+}
 
-  new Gauge({
-    name: 'deskbatch_build_info',
-    help: 'Always 1; the labels name the running deskbatch version and protocol.',
-    labelNames: ['version', 'protocol', 'node_version'],
-    registers,
-  }).set({ version: deps.version ?? DESKBATCH_VERSION, protocol: PROTOCOL_VERSION, node_version: process.version }, 1);
-
+/** Batches and member calls: counts, durations, failures by error type, and the images returned. */
+function callMetrics(registers: Registers, labels: ReturnType<typeof boundedLabels>, plain: string | undefined) {
   const batches = new Counter({
     name: 'deskbatch_batches_total',
     help: 'Batches run to their batch_result, by outcome: ok, failed (any call failed), cancelled.',
     labelNames: ['outcome'],
-    registers,
-  });
-  const errors = new Counter({
-    name: 'deskbatch_metrics_errors_total',
-    help: 'Activity events the metrics could not count (a bug in deskbatch; the event is skipped).',
     registers,
   });
   const replays = new Counter({
@@ -193,13 +187,47 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     buckets: IMAGE_SIZE_BUCKETS,
     registers,
   });
+  return {
+    toolEvent(event: ToolEvent): void {
+      if (event.phase === 'started') return;
+      const toolset = labels.toolset(event.toolset_name, event.name);
+      const member = labels.member(toolset, event.name);
+      calls.inc({ toolset, member, outcome: event.phase });
+      if ((event.phase === 'succeeded' || event.phase === 'failed') && event.duration_ms !== undefined) {
+        callDuration.observe({ toolset, member }, event.duration_ms / 1000);
+      }
+      if (event.phase === 'failed') failures.inc({ toolset, error_type: labels.error(event.error?.type) });
+    },
+    batchFinished(result: BatchResult): void {
+      const outcome = batchOutcome(result);
+      batches.inc({ outcome });
+      batchDuration.observe({ outcome }, result.duration_ms / 1000);
+      for (const r of result.tool_results) {
+        for (const block of r.content) {
+          if (block.type !== 'image') continue;
+          // Only member results and the older computer tool's (no toolset_name) can hold images.
+          const toolset = labels.toolset(r.toolset_name, plain);
+          const imageLabels = { toolset, media_type: block.source.media_type };
+          imageBytes.inc(imageLabels, block.source.data.length);
+          imageSize.observe(imageLabels, block.source.data.length);
+        }
+      }
+    },
+    batchReplayed(): void {
+      replays.inc();
+    },
+  };
+}
+
+/** Gauges read from the server at scrape time. */
+function serverGauges(registers: Registers, status: () => ServerStatus): void {
   const gauge = (name: string, help: string, read: (s: ServerStatus) => number): void => {
     new Gauge({
       name,
       help,
       registers,
       collect() {
-        this.set(read(deps.status()));
+        this.set(read(status()));
       },
     });
   };
@@ -213,8 +241,10 @@ export function createMetrics(deps: MetricsDeps): Metrics {
   gauge('deskbatch_accepting', '1 while the daemon accepts sessions and batches, 0 once shutdown began.', (s) =>
     s.accepting ? 1 : 0,
   );
+}
 
-  const desktops = deps.desktops;
+/** The desktops: their states and memory, read at scrape time, and what the pool reports (lease waits, starts, teardowns, faults). */
+function desktopMetrics(registers: Registers, desktops: MetricsDeps['desktops']): (event: PoolEvent) => void {
   if (desktops) {
     new Gauge({
       name: 'deskbatch_desktops',
@@ -262,58 +292,43 @@ export function createMetrics(deps: MetricsDeps): Metrics {
       },
     });
   }
-  const leaseWait = new Histogram({
-    name: 'deskbatch_desktop_lease_wait_seconds',
-    help: 'Time a new session waited for its desktop (a warm one: at once; else a start, or the queue).',
-    buckets: [...DESKTOP_SECONDS_BUCKETS],
-    registers,
-  });
-  const desktopStart = new Histogram({
-    name: 'deskbatch_desktop_start_seconds',
-    help: 'Time to start a desktop: Xvfb, openbox, the worker and the browser, ready for a session.',
-    buckets: [...DESKTOP_SECONDS_BUCKETS],
-    registers,
-  });
-  const desktopRecycle = new Histogram({
-    name: 'deskbatch_desktop_recycle_seconds',
-    help: "Time to tear down a session's desktop (every process ended, its folders removed); a fresh one then starts.",
-    buckets: [...DESKTOP_SECONDS_BUCKETS],
-    registers,
-  });
+  const seconds = (name: string, help: string): Histogram =>
+    new Histogram({ name, help, buckets: [...DESKTOP_SECONDS_BUCKETS], registers });
+  const leaseWait = seconds(
+    'deskbatch_desktop_lease_wait_seconds',
+    'Time a new session waited for its desktop (a warm one: at once; else a start, or the queue).',
+  );
+  const desktopStart = seconds(
+    'deskbatch_desktop_start_seconds',
+    'Time to start a desktop: Xvfb, openbox, the worker and the browser, ready for a session.',
+  );
+  const desktopRecycle = seconds(
+    'deskbatch_desktop_recycle_seconds',
+    "Time to tear down a session's desktop (every process ended, its folders removed); a fresh one then starts.",
+  );
   const desktopFaults = new Counter({
     name: 'deskbatch_desktop_faults_total',
     help: 'Desktop starts that failed, and leased desktops rebuilt after their display died.',
     labelNames: ['kind'],
     registers,
   });
-
-  const onToolEvent = (event: ToolEvent): void => {
-    if (event.phase === 'started') return;
-    const toolset = toolsetLabel(event.toolset_name, event.name);
-    const member = memberLabel(toolset, event.name);
-    calls.inc({ toolset, member, outcome: event.phase });
-    if ((event.phase === 'succeeded' || event.phase === 'failed') && event.duration_ms !== undefined) {
-      callDuration.observe({ toolset, member }, event.duration_ms / 1000);
-    }
-    if (event.phase === 'failed') failures.inc({ toolset, error_type: errorLabel(event.error?.type) });
-  };
-
-  const onBatchFinished = (result: BatchResult): void => {
-    const outcome = batchOutcome(result);
-    batches.inc({ outcome });
-    batchDuration.observe({ outcome }, result.duration_ms / 1000);
-    for (const r of result.tool_results) {
-      for (const block of r.content) {
-        if (block.type !== 'image') continue;
-        // Only member results and the older computer tool's (no toolset_name) can hold images.
-        const toolset = toolsetLabel(r.toolset_name, plain);
-        const labels = { toolset, media_type: block.source.media_type };
-        imageBytes.inc(labels, block.source.data.length);
-        imageSize.observe(labels, block.source.data.length);
-      }
+  return (event) => {
+    switch (event.kind) {
+      case 'leased':
+        return leaseWait.observe(event.waitedMs / 1000);
+      case 'started':
+        return desktopStart.observe(event.ms / 1000);
+      case 'recycled':
+        return desktopRecycle.observe(event.ms / 1000);
+      case 'start_failed':
+      case 'rebuilt':
+        return desktopFaults.inc({ kind: event.kind });
     }
   };
+}
 
+/** Help requests and takeovers (docs/VIEWER.md "Takeover"), from the activity stream. */
+function takeoverMetrics(registers: Registers): (a: Activity) => void {
   const helpRequests = new Counter({
     name: 'deskbatch_help_requests_total',
     help: 'Times an agent asked for a person (`help`, docs/PROTOCOL.md "Takeover").',
@@ -340,42 +355,34 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     buckets: [10, 30, 60, 120, 300, 600, 1800],
     registers,
   });
-
-  const observe = (a: Activity): void => {
-    switch (a.type) {
-      case 'help_requested':
-        return void helpRequests.inc();
-      case 'takeover_started':
-        held++;
-        return;
-      case 'takeover_ended':
-        held = Math.max(0, held - 1);
-        takeovers.inc({ outcome: a.outcome });
-        takeoverDuration.observe(a.activity.duration_ms / 1000);
-        return;
-      case 'tool_event':
-        return onToolEvent(a.event);
-      case 'batch_finished':
-        return onBatchFinished(a.result);
-      case 'batch_replayed':
-        return void replays.inc();
-      default:
-        return;
+  return (a) => {
+    if (a.type === 'help_requested') helpRequests.inc();
+    else if (a.type === 'takeover_started') held++;
+    else if (a.type === 'takeover_ended') {
+      held = Math.max(0, held - 1);
+      takeovers.inc({ outcome: a.outcome });
+      takeoverDuration.observe(a.activity.duration_ms / 1000);
     }
   };
-  const recordingBytes = new Counter({
+}
+
+/** Recordings: bytes written and removals as they happen, and what is on disk at scrape time. */
+function recordingMetrics(
+  registers: Registers,
+  recordings: MetricsDeps['recordings'],
+): Pick<Metrics, 'recordingBytes' | 'recordingRemoved'> {
+  const bytesWritten = new Counter({
     name: 'deskbatch_recording_bytes_written_total',
     help: 'Bytes written into session recordings, by artifact: trajectory, images, video, trace.',
     labelNames: ['artifact'],
     registers,
   });
-  const recordingsRemoved = new Counter({
+  const removed = new Counter({
     name: 'deskbatch_recordings_removed_total',
     help: 'Recordings removed: by retention (count, bytes, age), or not kept at their session end (not_kept).',
     labelNames: ['reason'],
     registers,
   });
-  const recordings = deps.recordings;
   if (recordings) {
     new Gauge({
       name: 'deskbatch_recordings',
@@ -397,7 +404,38 @@ export function createMetrics(deps: MetricsDeps): Metrics {
       },
     });
   }
+  return {
+    recordingBytes: (artifact, bytes) => void bytesWritten.inc({ artifact }, bytes),
+    recordingRemoved: (reason) => void removed.inc({ reason }),
+  };
+}
 
+export function createMetrics(deps: MetricsDeps): Metrics {
+  const registry = new Registry();
+  const registers = [registry];
+  new Gauge({
+    name: 'deskbatch_build_info',
+    help: 'Always 1; the labels name the running deskbatch version and protocol.',
+    labelNames: ['version', 'protocol', 'node_version'],
+    registers,
+  }).set({ version: deps.version ?? DESKBATCH_VERSION, protocol: PROTOCOL_VERSION, node_version: process.version }, 1);
+  const errors = new Counter({
+    name: 'deskbatch_metrics_errors_total',
+    help: 'Activity events the metrics could not count (a bug in deskbatch; the event is skipped).',
+    registers,
+  });
+  const calls = callMetrics(registers, boundedLabels(deps.served, deps.plainToolName), deps.plainToolName);
+  serverGauges(registers, deps.status);
+  const desktopEvent = desktopMetrics(registers, deps.desktops);
+  const takeover = takeoverMetrics(registers);
+  const recording = recordingMetrics(registers, deps.recordings);
+
+  const observe = (a: Activity): void => {
+    if (a.type === 'tool_event') calls.toolEvent(a.event);
+    else if (a.type === 'batch_finished') calls.batchFinished(a.result);
+    else if (a.type === 'batch_replayed') calls.batchReplayed();
+    else takeover(a);
+  };
   // A throwing observer is unsubscribed by the hub for good; one odd event must not end the metrics.
   const unsubscribe = deps.activity.subscribe((a: Activity) => {
     try {
@@ -418,25 +456,8 @@ export function createMetrics(deps: MetricsDeps): Metrics {
         res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' }).end(body);
       },
     },
-    desktopEvent(event) {
-      switch (event.kind) {
-        case 'leased':
-          return leaseWait.observe(event.waitedMs / 1000);
-        case 'started':
-          return desktopStart.observe(event.ms / 1000);
-        case 'recycled':
-          return desktopRecycle.observe(event.ms / 1000);
-        case 'start_failed':
-        case 'rebuilt':
-          return desktopFaults.inc({ kind: event.kind });
-      }
-    },
-    recordingBytes(artifact, bytes) {
-      recordingBytes.inc({ artifact }, bytes);
-    },
-    recordingRemoved(reason) {
-      recordingsRemoved.inc({ reason });
-    },
+    desktopEvent,
+    ...recording,
     close() {
       unsubscribe();
       registry.clear();
