@@ -21,9 +21,9 @@ import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/in
 import { BROWSER_MEMBER_NAMES, BROWSER_OPTIONAL_MEMBERS, createBrowserToolset } from '../toolsets/browser/index.ts';
 import { createLegacyComputerTool } from '../toolsets/computer-legacy/index.ts';
 import { describeToolsets } from '../toolsets/describe.ts';
-import { BrowserManager, BrowserUnavailableError } from './browser/manager.ts';
+import { BrowserManager, BrowserUnavailableError, type LaunchMode } from './browser/manager.ts';
 import { EgressFilter, parsePrivateAllow, startEgressProxy, type EgressProxy } from './browser/egress.ts';
-import { browserPolicyState } from './browser/policy.ts';
+import { browserPolicyState, type PolicyState } from './browser/policy.ts';
 import type { Containment } from './ops/health.ts';
 import { DisplayUnavailableError } from './errors.ts';
 import { orAfter, ResourceBreaker } from './resilience.ts';
@@ -74,20 +74,16 @@ function checkDisabled(names: readonly string[]): void {
 /** How long a welcome waits for a fresh display size before it uses the last one known. */
 const WELCOME_GEOMETRY_WAIT_MS = 250;
 
-export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
-  checkDisabled(config.disabledMembers);
-  checkEnabled(config.browserSettings.enable);
-  const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
-  await store.init();
-  // What a daemon killed with SIGKILL left in the temporary folder: its desktops' HOMEs, display files, VNC sockets.
-  const swept = await sweepOwnedTempFolders();
-  if (swept.length)
-    log.info('removed the temporary folders of a daemon that no longer runs', { folders: swept.length });
-  const computer = createComputerToolset({
-    screenshots: config.screenshot,
-    maxTypeTextLength: config.limits.maxTypeTextLength,
-    disabled: config.disabledMembers,
-  });
+/**
+ * The egress proxy every browser request goes through: it refuses non-public
+ * addresses (and the daemon's own port) by the address a name resolves to
+ * (src/browser/egress.ts). No proxy when the browser is off.
+ */
+async function startEgress(
+  config: DaemonConfig,
+  log: Logger,
+  daemonPort: () => number | undefined,
+): Promise<{ filter: EgressFilter; proxy: EgressProxy | undefined }> {
   for (const entry of config.browserSettings.privateAllow) {
     try {
       parsePrivateAllow(entry);
@@ -95,79 +91,112 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       throw new ConfigError(`--allow-private: ${(err as Error).message}`);
     }
   }
-  // Every request the browser makes goes through this proxy, which refuses non-public addresses
-  // (and the daemon's own port) by the address a name resolves to (src/browser/egress.ts).
-  let egress: EgressProxy | undefined;
-  const listening: { port?: number } = {}; // set once the server listens
-  const egressFilter = new EgressFilter({
+  let proxy: EgressProxy | undefined;
+  const filter = new EgressFilter({
     allowPrivateNetworks: config.browserSettings.allowPrivateNetworks,
     privateAllow: config.browserSettings.privateAllow,
     allowHosts: config.browserSettings.allowHosts,
-    ownPorts: () => [listening.port, egress?.port],
+    ownPorts: () => [daemonPort(), proxy?.port],
   });
-  if (config.browser !== 'off') egress = await startEgressProxy(egressFilter, log.child({ component: 'egress' }));
+  if (config.browser !== 'off') proxy = await startEgressProxy(filter, log.child({ component: 'egress' }));
+  return { filter, proxy };
+}
+
+/** Whether Chromium's managed policy is in force (undefined: no browser); a warning for each containment that is off. */
+async function checkContainment(config: DaemonConfig, log: Logger): Promise<PolicyState | undefined> {
   const policy = config.browser === 'off' ? undefined : await browserPolicyState();
   if (policy && !policy.enforced) {
     log.warn(
       "Chromium's managed policy is not installed: the model can reach file://, chrome:// and DevTools pages and native file dialogs through the browser's own interface, and a page's WebRTC goes around the egress proxy; run `npm run setup` as root (docs/SECURITY.md)",
-      {
-        missing: policy.missing,
-      },
+      { missing: policy.missing },
     );
   }
   for (const warning of configWarnings(config)) log.warn(warning);
   if (config.browser !== 'off' && config.browserSettings.allowPrivateNetworks) {
     log.warn('the browser may reach private, loopback and link-local addresses (--allow-private-networks)');
   }
-  // One worker and one browser per desktop, each behind circuit breakers of its own: a desktop whose
-  // worker or browser keeps failing to start fails only its own session's calls.
+  return policy;
+}
+
+/**
+ * What each desktop is made of: a desktop worker and (unless the browser is
+ * off) a browser, each behind a circuit breaker of its own, so a desktop
+ * whose worker or browser keeps failing to start fails only its own
+ * session's calls. `sandbox` tells the newest browser's renderer sandbox, for
+ * /readyz.
+ */
+function desktopParts(
+  config: DaemonConfig,
+  log: Logger,
+  proxyUrl: string | undefined,
+): { makeParts: PartsFactory; sandbox: () => Containment['browser_sandbox'] } {
   const breaker = (what: string, component: string, error: (message: string) => Error): ResourceBreaker =>
     new ResourceBreaker(what, config.resilience.breaker, error, log.child({ component }));
-  let lastBrowser: BrowserManager | undefined; // the newest desktop's, for /readyz's sandbox state
-  const makeParts: PartsFactory = (spec) => {
-    const known = lastBrowser;
-    const parts = newParts(spec);
-    // Where the kernel refused Chromium its sandbox once, it will again: later desktops launch without trying.
-    if (parts.browser && known?.sandbox === false) {
-      parts.browser.sandbox = false;
-      parts.browser.sandboxOffReason = known.sandboxOffReason;
-    }
-    return parts;
-  };
-  const newParts: PartsFactory = ({ id, display, env, downloadsDir }) => ({
-    driver: new WorkerDesktopDriver({
+  let lastBrowser: BrowserManager | undefined;
+  const newBrowser = (
+    mode: LaunchMode,
+    id: string,
+    display: string,
+    env: Record<string, string>,
+    downloadsDir: string,
+  ): BrowserManager =>
+    new BrowserManager({
+      mode,
       display,
       env,
-      log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>
-        log[level](msg, { component: 'desktop', desktop: id, ...fields }),
-      // The driver's own deadline is a backstop that replaces a hung worker; the executor's timeout,
-      // which decides what the model reads, must always fire first.
-      callTimeoutMs: 2 * config.callTimeoutMs,
-      startGuard: breaker('desktop worker', 'desktop', (message) => new DisplayUnavailableError(message)),
-    }),
-    browser:
-      config.browser === 'off'
-        ? undefined
-        : (lastBrowser = new BrowserManager({
-            mode: config.browser,
-            display,
-            env,
-            executablePath: config.browserSettings.executablePath,
-            downloadsDir,
-            maxDownloads: config.browserSettings.maxDownloads,
-            maxDownloadBytes: config.browserSettings.maxDownloadBytes,
-            exposeDownloadPaths: config.browserSettings.exposeDownloadPaths,
-            viewport: config.browserSettings.viewport,
-            launchTimeoutMs: config.browserSettings.launchTimeoutMs,
-            launchGuard: breaker('browser', 'browser', (message) => new BrowserUnavailableError(message)),
-            proxyServer: egress!.url,
-            urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
-            log: log.child({ component: 'browser', desktop: id }),
-          })),
+      executablePath: config.browserSettings.executablePath,
+      downloadsDir,
+      maxDownloads: config.browserSettings.maxDownloads,
+      maxDownloadBytes: config.browserSettings.maxDownloadBytes,
+      exposeDownloadPaths: config.browserSettings.exposeDownloadPaths,
+      viewport: config.browserSettings.viewport,
+      launchTimeoutMs: config.browserSettings.launchTimeoutMs,
+      launchGuard: breaker('browser', 'browser', (message) => new BrowserUnavailableError(message)),
+      proxyServer: proxyUrl!,
+      urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
+      log: log.child({ component: 'browser', desktop: id }),
+    });
+  const makeParts: PartsFactory = ({ id, display, env, downloadsDir }) => {
+    const known = lastBrowser;
+    const mode = config.browser;
+    const browser = mode === 'off' ? undefined : (lastBrowser = newBrowser(mode, id, display, env, downloadsDir));
+    // Where the kernel refused Chromium its sandbox once, it will again: later desktops launch without trying.
+    if (browser && known?.sandbox === false) {
+      browser.sandbox = false;
+      browser.sandboxOffReason = known.sandboxOffReason;
+    }
+    return {
+      driver: new WorkerDesktopDriver({
+        display,
+        env,
+        log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>
+          log[level](msg, { component: 'desktop', desktop: id, ...fields }),
+        // The driver's own deadline is a backstop that replaces a hung worker; the executor's timeout,
+        // which decides what the model reads, must always fire first.
+        callTimeoutMs: 2 * config.callTimeoutMs,
+        startGuard: breaker('desktop worker', 'desktop', (message) => new DisplayUnavailableError(message)),
+      }),
+      browser,
+    };
+  };
+  const sandbox = (): Containment['browser_sandbox'] =>
+    config.browser === 'off'
+      ? 'off_no_browser'
+      : lastBrowser?.sandbox === undefined
+        ? 'not_started'
+        : lastBrowser.sandbox
+          ? 'on'
+          : 'off';
+  return { makeParts, sandbox };
+}
+
+/** The computer toolset, the browser's unless it is off, and the executor that runs their batches. */
+function createExecutor(config: DaemonConfig, store: ScreenshotStore, egress: EgressFilter, log: Logger): Executor {
+  const computer = createComputerToolset({
+    screenshots: config.screenshot,
+    maxTypeTextLength: config.limits.maxTypeTextLength,
+    disabled: config.disabledMembers,
   });
-  // The pool reports to the metrics, which are made further down.
-  const reportTo: { metrics?: Ops['metrics'] } = {};
-  const desktops = createDesktops(config, makeParts, log, (event) => reportTo.metrics?.desktopEvent(event));
   const browser =
     config.browser === 'off'
       ? undefined
@@ -176,11 +205,11 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
           urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
           maxTypeTextLength: config.limits.maxTypeTextLength,
           uploadRoots: config.browserSettings.uploadRoots.map((r) => resolve(r)),
-          egress: egressFilter,
+          egress,
           enabled: config.browserSettings.enable,
           disabled: config.disabledMembers,
         });
-  const executor = new Executor({
+  return new Executor({
     toolsets: browser ? [computer, browser] : [computer],
     // The older `computer` tool, on top of the computer toolset (toolsets/computer-legacy/).
     plainTool: createLegacyComputerTool(computer),
@@ -192,6 +221,44 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     store,
     log,
   });
+}
+
+/**
+ * The display and screenshot size a welcome reports for a desktop. The
+ * worker answers one call at a time, so a welcome does not wait behind a
+ * long hold_key: it takes the last size known after WELCOME_GEOMETRY_WAIT_MS.
+ */
+function welcomeGeometry(config: DaemonConfig): (desktop: DesktopResources) => Promise<Geometry> {
+  const geometries = new WeakMap<DesktopResources, Geometry>();
+  return (desktop) => {
+    const fresh = desktop.driver.displaySize().then((display) => {
+      const g = { display, screenshot: fitSize(display, config.screenshot.limits) };
+      geometries.set(desktop, g);
+      return g;
+    });
+    const known = geometries.get(desktop);
+    if (!known) return fresh; // nothing known yet (the worker is starting): wait for it
+    return orAfter(fresh, WELCOME_GEOMETRY_WAIT_MS, known);
+  };
+}
+
+export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
+  checkDisabled(config.disabledMembers);
+  checkEnabled(config.browserSettings.enable);
+  const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
+  await store.init();
+  // What a daemon killed with SIGKILL left in the temporary folder: its desktops' HOMEs, display files, VNC sockets.
+  const swept = await sweepOwnedTempFolders();
+  if (swept.length)
+    log.info('removed the temporary folders of a daemon that no longer runs', { folders: swept.length });
+  const listening: { port?: number } = {}; // set once the server listens
+  const egress = await startEgress(config, log, () => listening.port);
+  const policy = await checkContainment(config, log);
+  const parts = desktopParts(config, log, egress.proxy?.url);
+  // The pool reports to the metrics, which are made further down.
+  const reportTo: { metrics?: Ops['metrics'] } = {};
+  const desktops = createDesktops(config, parts.makeParts, log, (event) => reportTo.metrics?.desktopEvent(event));
+  const executor = createExecutor(config, store, egress.filter, log);
   const activity = new ActivityHub((err) =>
     log.error('activity observer failed; unsubscribed', { error: String(err) }),
   );
@@ -236,26 +303,18 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     status: () => server.status(),
     containment: (): Containment => ({
       browser_policy: policy === undefined ? 'off' : policy.enforced ? 'enforced' : 'missing',
-      browser_egress: !egress
+      browser_egress: !egress.proxy
         ? 'off'
         : config.browserSettings.allowPrivateNetworks
           ? 'private_networks_allowed'
           : 'filtered',
-      browser_sandbox:
-        config.browser === 'off'
-          ? 'off_no_browser'
-          : lastBrowser?.sandbox === undefined
-            ? 'not_started'
-            : lastBrowser.sandbox
-              ? 'on'
-              : 'off',
+      browser_sandbox: parts.sandbox(),
       display_auth: config.displayAuth,
     }),
     ...(recorder ? { recordings: () => recorder.store.usage } : {}),
   });
   reportTo.metrics = ops.metrics;
   routes.push(...ops.routes);
-  const geometries = new WeakMap<DesktopResources, Geometry>();
   const server: DeskbatchServer = new DeskbatchServer({
     config,
     executor,
@@ -272,17 +331,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
           sessionEnding: (session: string) => recorder.recorder.sessionEnding(session),
         }
       : {}),
-    geometry: (desktop) => {
-      // The worker answers one call at a time; a welcome must not wait behind a long hold_key.
-      const fresh = desktop.driver.displaySize().then((display) => {
-        const g = { display, screenshot: fitSize(display, config.screenshot.limits) };
-        geometries.set(desktop, g);
-        return g;
-      });
-      const known = geometries.get(desktop);
-      if (!known) return fresh; // nothing known yet (the worker is starting): wait for it
-      return orAfter(fresh, WELCOME_GEOMETRY_WAIT_MS, known);
-    },
+    geometry: welcomeGeometry(config),
   });
   const address = await server.listen();
   listening.port = address.port;
@@ -315,7 +364,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
         ops.metrics.close();
         viewer.close();
         await desktops.close();
-        await egress?.close();
+        await egress.proxy?.close();
       })();
       return closing;
     },
