@@ -8,13 +8,20 @@ import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ConfigError, DEFAULT_CONFIG, resolveConfig, type BrowserMode, type RecordingSettings } from './config.ts';
-import { startDaemon } from './daemon.ts';
+import {
+  ConfigError,
+  DEFAULT_CONFIG,
+  resolveConfig,
+  type BrowserMode,
+  type DaemonConfig,
+  type RecordingSettings,
+} from './config.ts';
+import { startDaemon, type Daemon } from './daemon.ts';
 import { BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
 import type { ImageFormat } from './image.ts';
 import { startVirtualDisplay, type VirtualDisplay } from './desktop/xvfb.ts';
 import { FRAMEBUFFER_ENV } from './desktop/worker-protocol.ts';
-import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel } from './log.ts';
+import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel, type Logger } from './log.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
        deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]  (replay --help)
@@ -173,79 +180,95 @@ function recordingOptions(
   };
 }
 
-async function serve(argv: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args: argv,
-    strict: true,
-    options: {
-      host: { type: 'string' },
-      port: { type: 'string' },
-      browser: { type: 'string' },
-      'screenshots-dir': { type: 'string' },
-      'allow-origin': { type: 'string', multiple: true },
-      'allow-host-header': { type: 'string', multiple: true },
-      'screenshot-format': { type: 'string' },
-      'screenshot-quality': { type: 'string' },
-      'screenshot-max-side': { type: 'string' },
-      'max-image-bytes': { type: 'string' },
-      'display-size': { type: 'string' },
-      'display-sizes': { type: 'string' },
-      desktops: { type: 'string' },
-      warm: { type: 'string' },
-      'desktop-queue': { type: 'string' },
-      'desktop-wait-ms': { type: 'string' },
-      'shared-desktop': { type: 'boolean' },
-      'resume-window-ms': { type: 'string' },
-      'call-timeout-ms': { type: 'string' },
-      'max-batch-ms': { type: 'string' },
-      'expose-error-messages': { type: 'boolean' },
-      disable: { type: 'string', multiple: true },
-      'browser-enable': { type: 'string', multiple: true },
-      'allow-host': { type: 'string', multiple: true },
-      'deny-host': { type: 'string', multiple: true },
-      'allow-private-networks': { type: 'boolean' },
-      'allow-private': { type: 'string', multiple: true },
-      'upload-root': { type: 'string', multiple: true },
-      'downloads-dir': { type: 'string' },
-      'max-downloads': { type: 'string' },
-      'max-download-bytes': { type: 'string' },
-      'expose-download-paths': { type: 'boolean' },
-      record: { type: 'boolean' },
-      'record-on-request': { type: 'boolean' },
-      'recordings-dir': { type: 'string' },
-      'record-keep': { type: 'string' },
-      'record-video': { type: 'string' },
-      'record-video-fps': { type: 'string' },
-      'record-trace': { type: 'string' },
-      'record-network-bodies': { type: 'boolean' },
-      'record-trace-screenshots': { type: 'boolean' },
-      'record-redact': { type: 'string' },
-      'record-max-sessions': { type: 'string' },
-      'record-max-bytes': { type: 'string' },
-      'record-max-age-ms': { type: 'string' },
-      'allow-takeover': { type: 'boolean' },
-      'takeover-lease-ms': { type: 'string' },
-      'takeover-grace-ms': { type: 'string' },
-      'log-level': { type: 'string' },
-      'log-format': { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
+/** `deskbatch serve`'s flags (USAGE says what each does). */
+const SERVE_OPTIONS = {
+  host: { type: 'string' },
+  port: { type: 'string' },
+  browser: { type: 'string' },
+  'screenshots-dir': { type: 'string' },
+  'allow-origin': { type: 'string', multiple: true },
+  'allow-host-header': { type: 'string', multiple: true },
+  'screenshot-format': { type: 'string' },
+  'screenshot-quality': { type: 'string' },
+  'screenshot-max-side': { type: 'string' },
+  'max-image-bytes': { type: 'string' },
+  'display-size': { type: 'string' },
+  'display-sizes': { type: 'string' },
+  desktops: { type: 'string' },
+  warm: { type: 'string' },
+  'desktop-queue': { type: 'string' },
+  'desktop-wait-ms': { type: 'string' },
+  'shared-desktop': { type: 'boolean' },
+  'resume-window-ms': { type: 'string' },
+  'call-timeout-ms': { type: 'string' },
+  'max-batch-ms': { type: 'string' },
+  'expose-error-messages': { type: 'boolean' },
+  disable: { type: 'string', multiple: true },
+  'browser-enable': { type: 'string', multiple: true },
+  'allow-host': { type: 'string', multiple: true },
+  'deny-host': { type: 'string', multiple: true },
+  'allow-private-networks': { type: 'boolean' },
+  'allow-private': { type: 'string', multiple: true },
+  'upload-root': { type: 'string', multiple: true },
+  'downloads-dir': { type: 'string' },
+  'max-downloads': { type: 'string' },
+  'max-download-bytes': { type: 'string' },
+  'expose-download-paths': { type: 'boolean' },
+  record: { type: 'boolean' },
+  'record-on-request': { type: 'boolean' },
+  'recordings-dir': { type: 'string' },
+  'record-keep': { type: 'string' },
+  'record-video': { type: 'string' },
+  'record-video-fps': { type: 'string' },
+  'record-trace': { type: 'string' },
+  'record-network-bodies': { type: 'boolean' },
+  'record-trace-screenshots': { type: 'boolean' },
+  'record-redact': { type: 'string' },
+  'record-max-sessions': { type: 'string' },
+  'record-max-bytes': { type: 'string' },
+  'record-max-age-ms': { type: 'string' },
+  'allow-takeover': { type: 'boolean' },
+  'takeover-lease-ms': { type: 'string' },
+  'takeover-grace-ms': { type: 'string' },
+  'log-level': { type: 'string' },
+  'log-format': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+type ServeValues = ReturnType<
+  typeof parseArgs<{ args: string[]; strict: true; options: typeof SERVE_OPTIONS }>
+>['values'];
+
+/** Only plain decimal integers: Number('') would be 0, a silent port 0. */
+const num = (v: string | undefined): number | undefined =>
+  v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
+
+/** What `--log-level` and `--log-format` ask for, checked before anything else is done. */
+function logSettings(values: ServeValues): { level: LogLevel; format: LogFormat } {
   const level = (values['log-level'] ?? DEFAULT_CONFIG.logLevel) as LogLevel;
   if (!LOG_LEVELS.includes(level)) throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
   const format = (values['log-format'] ?? (process.stderr.isTTY ? 'pretty' : 'json')) as LogFormat;
   if (!LOG_FORMATS.includes(format)) throw new ConfigError(`--log-format must be one of ${LOG_FORMATS.join(', ')}`);
-  // Only plain decimal integers: Number('') would be 0, a silent port 0.
-  const num = (v: string | undefined): number | undefined =>
-    v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
+  return { level, format };
+}
 
+interface TokenSource {
+  token: string;
+  /** Whether the operator gave it (DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE), rather than the file generated once. */
+  configured: boolean;
+  /** Where it came from, for the start-up line (never the token itself). */
+  from: string;
+}
+
+/**
+ * The token: DESKBATCH_TOKEN, the file DESKBATCH_TOKEN_FILE names, or one
+ * generated once into ~/.deskbatch/token. Both variables leave the
+ * environment first: children (Xvfb, openbox, the desktop worker, anything
+ * started on the desktop) must never see the token.
+ */
+async function readToken(): Promise<TokenSource> {
   const tokenFile = process.env.DESKBATCH_TOKEN_FILE?.trim() || undefined;
   let envToken = process.env.DESKBATCH_TOKEN?.trim();
-  // Children (Xvfb, openbox, the desktop worker, anything started on the desktop) must never see the token.
   delete process.env.DESKBATCH_TOKEN;
   delete process.env.DESKBATCH_TOKEN_FILE;
   if (envToken && tokenFile) throw new ConfigError('set DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE, not both');
@@ -256,17 +279,22 @@ async function serve(argv: string[]): Promise<void> {
       })
     ).trim();
     if (!envToken) throw new ConfigError(`DESKBATCH_TOKEN_FILE ${tokenFile} is empty`);
+    return { token: envToken, configured: true, from: `from DESKBATCH_TOKEN_FILE ${tokenFile}` };
   }
+  if (envToken) return { token: envToken, configured: true, from: 'from DESKBATCH_TOKEN' };
   const tokenPath = join(homedir(), '.deskbatch', 'token');
-  const token = envToken || (await loadOrCreateToken(tokenPath));
-  // The logger knows the token only to keep it out of every line (src/log.ts).
-  const log = createLogger(level, undefined, {}, { format, secrets: [token] });
+  return { token: await loadOrCreateToken(tokenPath), configured: false, from: `in ${tokenPath} (mode 0600)` };
+}
 
-  let display = process.env.DISPLAY || undefined;
-  let xvfb: VirtualDisplay | undefined;
-  const sizes = parseSizes(values['display-size'], values['display-sizes']);
-  const pooled = !display && !values['shared-desktop'];
-  const config = resolveConfig({
+/** The daemon's configuration from the flags, the token and the environment's DISPLAY. */
+function configFrom(
+  values: ServeValues,
+  token: TokenSource,
+  display: string | undefined,
+  pooled: boolean,
+  sizes: { width: number; height: number }[],
+): DaemonConfig {
+  return resolveConfig({
     desktops: {
       mode: pooled ? 'pool' : 'shared',
       max: num(values.desktops),
@@ -311,12 +339,51 @@ async function serve(argv: string[]): Promise<void> {
       graceMs: num(values['takeover-grace-ms']),
     },
     logLevel: values['log-level'] as LogLevel | undefined,
-    token,
-    tokenConfigured: Boolean(envToken),
+    token: token.token,
+    tokenConfigured: token.configured,
     display,
     // An operator's own Xvfb started with -fbdir: its screen file (README.md, docs/PERFORMANCE.md "Grabbing the screen").
     ...(display && process.env[FRAMEBUFFER_ENV] ? { displayFramebuffer: process.env[FRAMEBUFFER_ENV] } : {}),
   });
+}
+
+/** SIGINT and SIGTERM shut the daemon (and the display it started) down, within a hard deadline. */
+function stopOnSignals(daemon: Daemon, xvfb: VirtualDisplay | undefined, deadlineMs: number, log: Logger): void {
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    log.info(`${signal}: shutting down`);
+    // The hard deadline: whatever still runs after it is abandoned.
+    setTimeout(() => {
+      log.error('shutdown deadline passed; exiting');
+      process.exit(1);
+    }, deadlineMs + 2_000).unref();
+    void (async () => {
+      await daemon.close();
+      await xvfb?.stop();
+      process.exit(0);
+    })();
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+}
+
+async function serve(argv: string[]): Promise<void> {
+  const { values } = parseArgs({ args: argv, strict: true, options: SERVE_OPTIONS });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const logging = logSettings(values);
+  const token = await readToken();
+  // The logger knows the token only to keep it out of every line (src/log.ts).
+  const log = createLogger(logging.level, undefined, {}, { format: logging.format, secrets: [token.token] });
+  let display = process.env.DISPLAY || undefined;
+  let xvfb: VirtualDisplay | undefined;
+  const sizes = parseSizes(values['display-size'], values['display-sizes']);
+  const pooled = !display && !values['shared-desktop'];
+  const config = configFrom(values, token, display, pooled, sizes);
   if (pooled) {
     // Each desktop has its own display and X cookie (src/desktops/desktop.ts).
     config.displayAuth = 'cookie';
@@ -333,32 +400,8 @@ async function serve(argv: string[]): Promise<void> {
 
   const daemon = await startDaemon(config, log);
   log.info(`deskbatch listening on ${daemon.url}`, pooled ? { desktops: 'pool' } : { display });
-  log.info(
-    tokenFile
-      ? `token: from DESKBATCH_TOKEN_FILE ${tokenFile}`
-      : envToken
-        ? 'token: from DESKBATCH_TOKEN'
-        : `token: in ${tokenPath} (mode 0600)`,
-  );
-
-  let stopping = false;
-  const stop = (signal: string): void => {
-    if (stopping) return;
-    stopping = true;
-    log.info(`${signal}: shutting down`);
-    // The hard deadline: whatever still runs after it is abandoned.
-    setTimeout(() => {
-      log.error('shutdown deadline passed; exiting');
-      process.exit(1);
-    }, config.shutdownDeadlineMs + 2_000).unref();
-    void (async () => {
-      await daemon.close();
-      await xvfb?.stop();
-      process.exit(0);
-    })();
-  };
-  process.on('SIGINT', () => stop('SIGINT'));
-  process.on('SIGTERM', () => stop('SIGTERM'));
+  log.info(`token: ${token.from}`);
+  stopOnSignals(daemon, xvfb, config.shutdownDeadlineMs, log);
 }
 
 export async function main(argv: string[]): Promise<void> {
