@@ -24,10 +24,10 @@ import { chromium, type Browser } from 'playwright';
 import { browserPolicyState, MANAGED_POLICY_DIR, POLICY_SOURCE } from '../src/browser/policy.ts';
 import type { BatchResult } from '../src/protocol.ts';
 import { CHROMIUM_PATH } from './helpers/chromium.ts';
-import { startTestDaemon, type TestClient, type TestDaemon } from './helpers/daemon.ts';
+import type { TestClient, TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { until } from './helpers/wait.ts';
-import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
+import { browserUse, startContainedDaemon, startWebServer, type WebServer } from './helpers/web.ts';
 
 const texts = (r: BatchResult): string[] =>
   r.tool_results.flatMap((t) => t.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])));
@@ -365,11 +365,7 @@ describe('WebRTC reaches no address the egress proxy would refuse (policy WebRtc
       await tcpListener('TURN over TLS', '127.0.0.1'),
     );
     // Only the page's own host and port are allowed, as an operator serving one local site would.
-    d = await startTestDaemon({
-      display: undefined,
-      browser: 'headless',
-      browserSettings: { allowPrivateNetworks: false, privateAllow: [`127.0.0.1:${new URL(web.origin).port}`] },
-    });
+    d = await startContainedDaemon(web);
     c = await d.connect();
   });
   after(async () => {

@@ -27,7 +27,14 @@ import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { newLogDir } from './helpers/artifacts.ts';
 import { until } from './helpers/wait.ts';
-import { browserUse, startVictim, startWebServer, type Victim, type WebServer } from './helpers/web.ts';
+import {
+  browserUse,
+  startContainedDaemon,
+  startVictim,
+  startWebServer,
+  type Victim,
+  type WebServer,
+} from './helpers/web.ts';
 
 const texts = (r: BatchResult): string[] =>
   r.tool_results.flatMap((t) => t.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])));
@@ -191,11 +198,7 @@ describe('egress: the browser cannot reach private networks or the daemon itself
     web = await startWebServer();
     victim = await startVictim();
     // The test site is reached through the operator's opt-in for exactly its address and port.
-    d = await startTestDaemon({
-      display: undefined,
-      browser: 'headless',
-      browserSettings: { allowPrivateNetworks: false, privateAllow: [`127.0.0.1:${new URL(web.origin).port}`] },
-    });
+    d = await startContainedDaemon(web);
     c = await d.connect();
   });
   after(async () => {
@@ -265,11 +268,7 @@ describe('a hostile page cannot break element references, for itself or for othe
   let d: TestDaemon;
   before(async () => {
     web = await startWebServer();
-    d = await startTestDaemon({
-      display: undefined,
-      browser: 'headless',
-      browserSettings: { allowPrivateNetworks: false, privateAllow: [`127.0.0.1:${new URL(web.origin).port}`] },
-    });
+    d = await startContainedDaemon(web);
   });
   after(async () => {
     await d?.close();

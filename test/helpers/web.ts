@@ -98,6 +98,19 @@ export async function startBrowserFixture(
   };
 }
 
+/**
+ * A daemon whose headless browser is contained as by default (no private
+ * address) except for `web`'s own host and port, as an operator serving one
+ * local site would allow it.
+ */
+export function startContainedDaemon(web: WebServer): Promise<TestDaemon> {
+  return startTestDaemon({
+    display: undefined,
+    browser: 'headless',
+    browserSettings: { allowPrivateNetworks: false, privateAllow: [`127.0.0.1:${new URL(web.origin).port}`] },
+  });
+}
+
 let counter = 0;
 /** A browser tool_use block as the API would send it. */
 export function browserUse(name: string, input: Record<string, unknown> = {}, id?: string): ToolUse {
