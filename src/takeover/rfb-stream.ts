@@ -35,9 +35,13 @@ export interface RfbSegment {
 const WS_PROTOCOL_ERROR = 1002;
 export const WS_TOO_BIG = 1009;
 
-/** The viewer's stream broke the protocol (or a limit); `wsCode` is the WebSocket close code to answer with. */
+/**
+ * The viewer's stream broke the protocol (or a limit); `wsCode` is the WebSocket close code to answer
+ * with. `code` is stable, as the daemon's errors' are (src/errors.ts).
+ */
 export class RfbProtocolError extends Error {
   override readonly name = 'RfbProtocolError';
+  readonly code = 'ERR_RFB_PROTOCOL';
   constructor(
     message: string,
     readonly wsCode: number = WS_PROTOCOL_ERROR,
