@@ -12,7 +12,7 @@
  * compared), `halted` and `cancelled`. Times never are.
  *
  * Element references (`ref_N`) come from one counter per daemon process
- * (src/browser/snapshot.ts), so the same element gets another number on
+ * (src/browser/frame-worlds.ts), so the same element gets another number on
  * another daemon: texts are compared with each reference matched to its
  * counterpart, and later calls' inputs are sent with the replayed numbers.
  */
