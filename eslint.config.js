@@ -135,7 +135,7 @@ export default defineConfig(
     },
   },
   {
-    // A classic script (its text is evaluated in the page, src/browser/snapshot.ts) with the page's globals only.
+    // A classic script (its text is evaluated in the page, src/browser/frame-worlds.ts) with the page's globals only.
     files: ['src/browser/page-script/**/*.js'],
     languageOptions: {
       sourceType: 'script',

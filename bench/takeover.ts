@@ -87,7 +87,7 @@ export const TARGET_MS = 100;
 const TRIAL_TIMEOUT_MS = 5_000;
 /**
  * A random pause before each input, up to this: x11vnc polls the screen every
- * 10 ms (src/takeover/vnc.ts LATENCY_ARGS) and the viewer draws every 16.7 ms;
+ * 10 ms (src/takeover/vnc-server.ts LATENCY_ARGS) and the viewer draws every 16.7 ms;
  * inputs sent in lock-step with either would sample one phase of them only.
  */
 const JITTER_MS = 40;

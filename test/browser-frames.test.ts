@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { FRAME_ANSWER_MS, FRAMES_MAX } from '../src/browser/snapshot.ts';
+import { FRAME_ANSWER_MS, FRAMES_MAX } from '../src/browser/frame-worlds.ts';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { until } from './helpers/wait.ts';

@@ -9,7 +9,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright';
-import { refCenter, refElement, readPage, READ_OUTPUT_MAX } from '../src/browser/snapshot.ts';
+import { refCenter, refElement } from '../src/browser/frame-worlds.ts';
+import { readPage, READ_OUTPUT_MAX } from '../src/browser/snapshot.ts';
 import { ToolInputError } from '../src/errors.ts';
 import type { BatchResult, ToolUse } from '../src/protocol.ts';
 import { assertApiValid } from './helpers/api-rules.ts';

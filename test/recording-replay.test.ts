@@ -18,14 +18,8 @@ import sharp from 'sharp';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { ToolUse } from '../src/protocol.ts';
-import {
-  DEFAULT_IMAGE_TOLERANCE,
-  ReplayError,
-  imageDifference,
-  replayTrajectory,
-  type ReplayBatch,
-  type ReplayReport,
-} from '../src/recording/replay.ts';
+import { DEFAULT_IMAGE_TOLERANCE, imageDifference, type ReplayReport } from '../src/recording/replay-compare.ts';
+import { ReplayError, replayTrajectory, type ReplayBatch } from '../src/recording/replay.ts';
 import { assertApiValid } from './helpers/api-rules.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from './helpers/daemon.ts';
 import { until, within } from './helpers/wait.ts';

@@ -1,5 +1,6 @@
 /**
- * Human takeover's VNC side (src/takeover/vnc.ts) with a real Xvfb, a real
+ * Human takeover's VNC side (src/takeover/vnc-server.ts, vnc-bridge.ts,
+ * rfb-stream.ts) with a real Xvfb, a real
  * x11vnc and real WebSockets: a ws server on 127.0.0.1 whose connections go
  * through bridgeVnc, and a minimal RFB client (test/helpers/rfb-client.ts)
  * speaking to it as noVNC does. What a viewer does is checked in X itself
@@ -31,20 +32,15 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { KeymapWatch } from '../src/desktop/keymap-watch.ts';
 import { XConnection } from '../src/desktop/x11.ts';
 import { createLogger, type Logger } from '../src/log.ts';
+import { MAX_CUT_TEXT_BYTES, RfbClientStream, RfbProtocolError, type RfbSegment } from '../src/takeover/rfb-stream.ts';
 import {
-  MAX_CUT_TEXT_BYTES,
-  RfbClientStream,
-  RfbProtocolError,
-  VncError,
   bridgeVnc,
   isCharacterKeysym,
-  startVncServer,
   type InputTally,
-  type RfbSegment,
   type VncBridge,
   type KeymapGuard,
-  type VncServer,
-} from '../src/takeover/vnc.ts';
+} from '../src/takeover/vnc-bridge.ts';
+import { VncError, startVncServer, type VncServer } from '../src/takeover/vnc-server.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
 import { isRunning, processesMentioning } from './helpers/recording.ts';
 import { RfbTestClient } from './helpers/rfb-client.ts';

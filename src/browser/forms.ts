@@ -8,7 +8,7 @@
 import type { Page } from 'playwright';
 import { ToolInputError } from '../errors.ts';
 import { echo } from '../text.ts';
-import { onRef, refElement } from './snapshot.ts';
+import { onRef, refElement } from './frame-worlds.ts';
 
 export type FormValue = string | number | boolean;
 

@@ -8,7 +8,7 @@
  * client reads the new keycode as nothing, and the character is lost (the
  * first é of a password, seen in test/viewer-takeover.test.ts). The agent's
  * own typing waits for that re-read (src/desktop/worker/keymap.ts); this does
- * the same for the person's keys. The bridge (src/takeover/vnc.ts) sends
+ * the same for the person's keys. The bridge (src/takeover/vnc-bridge.ts) sends
  * x11vnc the key's release first, which x11vnc answers by binding the keysym
  * (a release of a key that is not down types nothing), waits here
  * until the client that gets the keys has re-read the keymap since, then

@@ -6,13 +6,8 @@
  * done (a usage error, an unreadable or newer trajectory, no session).
  */
 import { parseArgs } from 'node:util';
-import {
-  DEFAULT_IMAGE_TOLERANCE,
-  ReplayError,
-  replayTrajectory,
-  type ReplayDifference,
-  type ReplayReport,
-} from './replay.ts';
+import { DEFAULT_IMAGE_TOLERANCE, type ReplayDifference, type ReplayReport } from './replay-compare.ts';
+import { ReplayError, replayTrajectory } from './replay.ts';
 
 export const REPLAY_USAGE = `Usage: deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]
 

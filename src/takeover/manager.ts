@@ -17,7 +17,7 @@
  *   lease), never directly.
  * - **Counts, never text**: the agent, the log and the recording learn that
  *   a person clicked N times and typed N characters; what was typed never
- *   leaves the VNC bridge (src/takeover/vnc.ts).
+ *   leaves the VNC bridge (src/takeover/vnc-bridge.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
@@ -34,7 +34,8 @@ import { personText, type TakeoverMessage, type TakeoverOutcome } from '../proto
 import type { SocketRoute } from '../server/server.ts';
 import type { TakeoverPort } from '../server/takeover-port.ts';
 import { ownedTempFolder } from '../temp-folder.ts';
-import { bridgeVnc, startVncServer, type InputTally, type VncBridge, type VncServer } from './vnc.ts';
+import { bridgeVnc, type InputTally, type VncBridge } from './vnc-bridge.ts';
+import { startVncServer, type VncServer } from './vnc-server.ts';
 
 export const CONTROL_PATH = '/viewer/control';
 export const CONTROL_SUBPROTOCOL = 'deskbatch.control.v1';

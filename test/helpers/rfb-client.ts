@@ -1,6 +1,6 @@
 /**
  * A minimal RFB 3.8 client over a WebSocket, as noVNC speaks to the takeover
- * bridge (src/takeover/vnc.ts): the handshake with security type None,
+ * bridge (src/takeover/vnc-bridge.ts): the handshake with security type None,
  * ServerInit, and the few messages the tests send and read. It asks for Raw
  * pixels and the Cursor pseudo-encoding only (unless told otherwise), so
  * every FramebufferUpdate can be parsed without a decoder.

@@ -13,7 +13,7 @@ import type { Page } from 'playwright';
 import { z } from 'zod';
 import { parseKeyChords, parsePlaywrightModifiers, type Modifier } from '../../src/browser/keys.ts';
 import { focusedIsPassword, setFormValue } from '../../src/browser/forms.ts';
-import { refCenter } from '../../src/browser/snapshot.ts';
+import { refCenter } from '../../src/browser/frame-worlds.ts';
 import type { Point } from '../../src/geometry.ts';
 import { ToolInputError } from '../../src/errors.ts';
 import { echo } from '../../src/text.ts';

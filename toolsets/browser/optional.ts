@@ -8,7 +8,7 @@ import { relative, isAbsolute, sep } from 'node:path';
 import type { Request } from 'playwright';
 import { z } from 'zod';
 import { oneLine } from '../../src/text.ts';
-import { refElement } from '../../src/browser/snapshot.ts';
+import { refElement } from '../../src/browser/frame-worlds.ts';
 import { ToolInputError, ToolRefusedError } from '../../src/errors.ts';
 import { orAfter } from '../../src/resilience.ts';
 import { browserMember, refTarget, tabId } from './context.ts';

@@ -1,6 +1,7 @@
 /**
  * Reading members: `read_page`, `find`, `get_page_text` (docs/TOOLSETS.md C2).
- * The page work and the element references live in src/browser/snapshot.ts.
+ * The page work lives in src/browser/snapshot.ts, the frames and element references in
+ * src/browser/frame-worlds.ts.
  */
 import { z } from 'zod';
 import { READ_PAGE_DEPTH_DEFAULT, findElements, pageText, readPage } from '../../src/browser/snapshot.ts';

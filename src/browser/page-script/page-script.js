@@ -1,5 +1,5 @@
 /**
- * The in-page script of the browser driver (src/browser/snapshot.ts reads this
+ * The in-page script of the browser driver (src/browser/frame-worlds.ts reads this
  * file's text once and evaluates `(pageScript)(request)` in an isolated world
  * of one frame: the page's main frame, or an iframe's). It is plain JavaScript, read as text rather than
  * imported: tsx (esbuild keepNames) would inject `__name(...)` calls into a
