@@ -460,6 +460,16 @@ describe('faults stay on their desktop', () => {
     assert.equal(crashed.failures[0]?.error.type, 'BrowserCrashedError', JSON.stringify(crashed.failures));
     const { result: ra } = await a.client.batch('a-browser', [browserUse('navigate', { url: `${web.origin}/blank` })]);
     assert.equal(ra.failures.length, 0, `A failed after B's browser died: ${JSON.stringify(ra.failures)}`);
+    // And B's browser works again: its next call launches a new Chromium on B's desktop.
+    const { result: rebuilt } = await b.client.batch('b-after', [
+      browserUse('navigate', { url: `${web.origin}/blank` }),
+    ]);
+    assert.equal(rebuilt.failures.length, 0, `B's browser did not come back: ${JSON.stringify(rebuilt.failures)}`);
+    const relaunched = desktopOf(d, idB).processes.browser;
+    assert.ok(
+      relaunched !== undefined && relaunched !== browserPidB,
+      `B's browser pid: ${relaunched} after ${browserPidB}`,
+    );
     a.client.close();
     b.client.close();
   });
