@@ -169,13 +169,10 @@ describe('browser lifecycle', () => {
 
   test('a session that ends closes its browser context', async () => {
     const client = await f.daemon.connect();
-    const r = await run(client, [
-      use('navigate', { url: `${f.web.origin}/ping-page` }),
-      use('wait', { duration: 0.3 }),
-    ]);
+    const r = await run(client, [use('navigate', { url: `${f.web.origin}/ping-page` })]);
     assert.ok(!r.tool_results.some((x) => x.is_error));
     const pings = () => f.web.requests.filter((q) => q.path === '/ping').length;
-    assert.ok(pings() > 0, 'the page pings while its session lives');
+    await until('the page to ping while its session lives', () => pings() > 0);
     const ended = (await client.hello()).session_id;
     // A clock for the pinging page: a page of a session that lives on, ticking at the same interval in
     // the same browser. While the ended session's page runs, no ten ticks pass without a ping of it.

@@ -12,6 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import sharp from 'sharp';
 import type { BatchResult, ToolEvent, ToolUse } from '../src/protocol.ts';
 import { assertApiValid, imageSize } from './helpers/api-rules.ts';
+import { until } from './helpers/wait.ts';
 import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
 
 const NOT_EXECUTED = 'Not executed: an earlier action in this turn failed.';
@@ -200,13 +201,22 @@ describe('browser navigation, tabs, screen and optional members', () => {
 
   test('navigate refuses a denied host; the page cannot go there either', async () => {
     const port = new URL(origin).port;
-    let r = await run(f, [use('navigate', { url: `http://localhost:${port}/a` })]);
+    const r = await run(f, [use('navigate', { url: `http://localhost:${port}/a` })]);
     assert.equal(r.tool_results[0]!.is_error, true);
     assert.equal(textOf(r.tool_results[0]!), "Refused: that host is not allowed by this browser's URL policy.");
     const before = f.web.requests.length;
-    r = await run(f, [use('navigate', { url: `${origin}/to-localhost` }), use('wait', { duration: 0.3 })]);
-    const all = r.tool_results.map(textOf).join('\n');
-    assert.match(all, /A navigation was refused\./);
+    // The page's script asks for the denied host as it loads, which may be after navigate returned: the
+    // refusal is noted on the first result after it that can hold text.
+    const texts = (await run(f, [use('navigate', { url: `${origin}/to-localhost` })])).tool_results.map(textOf);
+    await until(
+      'a result to note the refused navigation',
+      async () => {
+        if (texts.some((t) => t.includes('A navigation was refused.'))) return true;
+        texts.push(...(await run(f, [use('get_page_text')])).tool_results.map(textOf));
+        return false;
+      },
+      { seen: () => texts, intervalMs: 50 },
+    );
     assert.ok(!f.web.requests.slice(before).some((q) => q.path === '/a'), 'the denied page was never requested');
   });
 
@@ -455,23 +465,36 @@ describe('browser navigation, tabs, screen and optional members', () => {
 
   test('read_console and read_network report what happened since the last read', async () => {
     // A fresh tab: the buffers hold what happened in a tab since its last read.
-    let r = await run(f, [
-      use('new_tab'),
-      use('navigate', { url: `${origin}/console` }),
-      use('wait', { duration: 0.3 }),
-    ]);
-    r = await run(f, [use('read_console'), use('read_console'), use('read_network'), use('read_network')]);
-    const [consoleText, consoleAgain, network, networkAgain] = r.tool_results.map((x) => textOf(x).split('\n\n')[0]!);
+    await run(f, [use('new_tab'), use('navigate', { url: `${origin}/console` })]);
+    // The page's fetch may finish after navigate returned: the network log is read until it holds it.
+    const lines: string[] = [];
+    const readNetwork = (x: Result): number =>
+      lines.push(
+        ...textOf(x)
+          .split('\n\n')[0]!
+          .split('\n')
+          .filter((l) => l !== 'No requests since the last read.'),
+      );
+    await until(
+      `read_network to report GET ${origin}/data.json`,
+      async () => {
+        readNetwork((await run(f, [use('read_network')])).tool_results[0]!);
+        return lines.some((l) => l.startsWith(`GET ${origin}/data.json `));
+      },
+      { seen: () => lines, intervalMs: 50 },
+    );
+    const r = await run(f, [use('read_console'), use('read_console'), use('read_network'), use('read_network')]);
+    const [consoleText, consoleAgain, , networkAgain] = r.tool_results.map((x) => textOf(x).split('\n\n')[0]!);
+    readNetwork(r.tool_results[2]!);
     assert.deepEqual(consoleText!.split('\n'), ['[log] hello 42', '[warning] careful now']);
     assert.equal(consoleAgain, 'No console messages since the last read.');
-    const lines = network!.split('\n');
     assert.ok(
       lines.some((l) => new RegExp(`^GET ${origin}/console 200 text/html \\d+ ms$`).test(l)),
-      network,
+      lines.join('\n'),
     );
     assert.ok(
       lines.some((l) => new RegExp(`^GET ${origin}/data.json 200 application/json \\d+ ms$`).test(l)),
-      network,
+      lines.join('\n'),
     );
     assert.equal(networkAgain, 'No requests since the last read.');
   });

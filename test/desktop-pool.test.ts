@@ -257,8 +257,9 @@ describe('a desktop of its own per session', () => {
     b.client.close();
   });
 
-  test('a recycled desktop keeps nothing of its last session', async (t) => {
-    if (!firstA) return t.skip('needs the test before');
+  test('a recycled desktop keeps nothing of its last session', async () => {
+    // A skip here would let a run pass without this test: without the desktop the test before used, it fails.
+    assert.ok(firstA, 'the test before left no desktop to recycle');
     const gone = firstA;
     // Its session's resume window ends, the desktop is torn down and a fresh one takes its place.
     await until(`desktop ${gone.id} to be torn down`, () => !d.daemon.desktops.list().some((x) => x.id === gone.id), {
@@ -460,6 +461,16 @@ describe('faults stay on their desktop', () => {
     assert.equal(crashed.failures[0]?.error.type, 'BrowserCrashedError', JSON.stringify(crashed.failures));
     const { result: ra } = await a.client.batch('a-browser', [browserUse('navigate', { url: `${web.origin}/blank` })]);
     assert.equal(ra.failures.length, 0, `A failed after B's browser died: ${JSON.stringify(ra.failures)}`);
+    // And B's browser works again: its next call launches a new Chromium on B's desktop.
+    const { result: rebuilt } = await b.client.batch('b-after', [
+      browserUse('navigate', { url: `${web.origin}/blank` }),
+    ]);
+    assert.equal(rebuilt.failures.length, 0, `B's browser did not come back: ${JSON.stringify(rebuilt.failures)}`);
+    const relaunched = desktopOf(d, idB).processes.browser;
+    assert.ok(
+      relaunched !== undefined && relaunched !== browserPidB,
+      `B's browser pid: ${relaunched} after ${browserPidB}`,
+    );
     a.client.close();
     b.client.close();
   });

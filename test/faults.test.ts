@@ -23,6 +23,7 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
@@ -35,7 +36,7 @@ import { assertApiValid, imageSize } from './helpers/api-rules.ts';
 import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDesktop, type TestDesktop } from './helpers/desktop.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import type { RecordedMouseEvent } from './helpers/event-page.ts';
+import type { RecordedEvent, RecordedMouseEvent } from './helpers/event-page.ts';
 import {
   RESOURCE_DOWN_TYPES,
   childPids,
@@ -45,7 +46,7 @@ import {
   killAll,
   waitFor,
 } from './helpers/faults.ts';
-import { within } from './helpers/wait.ts';
+import { until, within } from './helpers/wait.ts';
 import { browserUse } from './helpers/web.ts';
 
 const WIDTH = 1024;
@@ -221,14 +222,8 @@ async function holdDisplayNumber(display: string): Promise<{ release(): Promise<
 interface Fault {
   /** The fault is injected once the call at this index has started… */
   index: number;
-  /** …and this condition holds (default: at once)… */
-  when?: () => boolean | Promise<boolean>;
-  /**
-   * …plus this many ms: only where the moment to strike is a state of Chromium the test cannot see
-   * (a call stuck inside newContext or newPage). A kill that lands earlier in the call fails it the
-   * same way, so no assertion depends on the machine's speed.
-   */
-  afterMs?: number;
+  /** …and this condition holds (default: at once), which the failure names when it does not. */
+  when?: { what: string; holds: () => boolean | Promise<boolean>; seen?: () => unknown };
   inject: () => void | Promise<void>;
 }
 
@@ -266,9 +261,8 @@ async function run(client: TestClient, uses: ToolUse[], options: { id?: string; 
       60_000,
       10,
     );
-    if (fault.when) await waitFor(`the fault condition in ${batchId}`, async () => (await fault.when!()) || undefined);
-    // A fixed time, on purpose: see Fault.afterMs.
-    if (fault.afterMs) await delay(fault.afterMs);
+    const { when } = fault;
+    if (when) await until(`${when.what} in ${batchId}`, when.holds, { timeoutMs: 30_000, seen: when.seen });
     await fault.inject();
   }
   return collect(client, batchId, uses, t0);
@@ -505,21 +499,17 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
     await other.hello();
     const queued = [computerUse('cursor_position'), computerUse('mouse_move', { coordinate: [300, 300] })];
     let killed = 0;
-    let witnessed = false;
-    let seen = '';
-    let holdStarted = 0;
+    let events: RecordedEvent[] = [];
     const { result, ms } = await run(client, uses, {
       fault: {
         index: 1,
-        // The hold is under way: the page has seen Shift go down (or, should the page miss it, 3 s have passed).
-        when: async () => {
-          holdStarted ||= performance.now();
-          const ev = await desk.events();
-          seen = JSON.stringify(
-            ev.filter((e) => e.type !== 'mousemove').map((e) => [e.type, 'key' in e ? e.key : '', e.target]),
-          );
-          witnessed = ev.some((e) => e.type === 'keydown' && e.key === 'Shift');
-          return witnessed || performance.now() - holdStarted > 3_000;
+        // The hold is under way: the page has seen Shift go down. Only then does the click below,
+        // unshifted, show that the killed worker left no key down.
+        when: {
+          what: 'the page to see Shift go down',
+          holds: async () => (events = await desk.events()).some((e) => e.type === 'keydown' && e.key === 'Shift'),
+          seen: () =>
+            events.filter((e) => e.type !== 'mousemove').map((e) => [e.type, 'key' in e ? e.key : '', e.target]),
         },
         inject: async () => {
           // The other session's batch reaches the daemon and waits for the desktop before the kill:
@@ -541,7 +531,6 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
       },
     });
     measure('batch with the worker killed during an 8 s hold_key', ms);
-    if (!witnessed) note(`the page did not see Shift go down before the kill; page events: ${seen}`);
     const behind = await collect(other, 'queued', queued);
     // It may meet a worker still starting; then it fails retryably and whole, never lost or doubled.
     for (const f of behind.result.failures) {
@@ -619,7 +608,8 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
     const { result, ms } = await run(client, uses, {
       fault: {
         index: 0,
-        when: () => pages.count('/slow') > slowBefore, // the navigation is under way (and never answered)
+        // The navigation is under way (and never answered).
+        when: { what: 'the slow page to be asked for', holds: () => pages.count('/slow') > slowBefore },
         inject: () => void (killed = killAll(browsers)),
       },
     });
@@ -782,21 +772,49 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
   }
 
   /**
-   * Runs a browser batch and SIGKILLs Chromium `afterMs` into its first call (the test stopped
-   * Chromium or its helpers so the call is stuck in `during`): that call fails retryably with
+   * The daemon logs each step a browser call waits on Chromium in as it begins (src/browser/session.ts):
+   * how often session `session` has begun `step` ('browser context opening', 'browser tab opening').
+   */
+  async function begun(session: string, step: string): Promise<number> {
+    const log = await readFile(d.logFile, 'utf8');
+    // Whole lines only: the last one may still be being written.
+    const lines = log
+      .slice(0, log.lastIndexOf('\n') + 1)
+      .split('\n')
+      .filter(Boolean);
+    return lines.filter((line) => {
+      const record = JSON.parse(line) as { msg?: unknown; session?: unknown };
+      return record.msg === step && record.session === session;
+    }).length;
+  }
+
+  /**
+   * Runs a browser batch and SIGKILLs Chromium once its first call has begun `step` (the test stopped
+   * Chromium or its helpers, so the call cannot get past it): that call fails retryably with
    * BrowserCrashedError, the rest is not executed, and the next batch works again.
    */
   async function killChromiumMidCall(
     c: TestClient,
+    session: string,
     pid: number,
     helpers: number[],
-    afterMs: number,
+    step: string,
     during: string,
   ): Promise<void> {
     const batch = uses();
+    const before = await begun(session, step);
     let r: Run;
     try {
-      r = await run(c, batch, { fault: { index: 0, afterMs, inject: () => void killAll([pid]) } });
+      r = await run(c, batch, {
+        fault: {
+          index: 0,
+          when: {
+            what: `the daemon to log '${step}' for ${session}`,
+            holds: async () => (await begun(session, step)) > before,
+          },
+          inject: () => void killAll([pid]),
+        },
+      });
     } finally {
       killAll([pid, ...helpers]);
     }
@@ -814,10 +832,10 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
     const { pid, helpers } = await theBrowser();
     const c = await d.connect();
     try {
-      await c.hello();
+      const { session_id: session } = await c.hello();
       // Stopped, Chromium still holds its pipe: the daemon takes it for alive and asks it for the new context.
       process.kill(pid, 'SIGSTOP');
-      await killChromiumMidCall(c, pid, helpers, 500, 'newContext');
+      await killChromiumMidCall(c, session, pid, helpers, 'browser context opening', 'newContext');
     } finally {
       c.close();
     }
@@ -827,7 +845,7 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
     await browserUp();
     const c = await d.connect();
     try {
-      await c.hello();
+      const { session_id: session } = await c.hello();
       // The session has its context but no tab: the next navigate opens one.
       const open = [browserUse('navigate', { url: `${pages.origin}/a` })];
       await run(c, open);
@@ -837,7 +855,7 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
       const { pid, helpers } = await theBrowser();
       // With its zygotes and renderers stopped, Chromium cannot finish the new tab: the kill lands mid-newPage.
       killAll(helpers, 'SIGSTOP');
-      await killChromiumMidCall(c, pid, helpers, 2_000, 'newPage');
+      await killChromiumMidCall(c, session, pid, helpers, 'browser tab opening', 'newPage');
     } finally {
       c.close();
     }

@@ -6,12 +6,13 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { computerUse as use, startTestDaemon, TEST_TOKEN, type TestDaemon } from './helpers/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
+import { rawGet } from './helpers/raw-http.ts';
 import { until } from './helpers/wait.ts';
 import { browserUse, startBrowserFixture } from './helpers/web.ts';
 import { createLogger } from '../src/log.ts';
@@ -232,7 +233,10 @@ describe('recordings', () => {
   });
 
   test('recordings are served only with the token, and only the files a recording writes', async () => {
-    const dir = await newDir();
+    // The recordings folder inside one of the test's own, beside a file no request may reach.
+    const outer = await newDir();
+    const dir = join(outer, 'recordings');
+    await writeFile(join(outer, 'secret.txt'), 'not a recording\n');
     const td = await daemon(dir);
     try {
       const c = await td.connect();
@@ -272,17 +276,21 @@ describe('recordings', () => {
       const download = await fetch(`${base}/recordings/${id}/trajectory.jsonl?download=1`, { headers: auth });
       assert.match(download.headers.get('content-disposition') ?? '', /^attachment; filename="/);
       await download.arrayBuffer();
+      // Sent as written (fetch would resolve the `..` away first), each at a file that is there:
+      // only the daemon's own checks answer 404.
+      await writeFile(join(dir, id, 'other.txt'), 'not a file a recording writes\n');
+      const port = Number(new URL(base).port);
       for (const bad of [
-        `/recordings/${id}/../../../etc/passwd`,
-        `/recordings/${id}/%2e%2e%2f%2e%2e%2fetc%2fpasswd`,
-        `/recordings/${id}/images/..%2f..%2ftrajectory.jsonl`,
+        `/recordings/${id}/../../secret.txt`,
+        `/recordings/${id}/%2e%2e%2f%2e%2e%2fsecret.txt`,
+        `/recordings/${id}/images/..%2f..%2f..%2fsecret.txt`,
         `/recordings/${id}/other.txt`,
         `/recordings/..%2f${id}/trajectory.jsonl`,
         `/recordings/nope/trajectory.jsonl`,
         `/recordings/${id}/video.mp4`, // not written: this daemon records no video
       ]) {
-        const r = await fetch(`${base}${bad}`, { headers: auth });
-        assert.equal(r.status, 404, bad);
+        const r = await rawGet(port, bad, { headers: auth });
+        assert.equal(r.status, 404, `${bad}: ${r.body}`);
       }
     } finally {
       await td.close();

@@ -34,9 +34,17 @@ test('a success or a different error type ends the streak', () => {
   assert.equal(t.failed(use({ a: 1 }), error('y')), 1);
 });
 
-test('memory is bounded: the oldest call is forgotten first', () => {
+test('memory is bounded: the oldest call is forgotten first, and only it', () => {
   const t = new RepeatTracker();
+  // 64 calls fill the memory (MAX_TRACKED in src/executor/repeats.ts); the 65th pushes out the oldest.
   t.failed(use({ first: true }), error('x'));
   for (let i = 0; i < 64; i++) t.failed(use({ i }), error('x'));
+  // The others are all still remembered: the newest, and the next oldest.
+  assert.equal(t.failed(use({ i: 63 }), error('x')), 2);
+  assert.equal(t.failed(use({ i: 0 }), error('x')), 2);
   assert.equal(t.failed(use({ first: true }), error('x')), 1);
+  // Oldest means least recently used: {i: 0} was just used again, so the
+  // first call's return pushed out {i: 1} instead.
+  assert.equal(t.failed(use({ i: 0 }), error('x')), 3);
+  assert.equal(t.failed(use({ i: 1 }), error('x')), 1);
 });

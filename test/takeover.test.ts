@@ -366,7 +366,8 @@ describe('takeover on', () => {
 });
 
 describe('a lease that runs out', () => {
-  const env = takeoverDaemon({ leaseMs: 2_000, graceMs: 1_000 });
+  const LEASE_MS = 2_000;
+  const env = takeoverDaemon({ leaseMs: LEASE_MS, graceMs: 1_000 });
 
   test('extend pushes the expiry on; then control goes back to the agent with outcome expired', async () => {
     const { d } = env;
@@ -375,13 +376,27 @@ describe('a lease that runs out', () => {
     const viewer = await ControlClient.open(d.url);
     viewer.send({ type: 'take', desktop: 'shared', operator: 'dave' });
     const granted = await viewer.next('granted', (m) => m.type === 'granted');
+    // The lease is a clock, so the clock is what the test waits on: extended
+    // half-way through, a re-armed lease ends at least half a lease after the
+    // first one would have (the daemon and the test read the same clock).
+    const firstExpiry = Number(granted.expires_at);
+    await until('half the first lease to pass', () => Date.now() >= firstExpiry - LEASE_MS / 2);
     const mark = viewer.messages.length;
     viewer.send({ type: 'extend', desktop: 'shared' });
     const extended = await viewer.next('granted after extend', (m) => m.type === 'granted', 30_000, mark);
-    assert.ok(Number(extended.expires_at) >= Number(granted.expires_at));
+    assert.ok(
+      Number(extended.expires_at) >= firstExpiry + LEASE_MS / 2,
+      `the expiry moved from ${firstExpiry} to ${String(extended.expires_at)}, not half a lease on`,
+    );
     agent.send({ type: 'batch', batch_id: 'waits', tool_uses: [computerUse('cursor_position', {})] });
     const ended = await agent.next(isTakeover('ended'));
     assert.equal(ended.outcome, 'expired');
+    // Not only the reported time: the lease itself ran past its first expiry.
+    // A late timer only lengthens it, so a busy machine cannot fail this.
+    assert.ok(
+      (ended.activity?.duration_ms ?? 0) >= LEASE_MS + LEASE_MS / 4,
+      `the takeover lasted ${String(ended.activity?.duration_ms)} ms: the lease ran out at its first expiry`,
+    );
     assert.match(ended.summary ?? '', /lease expired/);
     const holder = await viewer.next('ended for the holder', (m) => m.type === 'ended');
     assert.equal(holder.outcome, 'expired');

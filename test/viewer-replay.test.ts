@@ -25,8 +25,6 @@ const TOKEN_KEY = 'deskbatch.viewer.token';
 const SYNTHETIC = 's_synthetic_crashed';
 const SYNTHETIC_BATCHES = 250;
 const WITH_VIDEO = 's_with_video';
-/** The replay page's video path needs a video: made here with Debian's ffmpeg when it is installed. */
-const HAS_FFMPEG = spawnSync('ffmpeg', ['-version'], { stdio: 'ignore' }).status === 0;
 
 /** Runs an expression in the page (the project's types have no DOM, so expressions are strings). */
 const inPage = <T>(page: Page, expression: string): Promise<T> => page.evaluate(expression) as Promise<T>;
@@ -241,12 +239,20 @@ describe('replay page in Chromium, playing back a recorded session', () => {
   let kiosk: KioskChromium;
   let base: string;
   let session = '';
-  /** A session recorded with the desktop video on (when ffmpeg is installed). */
+  /** A session recorded with the desktop video on. */
   let videoSession = '';
   let results: BatchResult[] = [];
   let lines: Line[] = [];
 
   before(async () => {
+    // The video tests need Debian's ffmpeg, which setup installs (scripts/system-packages.txt): without it
+    // they fail here, naming it, instead of passing as skipped.
+    const ffmpeg = spawnSync('ffmpeg', ['-version'], { stdio: 'ignore' });
+    assert.equal(
+      ffmpeg.status,
+      0,
+      `ffmpeg (Debian package ffmpeg, which npm run setup installs) does not run: ${ffmpeg.error?.message ?? `exit ${ffmpeg.status}`}`,
+    );
     display = await startTestDisplay({ width: 1280, height: 800 });
     dir = await mkdtemp(join(tmpdir(), 'deskbatch-replay-'));
     const recording = { mode: 'all', dir, video: false, trace: false } as const;
@@ -280,28 +286,26 @@ describe('replay page in Chromium, playing back a recorded session', () => {
     } finally {
       await first.close();
     }
-    if (HAS_FFMPEG) {
-      // A later session, recorded with the desktop video (the recorder's own, src/recording/video.ts): the waits
-      // give the calls chapters of their own, a second long, once the video runs.
-      const recorder = await startTestDaemon({
-        ...options,
-        recording: { ...recording, video: true },
-      } as Parameters<typeof startTestDaemon>[0]);
-      try {
-        const c = await recorder.connect();
-        const welcome = await c.hello(undefined, { record: true, tools: [{ type: 'computer_toolset_20260801' }] });
-        videoSession = welcome.session_id;
-        const { result } = await c.batch('rv1', [
-          use('screenshot', {}, 'toolu_r_shot'),
-          use('wait', { duration: 1 }, 'toolu_r_wait1'),
-          use('mouse_move', { coordinate: [640, 400] }, 'toolu_r_move'),
-          use('wait', { duration: 1 }, 'toolu_r_wait2'),
-          use('screenshot', {}, 'toolu_r_shot2'),
-        ]);
-        assert.deepEqual(result.failures, []);
-      } finally {
-        await recorder.close();
-      }
+    // A later session, recorded with the desktop video (the recorder's own, src/recording/video.ts): the waits
+    // give the calls chapters of their own, a second long, once the video runs.
+    const recorder = await startTestDaemon({
+      ...options,
+      recording: { ...recording, video: true },
+    } as Parameters<typeof startTestDaemon>[0]);
+    try {
+      const c = await recorder.connect();
+      const welcome = await c.hello(undefined, { record: true, tools: [{ type: 'computer_toolset_20260801' }] });
+      videoSession = welcome.session_id;
+      const { result } = await c.batch('rv1', [
+        use('screenshot', {}, 'toolu_r_shot'),
+        use('wait', { duration: 1 }, 'toolu_r_wait1'),
+        use('mouse_move', { coordinate: [640, 400] }, 'toolu_r_move'),
+        use('wait', { duration: 1 }, 'toolu_r_wait2'),
+        use('screenshot', {}, 'toolu_r_shot2'),
+      ]);
+      assert.deepEqual(result.failures, []);
+    } finally {
+      await recorder.close();
     }
     lines = (await readFile(join(dir, session, 'trajectory.jsonl'), 'utf8'))
       .trimEnd()
@@ -312,7 +316,7 @@ describe('replay page in Chromium, playing back a recorded session', () => {
     await writeFile(join(dir, SYNTHETIC, 'trajectory.jsonl'), syntheticTrajectory(Date.now() - 3_600_000), {
       mode: 0o600,
     });
-    if (HAS_FFMPEG) await writeVideoRecording(join(dir, WITH_VIDEO), Date.now() - 7_200_000);
+    await writeVideoRecording(join(dir, WITH_VIDEO), Date.now() - 7_200_000);
     // The second daemon, on the same folder, lists and serves them all.
     d = await startTestDaemon(options as Parameters<typeof startTestDaemon>[0]);
     base = `http://127.0.0.1:${d.daemon.address.port}`;
@@ -376,7 +380,7 @@ describe('replay page in Chromium, playing back a recorded session', () => {
       );
       assert.deepEqual(
         rows.map((r) => r.id),
-        HAS_FFMPEG ? [videoSession, session, SYNTHETIC, WITH_VIDEO] : [session, SYNTHETIC],
+        [videoSession, session, SYNTHETIC, WITH_VIDEO],
         'newest first',
       );
       const row = rows.find((r) => r.id === session)!;
@@ -548,125 +552,117 @@ describe('replay page in Chromium, playing back a recorded session', () => {
     }
   });
 
-  test(
-    'a recorded desktop video: selecting a call seeks the video to its chapter; playing it moves the selection',
-    { skip: !HAS_FFMPEG && 'ffmpeg is not installed' },
-    async () => {
-      const folder = join(dir, videoSession);
-      const trajectory = await readFile(join(folder, 'trajectory.jsonl'), 'utf8');
-      assert.match(trajectory, /"type":"video"/, 'the recorder recorded a video (ffmpeg with x11grab and libx264)');
-      const vtt = await readFile(join(folder, 'video.vtt'), 'utf8');
-      const page = await kiosk.context.newPage();
-      const problems = watchProblems(page);
-      try {
-        await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}&recording=${videoSession}`);
-        let v = await until(
-          'the recorded video to load',
-          async () => {
-            const now = await videoState(page);
-            return now.ready >= 1 && now.width > 0 ? now : undefined;
-          },
-          { timeoutMs: 20_000, seen: () => page.textContent('#video-note') },
-        );
-        assert.match(v.src, /^blob:http:\/\/127\.0\.0\.1:\d+\//);
-        assert.deepEqual([v.width, v.height], [1280, 800], 'the desktop, at its size');
-        // The mouse_move call: the video stands at its chapter's start.
-        const move = cueStart(vtt, 'toolu_r_move');
-        assert.ok(move > 0, `the call ran after the video started (cue at ${move} s)`);
-        await page.click('li.call[data-tool-use-id="toolu_r_move"]');
-        v = await until('the video to stand at toolu_r_move', async () => {
+  test('a recorded desktop video: selecting a call seeks the video to its chapter; playing it moves the selection', async () => {
+    const folder = join(dir, videoSession);
+    const trajectory = await readFile(join(folder, 'trajectory.jsonl'), 'utf8');
+    assert.match(trajectory, /"type":"video"/, 'the recorder recorded a video (ffmpeg with x11grab and libx264)');
+    const vtt = await readFile(join(folder, 'video.vtt'), 'utf8');
+    const page = await kiosk.context.newPage();
+    const problems = watchProblems(page);
+    try {
+      await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}&recording=${videoSession}`);
+      let v = await until(
+        'the recorded video to load',
+        async () => {
           const now = await videoState(page);
-          return Math.abs(now.time - move) < 0.01 ? now : undefined;
-        });
-        assert.equal(v.selected, 'toolu_r_move');
-        assert.ok(v.chapter.startsWith('chapter: mouse_move · toolu_r_move ('), v.chapter);
-        // Played from there, it reaches the next call's chapter; the selection follows.
-        await inPage(page, `document.getElementById('video').play()`);
-        v = await until(
-          'the playing video to move the selection to toolu_r_wait2',
-          async () => {
-            const now = await videoState(page);
-            return now.selected === 'toolu_r_wait2' ? now : undefined;
-          },
-          { timeoutMs: 15_000, seen: () => videoState(page) },
-        );
-        assert.ok(v.time >= cueStart(vtt, 'toolu_r_wait2') - 0.001, `at ${v.time}`);
-        assert.ok(v.chapter.includes('toolu_r_wait2'), v.chapter);
-        await inPage(page, `document.getElementById('video').pause()`);
-        const links = await inPage<string[]>(
-          page,
-          `[...document.querySelectorAll('a.download')].map((a) => a.dataset.file)`,
-        );
-        assert.deepEqual(links, ['trajectory.jsonl', 'video.mp4', 'video.vtt']);
-        await page.screenshot({ path: `${ARTIFACTS}viewer-replay-recorded-video.png` });
-        assert.deepEqual(problems, [], 'no CSP violation (media-src blob:), no script error');
-      } finally {
-        await page.close();
-      }
-    },
-  );
+          return now.ready >= 1 && now.width > 0 ? now : undefined;
+        },
+        { timeoutMs: 20_000, seen: () => page.textContent('#video-note') },
+      );
+      assert.match(v.src, /^blob:http:\/\/127\.0\.0\.1:\d+\//);
+      assert.deepEqual([v.width, v.height], [1280, 800], 'the desktop, at its size');
+      // The mouse_move call: the video stands at its chapter's start.
+      const move = cueStart(vtt, 'toolu_r_move');
+      assert.ok(move > 0, `the call ran after the video started (cue at ${move} s)`);
+      await page.click('li.call[data-tool-use-id="toolu_r_move"]');
+      v = await until('the video to stand at toolu_r_move', async () => {
+        const now = await videoState(page);
+        return Math.abs(now.time - move) < 0.01 ? now : undefined;
+      });
+      assert.equal(v.selected, 'toolu_r_move');
+      assert.ok(v.chapter.startsWith('chapter: mouse_move · toolu_r_move ('), v.chapter);
+      // Played from there, it reaches the next call's chapter; the selection follows.
+      await inPage(page, `document.getElementById('video').play()`);
+      v = await until(
+        'the playing video to move the selection to toolu_r_wait2',
+        async () => {
+          const now = await videoState(page);
+          return now.selected === 'toolu_r_wait2' ? now : undefined;
+        },
+        { timeoutMs: 15_000, seen: () => videoState(page) },
+      );
+      assert.ok(v.time >= cueStart(vtt, 'toolu_r_wait2') - 0.001, `at ${v.time}`);
+      assert.ok(v.chapter.includes('toolu_r_wait2'), v.chapter);
+      await inPage(page, `document.getElementById('video').pause()`);
+      const links = await inPage<string[]>(
+        page,
+        `[...document.querySelectorAll('a.download')].map((a) => a.dataset.file)`,
+      );
+      assert.deepEqual(links, ['trajectory.jsonl', 'video.mp4', 'video.vtt']);
+      await page.screenshot({ path: `${ARTIFACTS}viewer-replay-recorded-video.png` });
+      assert.deepEqual(problems, [], 'no CSP violation (media-src blob:), no script error');
+    } finally {
+      await page.close();
+    }
+  });
 
-  test(
-    'an ffmpeg-made video in the recording layout: chapters unescaped, scrubbing and playing move the selection, the trace link',
-    { skip: !HAS_FFMPEG && 'ffmpeg is not installed' },
-    async () => {
-      const page = await kiosk.context.newPage();
-      const problems = watchProblems(page);
-      const video = (): Promise<VideoState> => videoState(page);
-      try {
-        await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}&recording=${WITH_VIDEO}`);
-        // The first call is selected and the video, once loaded, stands at its chapter (1 s in).
-        let v = await until('the video to load and stand at the first call', async () => {
+  test('an ffmpeg-made video in the recording layout: chapters unescaped, scrubbing and playing move the selection, the trace link', async () => {
+    const page = await kiosk.context.newPage();
+    const problems = watchProblems(page);
+    const video = (): Promise<VideoState> => videoState(page);
+    try {
+      await page.goto(`${base}/viewer/replay#token=${TEST_TOKEN}&recording=${WITH_VIDEO}`);
+      // The first call is selected and the video, once loaded, stands at its chapter (1 s in).
+      let v = await until('the video to load and stand at the first call', async () => {
+        const now = await video();
+        return now.ready >= 1 && now.selected === 'toolu_v0' && Math.abs(now.time - 1) < 0.01 ? now : undefined;
+      });
+      assert.match(v.src, /^blob:http:\/\/127\.0\.0\.1:\d+\//);
+      assert.ok(Math.abs(v.duration - 10) < 0.5, `duration ${v.duration}`);
+      assert.equal(v.chapter, 'chapter: mouse_move & co · toolu_v0 (1.0–1.5 s)', 'unescaped, shown as text');
+      // Selecting a call seeks the video to that call.
+      await page.click('li.call[data-tool-use-id="toolu_v2"]');
+      v = await video();
+      assert.equal(v.selected, 'toolu_v2');
+      assert.ok(Math.abs(v.time - 5) < 0.01, `seeked to ${v.time}`);
+      assert.ok(v.chapter.includes('toolu_v2'), v.chapter);
+      // Scrubbing the video (its own controls set currentTime the same way) selects the call on screen then.
+      await inPage(page, `document.getElementById('video').currentTime = 3.2`);
+      await until('the selection to follow the scrubbed video to toolu_v1', async () => {
+        const now = await video();
+        return now.selected === 'toolu_v1' && now.chapter.includes('toolu_v1');
+      });
+      // Playing from toolu_v2 (5 s) reaches toolu_v3's chapter (7 s): the selection follows.
+      await page.click('li.call[data-tool-use-id="toolu_v2"]');
+      await inPage(page, `document.getElementById('video').play()`);
+      v = await until(
+        'the playing video to move the selection to toolu_v3',
+        async () => {
           const now = await video();
-          return now.ready >= 1 && now.selected === 'toolu_v0' && Math.abs(now.time - 1) < 0.01 ? now : undefined;
-        });
-        assert.match(v.src, /^blob:http:\/\/127\.0\.0\.1:\d+\//);
-        assert.ok(Math.abs(v.duration - 10) < 0.5, `duration ${v.duration}`);
-        assert.equal(v.chapter, 'chapter: mouse_move & co · toolu_v0 (1.0–1.5 s)', 'unescaped, shown as text');
-        // Selecting a call seeks the video to that call.
-        await page.click('li.call[data-tool-use-id="toolu_v2"]');
-        v = await video();
-        assert.equal(v.selected, 'toolu_v2');
-        assert.ok(Math.abs(v.time - 5) < 0.01, `seeked to ${v.time}`);
-        assert.ok(v.chapter.includes('toolu_v2'), v.chapter);
-        // Scrubbing the video (its own controls set currentTime the same way) selects the call on screen then.
-        await inPage(page, `document.getElementById('video').currentTime = 3.2`);
-        await until('the selection to follow the scrubbed video to toolu_v1', async () => {
-          const now = await video();
-          return now.selected === 'toolu_v1' && now.chapter.includes('toolu_v1');
-        });
-        // Playing from toolu_v2 (5 s) reaches toolu_v3's chapter (7 s): the selection follows.
-        await page.click('li.call[data-tool-use-id="toolu_v2"]');
-        await inPage(page, `document.getElementById('video').play()`);
-        v = await until(
-          'the playing video to move the selection to toolu_v3',
-          async () => {
-            const now = await video();
-            return now.selected === 'toolu_v3' ? now : undefined;
-          },
-          { timeoutMs: 15_000, seen: video },
-        );
-        assert.ok(v.time >= 7, `at ${v.time}`);
-        assert.equal(v.paused, false);
-        await inPage(page, `document.getElementById('video').pause()`);
-        // Downloads: the video, its chapters, the trace with how to open it.
-        const links = await inPage<{ file: string; text: string }[]>(
-          page,
-          `[...document.querySelectorAll('a.download')].map((a) => ({ file: a.dataset.file,
+          return now.selected === 'toolu_v3' ? now : undefined;
+        },
+        { timeoutMs: 15_000, seen: video },
+      );
+      assert.ok(v.time >= 7, `at ${v.time}`);
+      assert.equal(v.paused, false);
+      await inPage(page, `document.getElementById('video').pause()`);
+      // Downloads: the video, its chapters, the trace with how to open it.
+      const links = await inPage<{ file: string; text: string }[]>(
+        page,
+        `[...document.querySelectorAll('a.download')].map((a) => ({ file: a.dataset.file,
             text: a.parentElement.textContent }))`,
-        );
-        assert.deepEqual(
-          links.map((l) => l.file),
-          ['trajectory.jsonl', 'video.mp4', 'video.vtt', 'trace.zip'],
-        );
-        assert.ok(links[3]!.text.includes('open with npx playwright show-trace trace.zip'), links[3]!.text);
-        await page.screenshot({ path: `${ARTIFACTS}viewer-replay-video.png` });
-        assert.deepEqual(problems, [], 'no CSP violation (media-src blob:), no script error');
-      } finally {
-        await page.close();
-      }
-    },
-  );
+      );
+      assert.deepEqual(
+        links.map((l) => l.file),
+        ['trajectory.jsonl', 'video.mp4', 'video.vtt', 'trace.zip'],
+      );
+      assert.ok(links[3]!.text.includes('open with npx playwright show-trace trace.zip'), links[3]!.text);
+      await page.screenshot({ path: `${ARTIFACTS}viewer-replay-video.png` });
+      assert.deepEqual(problems, [], 'no CSP violation (media-src blob:), no script error');
+    } finally {
+      await page.close();
+    }
+  });
 
   test('without the token nothing is listed and the routes say 401; a wrong token is refused', async () => {
     for (const path of [

@@ -197,6 +197,9 @@ export class BrowserSession {
     this.heldOpened = [];
     this.call.contextLost();
     const browser = await this.manager.browserNow();
+    // The steps a call can wait on Chromium in are logged as they begin: a call stuck there shows
+    // where (test/faults.test.ts kills Chromium in them).
+    this.log.debug('browser context opening', { session: this.id });
     const context = await browser.newContext({
       viewport: this.manager.options.viewport,
       acceptDownloads: true,
@@ -350,6 +353,7 @@ export class BrowserSession {
       throw new ToolInputError(`At most ${TABS_MAX} tabs can be open; close one with close_tab first.`);
     }
     this.call.openingTab = true;
+    this.log.debug('browser tab opening', { session: this.id });
     const page = await context.newPage().finally(() => (this.call.openingTab = false));
     if (context !== this.context) throw new BrowserCrashedError('the browser went away while a tab opened');
     // The context's 'page' event has usually registered it already; register() returns the same id then.
