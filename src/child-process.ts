@@ -54,9 +54,12 @@ const SETPRIV = '/usr/bin/setpriv';
 /** What setpriv (or a shell) exits with when it cannot find the command it was to run. */
 const EXIT_COMMAND_NOT_FOUND = 127;
 /** After the stop signal, how long a child gets before SIGKILL, unless its caller says otherwise. */
-const STOP_DEADLINE_MS = 3_000;
+const DEFAULT_STOP_DEADLINE_MS = 3_000;
 /** After SIGKILL: only guards against a process stuck in the kernel. */
-const KILL_DEADLINE_MS = 3_000;
+export const KILL_DEADLINE_MS = 3_000;
+/** A child's output lines kept for error messages (OutputLines), and the length each is cut to. */
+export const OUTPUT_TAIL_LINES = 12;
+export const OUTPUT_LINE_CHARS = 300;
 /** A child that exited during its start: how long its output may take to arrive before it is quoted. */
 const LAST_WORDS_MS = 500;
 
@@ -149,7 +152,7 @@ export async function stopChild(
   }
   child.ref(); // keep the loop alive until it is seen to go
   child.kill(options.signal ?? 'SIGTERM');
-  if ((await raceDeadline(gone, options.deadlineMs ?? STOP_DEADLINE_MS)) === 'done') return 'stopped';
+  if ((await raceDeadline(gone, options.deadlineMs ?? DEFAULT_STOP_DEADLINE_MS)) === 'done') return 'stopped';
   child.kill('SIGKILL');
   await raceDeadline(gone, KILL_DEADLINE_MS);
   return 'killed';
@@ -193,7 +196,7 @@ export class OutputLines {
   }
 
   write(chunk: string): void {
-    const lineChars = this.options.lineChars ?? 300;
+    const lineChars = this.options.lineChars ?? OUTPUT_LINE_CHARS;
     this.pending += chunk;
     if (this.pending.length > 64 * lineChars && !/[\r\n]/.test(this.pending)) this.pending += '\n';
     const lines = this.pending.split(/\r?\n|\r/);
@@ -203,7 +206,7 @@ export class OutputLines {
       if (!line) continue;
       if (this.options.onLine?.(line) === false) continue;
       this.kept.push(line.slice(0, lineChars));
-      if (this.kept.length > (this.options.lines ?? 12)) this.kept.shift();
+      if (this.kept.length > (this.options.lines ?? OUTPUT_TAIL_LINES)) this.kept.shift();
     }
   }
 

@@ -61,7 +61,7 @@ export interface WorkerDesktopDriverOptions {
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 /** Child startup (tsx compile + fork) may be slow on a loaded machine. */
-const START_TIMEOUT_MS = 20_000;
+const WORKER_START_TIMEOUT_MS = 20_000;
 /** After an abort, how long the child may take to answer before it is killed. */
 const ABORT_GRACE_MS = 1_500;
 /** close(): how long the child may take to release everything and exit. */
@@ -518,9 +518,9 @@ export class WorkerDesktopDriver implements DesktopDriver {
       dead: false,
     };
     const startTimer = setTimeout(() => {
-      failReady(new DriverCrashedError(`desktop worker did not start within ${START_TIMEOUT_MS} ms`));
+      failReady(new DriverCrashedError(`desktop worker did not start within ${WORKER_START_TIMEOUT_MS} ms`));
       this.kill(child, 'start timeout');
-    }, START_TIMEOUT_MS);
+    }, WORKER_START_TIMEOUT_MS);
 
     for (const [stream, level] of [
       [proc.stdout, 'info'],

@@ -105,7 +105,7 @@ export class VirtualDisplayError extends StartError {
 }
 
 const DEFAULT_DEPTH = 24;
-const DEFAULT_START_TIMEOUT_MS = 10_000;
+const DISPLAY_START_TIMEOUT_MS = 10_000;
 /** Interval between readiness probes (X socket, window manager property). */
 const POLL_INTERVAL_MS = 20;
 /** Limit for one xprop / xdpyinfo run. */
@@ -421,7 +421,7 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     height,
     depth = DEFAULT_DEPTH,
     windowManager = true,
-    startTimeoutMs = DEFAULT_START_TIMEOUT_MS,
+    startTimeoutMs = DISPLAY_START_TIMEOUT_MS,
   } = options;
   const log = options.log ?? ((): void => {});
   checkDimension('width', width);

@@ -28,6 +28,7 @@ import { appendFileSync, chmodSync, closeSync, openSync, readFileSync, rmSync, s
 import type { Socket } from 'node:net';
 import { resolve } from 'node:path';
 import {
+  OUTPUT_LINE_CHARS,
   exitDescription,
   OutputLines,
   runTool,
@@ -121,20 +122,17 @@ export class VideoError extends StartError {
 
 const FFMPEG = 'ffmpeg';
 /** ffmpeg links some 200 libraries: on a busy 2-core machine it took up to 3 s to start. */
-const DEFAULT_START_TIMEOUT_MS = 15_000;
+const FFMPEG_START_TIMEOUT_MS = 15_000;
 /** After asking ffmpeg to finish, how long it gets before SIGKILL. */
-const STOP_DEADLINE_MS = 5_000;
+const FFMPEG_STOP_DEADLINE_MS = 5_000;
 /** A fragment is cut at least this often (µs), so a crash loses at most about this much. */
 const FRAGMENT_US = 1_000_000;
 const MIN_FPS = 0.2;
 const MAX_FPS = 60;
 /** x11grab cannot capture more than an X screen can be. */
 const MAX_SIDE_PX = 16_384;
-/** ffmpeg's lines kept for error messages, and the length each is cut to. */
-const TAIL_LINES = 12;
-const LINE_CHARS = 300;
 /** ffmpeg's warnings and errors logged per video; later ones are counted only. */
-const MAX_LOGGED_LINES = 20;
+const FFMPEG_LOGGED_LINES_MAX = 20;
 /** Chapter titles are cut to this many characters. */
 const MAX_TITLE_CHARS = 200;
 /** The kernel's clock ticks per second (`getconf CLK_TCK`), 100 on every Linux architecture node runs on. */
@@ -303,13 +301,13 @@ class FfmpegOutput {
   /** Set once start() is over: from then on warnings and errors go to the log. */
   log: Logger | undefined;
   /** Its warnings and errors: the last ones are quoted in start errors. */
-  readonly lines = new OutputLines({ lines: TAIL_LINES, lineChars: LINE_CHARS, onLine: (line) => this.line(line) });
+  readonly lines = new OutputLines({ onLine: (line) => this.line(line) });
 
   /** Reads one line; says whether it belongs in the tail (a warning or worse). */
   private line(raw: string): boolean {
     const m = LOG_LINE.exec(raw);
     const level = m?.[1] ?? 'info';
-    const text = (m?.[2] ?? raw).slice(0, LINE_CHARS);
+    const text = (m?.[2] ?? raw).slice(0, OUTPUT_LINE_CHARS);
     if (level === 'info') {
       if (/^Input #0, x11grab/.test(text)) {
         this.inInput = true;
@@ -330,7 +328,7 @@ class FfmpegOutput {
     }
     if (level !== 'warning' && level !== 'error' && level !== 'fatal' && level !== 'panic') return false;
     if (!this.log) return true;
-    if (this.logged < MAX_LOGGED_LINES) {
+    if (this.logged < FFMPEG_LOGGED_LINES_MAX) {
       this.logged++;
       // Its harmless start-up warnings are debug; its errors mean frames are being lost.
       if (level === 'warning') this.log.debug(`ffmpeg: ${text}`);
@@ -407,7 +405,7 @@ export class DesktopVideo {
         },
         error: VideoError,
         notInstalled: FFMPEG_NOT_FOUND,
-        timeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
+        timeoutMs: options.startTimeoutMs ?? FFMPEG_START_TIMEOUT_MS,
         exitedBefore: `before recording ${options.display}`,
         notReady: `did not start recording ${options.display}`,
         tail: () => output.lines.quoted(),
@@ -519,7 +517,7 @@ export class DesktopVideo {
 
   /**
    * Asks ffmpeg to finish (SIGINT: it writes its last fragment and exits),
-   * and waits for it to exit; SIGKILL after STOP_DEADLINE_MS (the file stays
+   * and waits for it to exit; SIGKILL after FFMPEG_STOP_DEADLINE_MS (the file stays
    * playable up to its last whole fragment). Idempotent.
    */
   stop(): Promise<void> {
@@ -527,7 +525,7 @@ export class DesktopVideo {
       if (!this.running()) return;
       this.resume(); // a stopped ffmpeg would not see the SIGINT until continued
       this.cpuSeconds();
-      if ((await stopChild(this.child, { signal: 'SIGINT', deadlineMs: STOP_DEADLINE_MS })) === 'killed') {
+      if ((await stopChild(this.child, { signal: 'SIGINT', deadlineMs: FFMPEG_STOP_DEADLINE_MS })) === 'killed') {
         this.options.log.warn('ffmpeg did not finish in time; killed', { display: this.options.display });
       }
       const dropped = this.output.droppedLines();

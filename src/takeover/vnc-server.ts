@@ -37,6 +37,8 @@ import { lstatSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { isAbsolute, join } from 'node:path';
 import {
+  OUTPUT_LINE_CHARS,
+  KILL_DEADLINE_MS,
   exited,
   OutputLines,
   raceDeadline,
@@ -84,18 +86,13 @@ const X11VNC_NOT_FOUND = 'x11vnc not found: run `bash scripts/setup.sh` (Debian 
 const SOCKET_NAME = 'vnc.sock';
 /** sun_path holds 108 bytes with the terminating NUL. */
 const MAX_SOCKET_PATH_BYTES = 107;
-const DEFAULT_START_TIMEOUT_MS = 10_000;
+const X11VNC_START_TIMEOUT_MS = 10_000;
 /** Between two connection attempts while x11vnc starts. */
 const PROBE_INTERVAL_MS = 20;
 /** After SIGINT, how long x11vnc gets before SIGKILL. */
-const STOP_DEADLINE_MS = 3_000;
-/** After SIGKILL: only guards against a process stuck in the kernel. */
-const KILL_DEADLINE_MS = 3_000;
-/** Lines of x11vnc's stderr kept for error messages, and the length each is cut to. */
-const TAIL_LINES = 12;
-const LINE_CHARS = 300;
+const X11VNC_STOP_DEADLINE_MS = 3_000;
 /** x11vnc's lines logged per server (it writes ~20 per connection); later ones are counted only. */
-const MAX_LOGGED_LINES = 2_000;
+const X11VNC_LOGGED_LINES_MAX = 2_000;
 const DISPLAY_NAME = /^:\d{1,5}(\.\d{1,3})?$/;
 /**
  * What x11vnc writes once it owns a window for the selections, set up in
@@ -195,15 +192,15 @@ class StderrLines {
   dropped = 0;
   /** Set once x11vnc has said it made its selection window (and, next, set up XFIXES for the cursor). */
   selectionsReady = false;
-  readonly lines = new OutputLines({ lines: TAIL_LINES, lineChars: LINE_CHARS, onLine: (line) => this.line(line) });
+  readonly lines = new OutputLines({ onLine: (line) => this.line(line) });
 
   constructor(private readonly log: Logger) {}
 
   private line(line: string): void {
     if (!this.selectionsReady && SELECTION_WINDOW_LINE.test(line)) this.selectionsReady = true;
-    if (this.logged < MAX_LOGGED_LINES) {
+    if (this.logged < X11VNC_LOGGED_LINES_MAX) {
       this.logged++;
-      this.log.debug('x11vnc', { line: line.slice(0, LINE_CHARS) });
+      this.log.debug('x11vnc', { line: line.slice(0, OUTPUT_LINE_CHARS) });
     } else {
       this.dropped++;
     }
@@ -323,7 +320,7 @@ function removeSocket(path: string): void {
 export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
   const socketPath = checkServerOptions(o);
   const log = o.log;
-  const timeoutMs = o.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
+  const timeoutMs = o.startTimeoutMs ?? X11VNC_START_TIMEOUT_MS;
   removeSocket(socketPath);
   const spawnedAt = performance.now();
   const spawnedAtEpochSeconds = Math.floor(Date.now() / 1000) - 1;
@@ -420,7 +417,10 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
           // SIGINT, not SIGTERM: x11vnc cleans up after SIGINT in its main loop, but after any other
           // signal inside the handler, which deadlocked whenever the signal came while it was in
           // Xlib or writing its log (seen with gdb: right after a viewer left, every time).
-          if ((await stopChild(child, { signal: 'SIGINT', deadlineMs: STOP_DEADLINE_MS, gone: ended })) === 'killed') {
+          if (
+            (await stopChild(child, { signal: 'SIGINT', deadlineMs: X11VNC_STOP_DEADLINE_MS, gone: ended })) ===
+            'killed'
+          ) {
             log.warn('x11vnc did not stop in time; killed', { display: o.display, pid });
           }
         }
