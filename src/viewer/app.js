@@ -10,7 +10,7 @@
  * form; kept in sessionStorage only (gone when the tab closes).
  */
 /* global location, history, sessionStorage, WebSocket, requestAnimationFrame */
-import { byId, el, onJsonMessage, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+import { byId, el, onJsonMessage, onLogin, renderError, showLoginForm, TOKEN_KEY } from './common.js';
 import { decorateSessions, setTakeover, stopTakeover } from './takeover.js';
 
 const SUBPROTOCOL = 'deskbatch.viewer.v1';
@@ -330,21 +330,6 @@ function renderCall(call) {
   const input = call.input && typeof call.input === 'object' && Object.keys(call.input).length ? call.input : null;
   if (input) node.append(el('code', 'input', JSON.stringify(input)));
   if (call.error) node.append(renderError(call.error));
-  return node;
-}
-
-function renderError(error) {
-  const node = el('div', 'error');
-  node.append(el('div', 'error-type', error.type), el('pre', 'error-message', error.message));
-  const flags = [`timed out: ${error.timed_out ? 'yes' : 'no'}`, `retryable: ${error.retryable ? 'yes' : 'no'}`];
-  if (error.repeated) flags.push(`failed the same way ${error.repeated} times in a row`);
-  if (error.attempts) flags.push(`${error.attempts} attempts`);
-  if (error.retry_after_ms !== undefined) flags.push(`retry after ${error.retry_after_ms} ms`);
-  for (const [key, value] of Object.entries(error)) {
-    if (['type', 'message', 'timed_out', 'retryable', 'repeated', 'attempts', 'retry_after_ms'].includes(key)) continue;
-    flags.push(`${key}: ${typeof value === 'string' ? value : JSON.stringify(value)}`);
-  }
-  node.append(el('div', 'error-flags', flags.join(' · ')));
   return node;
 }
 

@@ -1,7 +1,8 @@
 /*
  * What the viewer's two pages share (docs/VIEWER.md): the token's place in
- * sessionStorage, the login form, and making elements whose text goes in
- * through textContent only. An ES module, served as a static file like them.
+ * sessionStorage, the login form, making elements whose text goes in
+ * through textContent only, and a failure's block. An ES module, served as a
+ * static file like them.
  */
 /* global document, sessionStorage */
 
@@ -53,4 +54,33 @@ export function onJsonMessage(ws, current, receive) {
     }
     receive(message);
   });
+}
+
+/** `text` as a string, at most `max` characters of it, saying how many more there were. */
+export function cut(text, max) {
+  const s = String(text);
+  return s.length <= max ? s : `${s.slice(0, max)}… (${s.length - max} more characters)`;
+}
+
+/** The fields of a failure (ErrorInfo) shown as flags of their own; any other field is listed by name. */
+const ERROR_FLAGS = ['type', 'message', 'timed_out', 'retryable', 'repeated', 'attempts', 'retry_after_ms'];
+
+/**
+ * A failed call's block (docs/VIEWER.md "Failures, expanded"): its type, its whole message and its flags.
+ * `messageChars` and `fieldChars` bound the message and each other field's text (unbounded by default: the
+ * feed bounds what it sends, a recording does not).
+ */
+export function renderError(error, { messageChars = Infinity, fieldChars = Infinity } = {}) {
+  const node = el('div', 'error');
+  node.append(el('div', 'error-type', error.type), el('pre', 'error-message', cut(error.message ?? '', messageChars)));
+  const flags = [`timed out: ${error.timed_out ? 'yes' : 'no'}`, `retryable: ${error.retryable ? 'yes' : 'no'}`];
+  if (error.repeated) flags.push(`failed the same way ${error.repeated} times in a row`);
+  if (error.attempts) flags.push(`${error.attempts} attempts`);
+  if (error.retry_after_ms !== undefined) flags.push(`retry after ${error.retry_after_ms} ms`);
+  for (const [key, value] of Object.entries(error)) {
+    if (ERROR_FLAGS.includes(key)) continue;
+    flags.push(`${key}: ${cut(typeof value === 'string' ? value : JSON.stringify(value), fieldChars)}`);
+  }
+  node.append(el('div', 'error-flags', flags.join(' · ')));
+  return node;
 }

@@ -17,7 +17,7 @@
  * form.
  */
 /* global document, location, history, sessionStorage */
-import { byId, el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+import { byId, cut, el, onLogin, renderError, showLoginForm, TOKEN_KEY } from './common.js';
 
 const RECORDINGS_PATH = '/recordings';
 
@@ -112,11 +112,6 @@ function size(bytes) {
   if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
   if (bytes < 1024 * 1024 * 1024) return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
   return `${(bytes / 1024 / 1024 / 1024).toFixed(2)} GiB`;
-}
-
-function cut(text, max) {
-  const s = String(text);
-  return s.length <= max ? s : `${s.slice(0, max)}… (${s.length - max} more characters)`;
 }
 
 /** An input made small enough to keep: strings cut, lists and objects shortened, images never kept. */
@@ -869,27 +864,10 @@ function renderCall(state, call, start) {
   if (call.input && typeof call.input === 'object' && Object.keys(call.input).length) {
     node.append(el('code', 'input', cut(JSON.stringify(call.input), LIMITS.inputShown)));
   }
-  if (call.error) node.append(renderError(call.error));
+  if (call.error)
+    node.append(renderError(call.error, { messageChars: LIMITS.errorChars, fieldChars: LIMITS.inputChars }));
   node.addEventListener('click', () => select(call.seq, { scroll: false }));
   state.rows.set(call.seq, node);
-  return node;
-}
-
-function renderError(error) {
-  const node = el('div', 'error');
-  node.append(
-    el('div', 'error-type', error.type),
-    el('pre', 'error-message', cut(error.message ?? '', LIMITS.errorChars)),
-  );
-  const flags = [`timed out: ${error.timed_out ? 'yes' : 'no'}`, `retryable: ${error.retryable ? 'yes' : 'no'}`];
-  if (error.repeated) flags.push(`failed the same way ${error.repeated} times in a row`);
-  if (error.attempts) flags.push(`${error.attempts} attempts`);
-  if (error.retry_after_ms !== undefined) flags.push(`retry after ${error.retry_after_ms} ms`);
-  for (const [key, value] of Object.entries(error)) {
-    if (['type', 'message', 'timed_out', 'retryable', 'repeated', 'attempts', 'retry_after_ms'].includes(key)) continue;
-    flags.push(`${key}: ${cut(typeof value === 'string' ? value : JSON.stringify(value), LIMITS.inputChars)}`);
-  }
-  node.append(el('div', 'error-flags', flags.join(' · ')));
   return node;
 }
 
