@@ -14,45 +14,31 @@
  *
  * The token: the live page's (same sessionStorage key), or taken from the URL
  * fragment `#token=…` (then removed from the address bar), or typed into the
- * form.
+ * form. *
+ * This file is the page's view: the list, the player, stepping with the keys.
+ * What it reads and makes of the recordings (requests, the trajectory's
+ * batches and calls, the chapters) is its model, replay-model.js.
  */
 /* global document, location, history, sessionStorage */
 import { byId, cut, el, onLogin, renderError, showLoginForm, TOKEN_KEY } from './common.js';
-
-const RECORDINGS_PATH = '/recordings';
-
-/** What the page keeps and renders at most (docs/VIEWER.md "Replay", Bounds). */
-const LIMITS = {
-  /** Recordings listed before a "more" button (retention keeps 200 by default). */
-  recordingsShown: 100,
-  /** Bytes of a trajectory read; the rest is left unread (the page says so). */
-  trajectoryBytes: 64 * 1024 * 1024,
-  /** Characters of one trajectory line; a longer one is skipped (counted). */
-  lineChars: 8 * 1024 * 1024,
-  /** Batches kept from one trajectory; later ones are counted, not kept. */
-  batchesKept: 5000,
-  /** Batches rendered at first, and added by each "more" click. */
-  batchesShown: 100,
-  /** Characters of each input string kept (the list shows the input's first `inputShown`). */
-  inputChars: 2000,
-  inputShown: 300,
-  inputItems: 50,
-  inputDepth: 4,
-  /** Characters of each text a result returned, shown for the selected call. */
-  resultChars: 4000,
-  /** Characters of an error message (the whole message, but for a pathological one). */
-  errorChars: 100_000,
-  /** Images kept as blob: URLs for stepping back and forth; older ones are revoked. */
-  imagesCached: 16,
-  /** Bytes of video played in the page (it is held in memory); a larger one is offered as a download only. */
-  videoBytes: 512 * 1024 * 1024,
-  /** Bytes of the chapters file read. */
-  chaptersBytes: 4 * 1024 * 1024,
-};
-
-/** The files a recording serves (src/recording/store.ts); nothing else is ever requested. */
-const IMAGE_PATH = /^images\/[A-Za-z0-9_-]{1,200}\.(?:png|jpg|webp|gif)$/;
-const TRACE_FILE = /^trace(?:-\d{1,4})?\.zip$/;
+import {
+  api,
+  AuthError,
+  batchState,
+  callAt,
+  callTime,
+  cueAt,
+  describeFailure,
+  fileUrl,
+  HttpError,
+  LIMITS,
+  onAuthFailure,
+  readChapters,
+  readRecordings,
+  readTrajectory,
+  recordingState,
+  TRACE_FILE,
+} from './replay-model.js';
 
 const ui = {
   state: byId('state'),
@@ -114,39 +100,7 @@ function size(bytes) {
   return `${(bytes / 1024 / 1024 / 1024).toFixed(2)} GiB`;
 }
 
-/** An input made small enough to keep: strings cut, lists and objects shortened, images never kept. */
-function bounded(value, depth = 0) {
-  if (typeof value === 'string') return cut(value, LIMITS.inputChars);
-  if (value === null || typeof value !== 'object') return value;
-  if (depth >= LIMITS.inputDepth) return '[…]';
-  if (value.type === 'image' && value.source) return '[image omitted]';
-  if (Array.isArray(value)) {
-    const items = value.slice(0, LIMITS.inputItems).map((v) => bounded(v, depth + 1));
-    if (value.length > items.length) items.push(`… (${value.length - items.length} more items)`);
-    return items;
-  }
-  const out = {};
-  const keys = Object.keys(value);
-  for (const key of keys.slice(0, LIMITS.inputItems)) out[key] = bounded(value[key], depth + 1);
-  if (keys.length > LIMITS.inputItems) out['…'] = `${keys.length - LIMITS.inputItems} more fields`;
-  return out;
-}
-
 // ---- token and requests
-
-/** No token, or the daemon refused it: the login form is back (api). */
-class AuthError extends Error {
-  code = 'ERR_AUTH';
-}
-/** A request that got no answer (status 0) or one other than 2xx. */
-class HttpError extends Error {
-  code = 'ERR_HTTP';
-  constructor(status, retryAfter) {
-    super(`HTTP ${status}`);
-    this.status = status;
-    this.retryAfter = retryAfter;
-  }
-}
 
 /** Moves a `#token=` fragment into sessionStorage and out of the address bar; returns `#recording=` if any. */
 function readFragment() {
@@ -161,54 +115,6 @@ function readFragment() {
 }
 
 const recordingHash = (id) => (id ? `#recording=${encodeURIComponent(id)}` : '');
-const fileUrl = (id, name) =>
-  `${RECORDINGS_PATH}/${encodeURIComponent(id)}/${name.split('/').map(encodeURIComponent).join('/')}`;
-
-/** GET with the token; 401 forgets the token and brings the form back. */
-async function api(path, signal) {
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  if (!token) {
-    showLogin('');
-    throw new AuthError('no token');
-  }
-  let res;
-  try {
-    res = await fetch(path, {
-      headers: { authorization: `Bearer ${token}` },
-      cache: 'no-store',
-      credentials: 'omit',
-      referrerPolicy: 'no-referrer',
-      signal,
-    });
-  } catch (err) {
-    if (err && err.name === 'AbortError') throw err;
-    // A token with characters a header cannot carry fails here, before any request; so does a stopped daemon.
-    throw new HttpError(0);
-  }
-  if (res.status === 401) {
-    sessionStorage.removeItem(TOKEN_KEY);
-    closeRecording();
-    showLogin('The daemon refused that token.');
-    throw new AuthError('refused');
-  }
-  if (!res.ok) {
-    const retryAfter = Number(res.headers.get('retry-after')) || 1;
-    await res.body?.cancel().catch(() => undefined);
-    throw new HttpError(res.status, retryAfter);
-  }
-  return res;
-}
-
-function describeFailure(err) {
-  if (err instanceof HttpError) {
-    if (err.status === 0) return 'the daemon could not be reached';
-    if (err.status === 429) return `too many requests; the daemon asks to wait ${err.retryAfter} s`;
-    if (err.status === 404) return 'not found';
-    return `the daemon answered ${err.status}`;
-  }
-  return String((err && err.message) || err);
-}
-
 function setState(state, text) {
   ui.state.dataset.state = state;
   ui.state.textContent = text;
@@ -222,6 +128,13 @@ function showLogin(message) {
   setState('no-token', 'no token');
 }
 
+onAuthFailure(
+  () => showLogin(''),
+  () => {
+    closeRecording();
+    showLogin('The daemon refused that token.');
+  },
+);
 onLogin(ui, () => void loadList());
 
 ui.forget.addEventListener('click', () => {
@@ -237,10 +150,9 @@ const list = { recordings: [], shown: LIMITS.recordingsShown };
 
 async function loadList() {
   setState('connecting', 'loading recordings…');
-  let body;
+  let recordings;
   try {
-    const res = await api(RECORDINGS_PATH);
-    body = await res.json();
+    recordings = await readRecordings();
   } catch (err) {
     if (err instanceof AuthError) return;
     ui.list.hidden = false;
@@ -257,7 +169,7 @@ async function loadList() {
   ui.login.hidden = true;
   ui.forget.hidden = false;
   ui.list.hidden = false;
-  list.recordings = Array.isArray(body && body.recordings) ? body.recordings : [];
+  list.recordings = recordings;
   setState('connected', `${list.recordings.length} recording${list.recordings.length === 1 ? '' : 's'}`);
   ui.listNote.textContent = `listed ${new Date().toLocaleTimeString()}`;
   renderList();
@@ -282,11 +194,6 @@ function renderList() {
   const hidden = list.recordings.length - list.shown;
   ui.moreRecordings.hidden = hidden <= 0;
   ui.moreRecordings.textContent = `Show ${Math.min(hidden, LIMITS.recordingsShown)} more (${hidden} not shown)`;
-}
-
-function recordingState(r) {
-  if (r.live) return 'live';
-  return typeof r.ended_at === 'number' ? 'finished' : 'ended without a close (daemon stopped)';
 }
 
 function renderRow(r) {
@@ -325,283 +232,6 @@ function badge(outcome, text) {
   const node = el('span', 'badge', text || outcome);
   node.dataset.outcome = outcome;
   return node;
-}
-
-// ---- the trajectory
-
-function newTrajectory() {
-  return {
-    header: null,
-    tools: [],
-    batches: [],
-    calls: [],
-    byBatchId: new Map(),
-    video: null,
-    closed: null,
-    stopped: null,
-    lines: 0,
-    badLines: 0,
-    longLines: 0,
-    lastLineCut: false,
-    bytesCut: false,
-    batchesDropped: 0,
-  };
-}
-
-/** Reads the trajectory once, line by line as it arrives; keeps what LIMITS allow. */
-async function readTrajectory(id, signal) {
-  const t = newTrajectory();
-  const res = await api(fileUrl(id, 'trajectory.jsonl'), signal);
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  let pending = '';
-  let skipping = false;
-  let bytes = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    bytes += value.byteLength;
-    if (bytes > LIMITS.trajectoryBytes) {
-      t.bytesCut = true;
-      await reader.cancel().catch(() => undefined);
-      break;
-    }
-    pending += decoder.decode(value, { stream: true });
-    let start = 0;
-    for (let nl = pending.indexOf('\n'); nl >= 0; nl = pending.indexOf('\n', start)) {
-      if (skipping) skipping = false;
-      else take(t, pending.slice(start, nl));
-      start = nl + 1;
-    }
-    pending = pending.slice(start);
-    if (pending.length > LIMITS.lineChars) {
-      if (!skipping) t.longLines++;
-      skipping = true;
-      pending = '';
-    }
-  }
-  if (!t.bytesCut) {
-    pending += decoder.decode();
-    // A last line without its newline: the daemon stopped while writing it (or it is still being written).
-    if (!skipping && pending.trim()) {
-      if (!take(t, pending, true)) t.lastLineCut = true;
-    }
-  }
-  finishTrajectory(t);
-  return t;
-}
-
-/** Parses and applies one line; false when it is not JSON. */
-function take(t, text, last = false) {
-  if (!text.trim()) return true;
-  let rec;
-  try {
-    rec = JSON.parse(text);
-  } catch {
-    if (!last) t.badLines++;
-    return false;
-  }
-  t.lines++;
-  if (rec && typeof rec === 'object') apply(t, rec);
-  return true;
-}
-
-function newBatch(t, batchId, at, kind) {
-  if (t.batches.length >= LIMITS.batchesKept) {
-    t.batchesDropped++;
-    return undefined;
-  }
-  const batch = { kind, batch_id: String(batchId), at, calls: [], index: t.batches.length, result: null };
-  t.batches.push(batch);
-  return batch;
-}
-
-function newCall(t, batch, index, fields) {
-  const call = {
-    seq: t.calls.length,
-    batch,
-    index,
-    id: String(fields.id || ''),
-    name: String(fields.name || 'call'),
-    toolset: fields.toolset || null,
-    input: fields.input === undefined ? undefined : bounded(fields.input),
-    phase: 'pending',
-    started_at: undefined,
-    ended_at: undefined,
-    duration_ms: undefined,
-    attempts: undefined,
-    error: null,
-    texts: [],
-    images: [],
-    states: [],
-    is_error: false,
-  };
-  batch.calls.push(call);
-  t.calls.push(call);
-  return call;
-}
-
-function apply(t, rec) {
-  switch (rec.type) {
-    case 'recording':
-      t.header = rec;
-      return;
-    case 'tools':
-      t.tools = (Array.isArray(rec.tools) ? rec.tools : [])
-        .slice(0, 50)
-        .map((tool) => String((tool && (tool.name || tool.type)) || '?'));
-      return;
-    case 'batch_started': {
-      const batch = newBatch(t, rec.batch_id, rec.at, 'batch');
-      if (!batch) return;
-      t.byBatchId.set(batch.batch_id, batch);
-      const uses = Array.isArray(rec.tool_uses) ? rec.tool_uses : [];
-      uses.forEach((tu, i) => newCall(t, batch, i, { id: tu && tu.id, name: tu && tu.name, input: tu && tu.input }));
-      return;
-    }
-    case 'tool_event': {
-      const e = rec.event || {};
-      const batch = t.byBatchId.get(String(e.batch_id));
-      if (batch) applyEvent(batch, e, rec.at);
-      return;
-    }
-    case 'batch_finished': {
-      const r = rec.result || {};
-      let batch = t.byBatchId.get(String(r.batch_id));
-      if (!batch) {
-        // Past the bound: counted at its batch_started line.
-        if (t.batches.length >= LIMITS.batchesKept) return;
-        // Its batch_started line was lost: the result alone still names the calls.
-        batch = newBatch(t, r.batch_id, rec.at, 'batch');
-      }
-      t.byBatchId.delete(batch.batch_id);
-      batch.result = {
-        at: rec.at,
-        cancelled: r.cancelled === true,
-        replayed: r.replayed === true,
-        duration_ms: r.duration_ms,
-        halted: r.halted && typeof r.halted === 'object' ? r.halted : {},
-        failures: Array.isArray(r.failures) ? r.failures.length : 0,
-      };
-      const results = Array.isArray(r.tool_results) ? r.tool_results : [];
-      for (const tr of results) {
-        const call =
-          batch.calls.find((c) => c.id === tr.tool_use_id) ||
-          newCall(t, batch, batch.calls.length, { id: tr.tool_use_id, name: '(unknown)' });
-        call.is_error = tr.is_error === true;
-        if (tr.toolset_name && !call.toolset) call.toolset = tr.toolset_name;
-        for (const block of Array.isArray(tr.content) ? tr.content : []) {
-          if (!block) continue;
-          if (block.type === 'text' && call.texts.length < 20) call.texts.push(cut(block.text, LIMITS.resultChars));
-          else if (block.type === 'image_file' && IMAGE_PATH.test(String(block.path))) {
-            call.images.push({
-              path: block.path,
-              media_type: block.media_type,
-              width: block.width,
-              height: block.height,
-              bytes: block.bytes,
-            });
-          } else if (block.type === 'browser_state' && Array.isArray(block.tabs)) {
-            call.states.push(`${block.tabs.length} tab${block.tabs.length === 1 ? '' : 's'}`);
-          }
-        }
-      }
-      for (const f of Array.isArray(r.failures) ? r.failures : []) {
-        const call = batch.calls.find((c) => c.id === f.tool_use_id) || batch.calls[f.index];
-        if (call && f.error) {
-          call.error = f.error;
-          if (call.phase === 'pending' || call.phase === 'started') call.phase = 'failed';
-        }
-      }
-      return;
-    }
-    case 'batch_replayed': {
-      const batch = newBatch(t, rec.batch_id, rec.at, 'replayed');
-      if (batch) batch.result = { at: rec.at, replayed: true, halted: {}, failures: 0 };
-      return;
-    }
-    case 'video':
-      if (typeof rec.started_at === 'number') t.video = { path: rec.path, started_at: rec.started_at };
-      return;
-    case 'session_closed':
-      t.closed = { at: rec.at, reason: rec.reason };
-      return;
-    case 'stopped':
-      t.stopped = { at: rec.at, reason: rec.reason };
-      return;
-    default:
-      // Types this page does not know are ignored (docs/RECORDING.md).
-      return;
-  }
-}
-
-/** Applies one tool_event to its call. */
-function applyEvent(batch, e, at) {
-  const call = batch.calls[e.index] || batch.calls.find((c) => c.id === e.tool_use_id);
-  if (!call) return;
-  if (e.toolset_name !== undefined) call.toolset = e.toolset_name;
-  if (e.name) call.name = String(e.name);
-  call.phase = String(e.phase);
-  if (e.phase === 'started') call.started_at = at;
-  else call.ended_at = at;
-  if (typeof e.duration_ms === 'number') call.duration_ms = e.duration_ms;
-  if (e.attempts) call.attempts = e.attempts;
-  if (e.error) call.error = e.error;
-}
-
-/** For each call, the latest image returned at or before it. */
-function finishTrajectory(t) {
-  let latest = null;
-  for (const call of t.calls) {
-    if (call.images.length) latest = { image: call.images[call.images.length - 1], call };
-    call.shownImage = latest;
-  }
-}
-
-/** When a call happened: its start, or (never started) when it was skipped, or its batch's start. */
-const callTime = (call) => call.started_at ?? call.ended_at ?? call.batch.at;
-
-// ---- chapters (video.vtt)
-
-function parseTimestamp(text) {
-  const m = /^(?:(\d+):)?(\d{1,2}):(\d{2})\.(\d{3})$/.exec(text.trim());
-  if (!m) return NaN;
-  return Number(m[1] || 0) * 3600 + Number(m[2]) * 60 + Number(m[3]) + Number(m[4]) / 1000;
-}
-
-/** A cue's text as written (WebVTT escapes `&`, `<` and `>`); shown with textContent, so nothing else is undone. */
-function unescapeCue(text) {
-  return text
-    .replace(/&lt;/g, '<')
-    .replace(/&gt;/g, '>')
-    .replace(/&nbsp;/g, '\u00a0')
-    .replace(/&lrm;|&rlm;/g, '')
-    .replace(/&amp;/g, '&');
-}
-
-/** WebVTT cues: `{ start, end, title, toolUseId }` (the title is `member · tool_use_id`, docs/RECORDING.md). */
-function parseChapters(text) {
-  const cues = [];
-  const blocks = text.replace(/\r\n?/g, '\n').split(/\n{2,}/);
-  for (const block of blocks) {
-    const lines = block.split('\n');
-    const timing = lines.findIndex((l) => l.includes('-->'));
-    if (timing < 0) continue;
-    const [from, to] = lines[timing].split('-->');
-    const start = parseTimestamp(from);
-    const end = parseTimestamp((to || '').trim().split(/\s+/)[0] || '');
-    if (!Number.isFinite(start) || !Number.isFinite(end)) continue;
-    const title = unescapeCue(
-      lines
-        .slice(timing + 1)
-        .join(' ')
-        .trim(),
-    );
-    const sep = title.lastIndexOf(' · ');
-    cues.push({ start, end, title, toolUseId: sep >= 0 ? title.slice(sep + 3) : '' });
-    if (cues.length >= 100_000) break;
-  }
-  return cues.sort((a, b) => a.start - b.start);
 }
 
 // ---- playing one back
@@ -800,12 +430,6 @@ ui.moreBatches.addEventListener('click', () => {
   current.shown += LIMITS.batchesShown;
   renderTimeline(current);
 });
-
-function batchState(batch) {
-  if (batch.kind === 'replayed') return 'replayed';
-  if (!batch.result) return 'unfinished';
-  return batch.result.cancelled ? 'cancelled' : 'finished';
-}
 
 function renderBatch(state, batch) {
   const start = state.t.header?.at ?? state.info.started_at;
@@ -1019,15 +643,8 @@ async function loadVideo(state) {
   ui.videoNote.textContent = 'Loading the video…';
   try {
     if (t.video && (files.has('video.vtt') || info.live || files.size === 0)) {
-      const res = await api(fileUrl(state.id, 'video.vtt'), state.abort.signal).catch((err) => {
-        if (err instanceof HttpError && err.status === 404) return null;
-        throw err;
-      });
-      if (res) {
-        const length = Number(res.headers.get('content-length'));
-        if (length > LIMITS.chaptersBytes) await res.body?.cancel();
-        else state.chapters = parseChapters(await res.text());
-      }
+      const chapters = await readChapters(state.id, state.abort.signal);
+      if (chapters) state.chapters = chapters;
     }
     const res = await api(fileUrl(state.id, 'video.mp4'), state.abort.signal);
     const length = Number(res.headers.get('content-length'));
@@ -1080,46 +697,20 @@ function seekVideo(state, call) {
   showChapter(state, at, before ? 'this call ran before the video started' : '');
 }
 
-/** The chapter of the latest call started by `seconds` (between two calls, the earlier one's). */
-function cueAt(state, seconds) {
-  let found = null;
-  for (const cue of state.chapters) {
-    if (cue.start > seconds + 0.0005) break;
-    found = cue;
-  }
-  return found;
-}
-
 function showChapter(state, seconds, note) {
-  const cue = cueAt(state, seconds);
+  const cue = cueAt(state.chapters, seconds);
   const parts = [cue ? `chapter: ${cue.title} (${cue.start.toFixed(1)}–${cue.end.toFixed(1)} s)` : 'no chapter here'];
   if (note) parts.push(note);
   ui.chapter.textContent = parts.join(' · ');
   ui.chapter.dataset.toolUseId = cue ? cue.toolUseId : '';
 }
 
-/** The call on screen at the video's current time: its chapter's, or the latest call started by then. */
-function callAtVideo(state) {
-  const seconds = ui.video.currentTime;
-  const cue = cueAt(state, seconds);
-  if (cue) {
-    const call = state.t.calls.find((c) => c.id === cue.toolUseId);
-    if (call) return call;
-  }
-  const at = state.t.video.started_at + seconds * 1000;
-  let found = null;
-  for (const call of state.t.calls) {
-    if (callTime(call) > at) break;
-    found = call;
-  }
-  return found;
-}
-
 function followVideo() {
   const state = current;
   if (!state || !state.t || !state.t.video || !state.videoUrl) return;
   showChapter(state, ui.video.currentTime, '');
-  const call = callAtVideo(state);
+  // The call on screen at the video's current time.
+  const call = callAt(state.t, state.chapters, ui.video.currentTime);
   if (call && call.seq !== state.selected) select(call.seq, { seek: false });
 }
 
