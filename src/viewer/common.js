@@ -9,10 +9,21 @@
 /** Both pages keep the token under this key: one login serves both in a tab. */
 export const TOKEN_KEY = 'deskbatch.viewer.token';
 
-/** The page's element with this id. */
-export const byId = (id) => document.getElementById(id);
+/**
+ * The page's element with this id: one its page has (a script names only those of its own page; the
+ * caller says which kind of element it is where it needs more than an HTMLElement).
+ * @param {string} id
+ */
+export const byId = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
-/** Creates an element; text goes in through textContent only. */
+/**
+ * Creates an element; text goes in through textContent only.
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {string | null} [className]
+ * @param {unknown} [text] anything; shown as `String(text)`, nothing for undefined or null
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function el(tag, className, text) {
   const node = document.createElement(tag);
   if (className) node.className = className;
@@ -20,7 +31,27 @@ export function el(tag, className, text) {
   return node;
 }
 
-/** Shows the login form (`ui.login`, `ui.token`, `ui.loginMessage`), with `message` above it. */
+/**
+ * The login form's elements, which both pages have (page.html, replay.html).
+ * @typedef {{ login: HTMLElement, token: HTMLInputElement, loginMessage: HTMLElement, forget: HTMLElement }} LoginForm
+ */
+
+/**
+ * A badge: `text` (or the outcome itself), styled by its outcome (app.css).
+ * @param {string} outcome
+ * @param {string} [text]
+ */
+export function badge(outcome, text) {
+  const node = el('span', 'badge', text || outcome);
+  node.dataset.outcome = outcome;
+  return node;
+}
+
+/**
+ * Shows the login form (`ui.login`, `ui.token`, `ui.loginMessage`), with `message` above it.
+ * @param {LoginForm} ui
+ * @param {string} message
+ */
 export function showLoginForm(ui, message) {
   ui.login.hidden = false;
   ui.forget.hidden = true;
@@ -29,7 +60,11 @@ export function showLoginForm(ui, message) {
   ui.token.focus();
 }
 
-/** A token typed into the form goes to sessionStorage (the field is cleared at once); then `next()`. */
+/**
+ * A token typed into the form goes to sessionStorage (the field is cleared at once); then `next()`.
+ * @param {LoginForm} ui
+ * @param {() => void} next
+ */
 export function onLogin(ui, next) {
   ui.login.addEventListener('submit', (event) => {
     event.preventDefault();
@@ -42,7 +77,12 @@ export function onLogin(ui, next) {
   });
 }
 
-/** Calls `receive` with each JSON text frame of `ws`, while `current()` says this socket is still the page's. */
+/**
+ * Calls `receive` with each JSON text frame of `ws`, while `current()` says this socket is still the page's.
+ * @param {WebSocket} ws
+ * @param {() => boolean} current
+ * @param {(message: any) => void} receive gets what the daemon sent, parsed but not checked
+ */
 export function onJsonMessage(ws, current, receive) {
   ws.addEventListener('message', (event) => {
     if (!current() || typeof event.data !== 'string') return;
@@ -56,7 +96,11 @@ export function onJsonMessage(ws, current, receive) {
   });
 }
 
-/** `text` as a string, at most `max` characters of it, saying how many more there were. */
+/**
+ * `text` as a string, at most `max` characters of it, saying how many more there were.
+ * @param {unknown} text
+ * @param {number} max
+ */
 export function cut(text, max) {
   const s = String(text);
   return s.length <= max ? s : `${s.slice(0, max)}… (${s.length - max} more characters)`;
@@ -67,8 +111,10 @@ const ERROR_FLAGS = ['type', 'message', 'timed_out', 'retryable', 'repeated', 'a
 
 /**
  * A failed call's block (docs/VIEWER.md "Failures, expanded"): its type, its whole message and its flags.
- * `messageChars` and `fieldChars` bound the message and each other field's text (unbounded by default: the
- * feed bounds what it sends, a recording does not).
+ * `messageChars` and `fieldChars` bound the message and each other field's text: unbounded by default (the
+ * live page shows what the feed sent, which the feed bounds); the replay page bounds what it read.
+ * @param {Record<string, any>} error the daemon's ErrorInfo, as received (src/protocol.ts)
+ * @param {{ messageChars?: number, fieldChars?: number }} [bounds]
  */
 export function renderError(error, { messageChars = Infinity, fieldChars = Infinity } = {}) {
   const node = el('div', 'error');

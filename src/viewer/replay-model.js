@@ -2,7 +2,8 @@
  * The replay page's model (docs/VIEWER.md "Replay"): what it reads from the
  * daemon and what it makes of it. The requests with the token, the list of
  * recordings, a trajectory read line by line into its batches and calls, and
- * the video's chapters. It renders nothing: the view is replay.js.
+ * the video's chapters. It renders nothing: the view is replay.js (the list)
+ * and replay-player.js (the recording opened).
  *
  * Everything read comes from recordings and may hold model input and page
  * text: it is kept as text, bounded by LIMITS, for the view to show with
@@ -10,6 +11,79 @@
  */
 /* global sessionStorage */
 import { cut, TOKEN_KEY } from './common.js';
+
+/**
+ * A line of a trajectory, or the daemon's answer, parsed but not checked: fields are read where they are used.
+ * @typedef {Record<string, any>} Json
+ */
+/**
+ * What the page makes of one trajectory (readTrajectory), within LIMITS.
+ * @typedef {object} Trajectory
+ * @property {Json | null} header its `recording` line
+ * @property {string[]} tools the names of the tools offered
+ * @property {Batch[]} batches the batches kept, in order (`index` is the place here)
+ * @property {Call[]} calls the calls of those batches, in order (`seq` is the place here)
+ * @property {Map<string, Batch>} byBatchId the batches started and not finished yet
+ * @property {{ path: unknown, started_at: number } | null} video when the video's time zero was
+ * @property {{ at: any, reason: unknown } | null} closed
+ * @property {{ at: any, reason: unknown } | null} stopped
+ * @property {number} lines lines read as JSON
+ * @property {number} badLines lines that were not JSON (skipped)
+ * @property {number} longLines lines over LIMITS.lineChars (skipped)
+ * @property {boolean} lastLineCut the last line had no newline and was not JSON
+ * @property {boolean} bytesCut only LIMITS.trajectoryBytes were read
+ * @property {number} batchesDropped batches past LIMITS.batchesKept
+ */
+/**
+ * A batch: started (`batch`) or a resent one answered from the stored result (`replayed`). Times (`at`) are
+ * as the trajectory wrote them (milliseconds since the epoch), not checked.
+ * @typedef {object} Batch
+ * @property {'batch' | 'replayed'} kind
+ * @property {string} batch_id
+ * @property {any} at
+ * @property {Call[]} calls
+ * @property {number} index
+ * @property {BatchResult | null} result null: no result was recorded
+ */
+/**
+ * @typedef {object} BatchResult
+ * @property {any} at
+ * @property {boolean} [cancelled]
+ * @property {boolean} replayed
+ * @property {unknown} [duration_ms]
+ * @property {Record<string, unknown>} halted toolset → index of the call that halted it
+ * @property {number} failures
+ */
+/**
+ * One call, from its batch's start line, its events and its batch's result.
+ * @typedef {object} Call
+ * @property {number} seq its place among all the calls
+ * @property {Batch} batch
+ * @property {number} index its place in its batch
+ * @property {string} id its tool_use_id
+ * @property {string} name
+ * @property {any} toolset
+ * @property {unknown} input bounded (LIMITS.input…)
+ * @property {string} phase
+ * @property {any} started_at
+ * @property {any} ended_at
+ * @property {number | undefined} duration_ms
+ * @property {any} attempts
+ * @property {Json | null} error the failure (ErrorInfo), as recorded
+ * @property {string[]} texts
+ * @property {ImageFile[]} images
+ * @property {string[]} states what each browser_state block said
+ * @property {boolean} is_error
+ * @property {{ image: ImageFile, call: Call } | null} [shownImage] the latest image returned at or before it
+ */
+/**
+ * An image a call returned, a file of the recording (IMAGE_PATH).
+ * @typedef {{ path: string, media_type: unknown, width: any, height: any, bytes: any }} ImageFile
+ */
+/**
+ * A chapter of the video: when a call ran, in seconds from the video's start.
+ * @typedef {{ start: number, end: number, title: string, toolUseId: string }} Cue
+ */
 
 const RECORDINGS_PATH = '/recordings';
 
@@ -46,7 +120,11 @@ export const LIMITS = {
 const IMAGE_PATH = /^images\/[A-Za-z0-9_-]{1,200}\.(?:png|jpg|webp|gif)$/;
 export const TRACE_FILE = /^trace(?:-\d{1,4})?\.zip$/;
 
-/** An input made small enough to keep: strings cut, lists and objects shortened, images never kept. */
+/**
+ * An input made small enough to keep: strings cut, lists and objects shortened, images never kept.
+ * @param {any} value
+ * @returns {unknown}
+ */
 function bounded(value, depth = 0) {
   if (typeof value === 'string') return cut(value, LIMITS.inputChars);
   if (value === null || typeof value !== 'object') return value;
@@ -57,6 +135,7 @@ function bounded(value, depth = 0) {
     if (value.length > items.length) items.push(`… (${value.length - items.length} more items)`);
     return items;
   }
+  /** @type {Record<string, unknown>} */
   const out = {};
   const keys = Object.keys(value);
   for (const key of keys.slice(0, LIMITS.inputItems)) out[key] = bounded(value[key], depth + 1);
@@ -73,6 +152,10 @@ export class AuthError extends Error {
 /** A request that got no answer (status 0) or one other than 2xx. */
 export class HttpError extends Error {
   code = 'ERR_HTTP';
+  /**
+   * @param {number} status
+   * @param {number} [retryAfter] seconds the daemon asked to wait
+   */
   constructor(status, retryAfter) {
     super(`HTTP ${status}`);
     this.status = status;
@@ -80,19 +163,28 @@ export class HttpError extends Error {
   }
 }
 
-export const fileUrl = (id, name) =>
+/** A recording's file `name` (src/recording/store.ts), for recording `id`. */
+export const fileUrl = (/** @type {string} */ id, /** @type {string} */ name) =>
   `${RECORDINGS_PATH}/${encodeURIComponent(id)}/${name.split('/').map(encodeURIComponent).join('/')}`;
 
 /** What the page does when there is no token, or when the daemon refuses it (replay.js: the login form). */
 const authFailure = { missing: () => {}, refused: () => {} };
 
-/** Sets what `api` does, before it throws an AuthError, when there is no token or the daemon refused it. */
+/**
+ * Sets what `api` does, before it throws an AuthError, when there is no token or the daemon refused it.
+ * @param {() => void} missing
+ * @param {() => void} refused
+ */
 export function onAuthFailure(missing, refused) {
   authFailure.missing = missing;
   authFailure.refused = refused;
 }
 
-/** GET with the token; 401 forgets the token, tells the page (onAuthFailure) and throws. */
+/**
+ * GET with the token; 401 forgets the token, tells the page (onAuthFailure) and throws.
+ * @param {string} path
+ * @param {AbortSignal} [signal]
+ */
 export async function api(path, signal) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (!token) {
@@ -108,7 +200,7 @@ export async function api(path, signal) {
       referrerPolicy: 'no-referrer',
       signal,
     });
-  } catch (err) {
+  } catch (/** @type {any} */ err) {
     if (err && err.name === 'AbortError') throw err;
     // A token with characters a header cannot carry fails here, before any request; so does a stopped daemon.
     throw new HttpError(0);
@@ -126,6 +218,10 @@ export async function api(path, signal) {
   return res;
 }
 
+/**
+ * What went wrong, in words for the page.
+ * @param {any} err
+ */
 export function describeFailure(err) {
   if (err instanceof HttpError) {
     if (err.status === 0) return 'the daemon could not be reached';
@@ -136,13 +232,20 @@ export function describeFailure(err) {
   return String((err && err.message) || err);
 }
 
-/** The daemon's list of recordings (`GET /recordings`, newest first: src/recording/routes.ts). */
+/**
+ * The daemon's list of recordings (`GET /recordings`, newest first: src/recording/routes.ts).
+ * @returns {Promise<Json[]>}
+ */
 export async function readRecordings() {
   const res = await api(RECORDINGS_PATH);
   const body = await res.json();
   return Array.isArray(body && body.recordings) ? body.recordings : [];
 }
 
+/**
+ * A listed recording's state, in words.
+ * @param {Json} r
+ */
 export function recordingState(r) {
   if (r.live) return 'live';
   return typeof r.ended_at === 'number' ? 'finished' : 'ended without a close (daemon stopped)';
@@ -150,6 +253,7 @@ export function recordingState(r) {
 
 // ---- the trajectory
 
+/** @returns {Trajectory} */
 function newTrajectory() {
   return {
     header: null,
@@ -169,11 +273,16 @@ function newTrajectory() {
   };
 }
 
-/** Reads the trajectory once, line by line as it arrives; keeps what LIMITS allow. */
+/**
+ * Reads the trajectory once, line by line as it arrives; keeps what LIMITS allow.
+ * @param {string} id
+ * @param {AbortSignal} signal
+ */
 export async function readTrajectory(id, signal) {
   const t = newTrajectory();
   const res = await api(fileUrl(id, 'trajectory.jsonl'), signal);
-  const reader = res.body.getReader();
+  // A 200 answer to a GET always has a body (only 101, 103, 204, 205 and 304 have none).
+  const reader = /** @type {ReadableStream<Uint8Array>} */ (res.body).getReader();
   const decoder = new TextDecoder();
   let pending = '';
   let skipping = false;
@@ -212,7 +321,11 @@ export async function readTrajectory(id, signal) {
   return t;
 }
 
-/** Parses and applies one line; false when it is not JSON. */
+/**
+ * Parses and applies one line; false when it is not JSON.
+ * @param {Trajectory} t
+ * @param {string} text
+ */
 function take(t, text, last = false) {
   if (!text.trim()) return true;
   let rec;
@@ -227,6 +340,14 @@ function take(t, text, last = false) {
   return true;
 }
 
+/**
+ * A new batch at the end of `t`; undefined (counted) past LIMITS.batchesKept.
+ * @param {Trajectory} t
+ * @param {unknown} batchId
+ * @param {any} at
+ * @param {Batch['kind']} kind
+ * @returns {Batch | undefined}
+ */
 function newBatch(t, batchId, at, kind) {
   if (t.batches.length >= LIMITS.batchesKept) {
     t.batchesDropped++;
@@ -237,7 +358,15 @@ function newBatch(t, batchId, at, kind) {
   return batch;
 }
 
+/**
+ * A new call at the end of `batch` (and of `t`).
+ * @param {Trajectory} t
+ * @param {Batch} batch
+ * @param {number} index
+ * @param {Json} fields `id`, `name`, `toolset` and `input`, as recorded
+ */
 function newCall(t, batch, index, fields) {
+  /** @type {Call} */
   const call = {
     seq: t.calls.length,
     batch,
@@ -262,6 +391,11 @@ function newCall(t, batch, index, fields) {
   return call;
 }
 
+/**
+ * Applies one line of the trajectory (docs/RECORDING.md) to `t`.
+ * @param {Trajectory} t
+ * @param {Json} rec
+ */
 function apply(t, rec) {
   switch (rec.type) {
     case 'recording':
@@ -270,14 +404,16 @@ function apply(t, rec) {
     case 'tools':
       t.tools = (Array.isArray(rec.tools) ? rec.tools : [])
         .slice(0, 50)
-        .map((tool) => String((tool && (tool.name || tool.type)) || '?'));
+        .map((/** @type {any} */ tool) => String((tool && (tool.name || tool.type)) || '?'));
       return;
     case 'batch_started': {
       const batch = newBatch(t, rec.batch_id, rec.at, 'batch');
       if (!batch) return;
       t.byBatchId.set(batch.batch_id, batch);
       const uses = Array.isArray(rec.tool_uses) ? rec.tool_uses : [];
-      uses.forEach((tu, i) => newCall(t, batch, i, { id: tu && tu.id, name: tu && tu.name, input: tu && tu.input }));
+      uses.forEach((/** @type {any} */ tu, /** @type {number} */ i) =>
+        newCall(t, batch, i, { id: tu && tu.id, name: tu && tu.name, input: tu && tu.input }),
+      );
       return;
     }
     case 'tool_event': {
@@ -292,8 +428,8 @@ function apply(t, rec) {
       if (!batch) {
         // Past the bound: counted at its batch_started line.
         if (t.batches.length >= LIMITS.batchesKept) return;
-        // Its batch_started line was lost: the result alone still names the calls.
-        batch = newBatch(t, r.batch_id, rec.at, 'batch');
+        // Its batch_started line was lost: the result alone still names the calls (under the bound: a batch).
+        batch = /** @type {Batch} */ (newBatch(t, r.batch_id, rec.at, 'batch'));
       }
       t.byBatchId.delete(batch.batch_id);
       batch.result = {
@@ -356,7 +492,12 @@ function apply(t, rec) {
   }
 }
 
-/** Applies one tool_event to its call. */
+/**
+ * Applies one tool_event to its call.
+ * @param {Batch} batch
+ * @param {Json} e the event
+ * @param {any} at when it was written
+ */
 function applyEvent(batch, e, at) {
   const call = batch.calls[e.index] || batch.calls.find((c) => c.id === e.tool_use_id);
   if (!call) return;
@@ -370,8 +511,12 @@ function applyEvent(batch, e, at) {
   if (e.error) call.error = e.error;
 }
 
-/** For each call, the latest image returned at or before it. */
+/**
+ * For each call, the latest image returned at or before it.
+ * @param {Trajectory} t
+ */
 function finishTrajectory(t) {
+  /** @type {Call['shownImage']} */
   let latest = null;
   for (const call of t.calls) {
     if (call.images.length) latest = { image: call.images[call.images.length - 1], call };
@@ -379,18 +524,29 @@ function finishTrajectory(t) {
   }
 }
 
-/** When a call happened: its start, or (never started) when it was skipped, or its batch's start. */
+/**
+ * When a call happened: its start, or (never started) when it was skipped, or its batch's start.
+ * @param {Call} call
+ * @returns {any} a time as recorded (milliseconds since the epoch), not checked
+ */
 export const callTime = (call) => call.started_at ?? call.ended_at ?? call.batch.at;
 
 // ---- chapters (video.vtt)
 
+/**
+ * Seconds, from a WebVTT timestamp (`[hh:]mm:ss.ttt`); NaN for anything else.
+ * @param {string} text
+ */
 function parseTimestamp(text) {
   const m = /^(?:(\d+):)?(\d{1,2}):(\d{2})\.(\d{3})$/.exec(text.trim());
   if (!m) return NaN;
   return Number(m[1] || 0) * 3600 + Number(m[2]) * 60 + Number(m[3]) + Number(m[4]) / 1000;
 }
 
-/** A cue's text as written (WebVTT escapes `&`, `<` and `>`); shown with textContent, so nothing else is undone. */
+/**
+ * A cue's text as written (WebVTT escapes `&`, `<` and `>`); shown with textContent, so nothing else is undone.
+ * @param {string} text
+ */
 function unescapeCue(text) {
   return text
     .replace(/&lt;/g, '<')
@@ -400,8 +556,12 @@ function unescapeCue(text) {
     .replace(/&amp;/g, '&');
 }
 
-/** WebVTT cues: `{ start, end, title, toolUseId }` (the title is `member · tool_use_id`, docs/RECORDING.md). */
+/**
+ * WebVTT cues: `{ start, end, title, toolUseId }` (the title is `member · tool_use_id`, docs/RECORDING.md).
+ * @param {string} text
+ */
 function parseChapters(text) {
+  /** @type {Cue[]} */
   const cues = [];
   const blocks = text.replace(/\r\n?/g, '\n').split(/\n{2,}/);
   for (const block of blocks) {
@@ -425,13 +585,21 @@ function parseChapters(text) {
   return cues.sort((a, b) => a.start - b.start);
 }
 
+/**
+ * A batch's state, as its badge says it.
+ * @param {Batch} batch
+ */
 export function batchState(batch) {
   if (batch.kind === 'replayed') return 'replayed';
   if (!batch.result) return 'unfinished';
   return batch.result.cancelled ? 'cancelled' : 'finished';
 }
 
-/** The chapters of a recording's `video.vtt`; null when it has none or it is larger than LIMITS allow. */
+/**
+ * The chapters of a recording's `video.vtt`; null when it has none or it is larger than LIMITS allow.
+ * @param {string} id
+ * @param {AbortSignal} signal
+ */
 export async function readChapters(id, signal) {
   const res = await api(fileUrl(id, 'video.vtt'), signal).catch((err) => {
     if (err instanceof HttpError && err.status === 404) return null;
@@ -446,8 +614,13 @@ export async function readChapters(id, signal) {
   return parseChapters(await res.text());
 }
 
-/** The chapter of the latest call started by `seconds` (between two calls, the earlier one's). */
+/**
+ * The chapter of the latest call started by `seconds` (between two calls, the earlier one's).
+ * @param {Cue[]} chapters
+ * @param {number} seconds
+ */
 export function cueAt(chapters, seconds) {
+  /** @type {Cue | null} */
   let found = null;
   for (const cue of chapters) {
     if (cue.start > seconds + 0.0005) break;
@@ -456,16 +629,23 @@ export function cueAt(chapters, seconds) {
   return found;
 }
 
-/** The call on screen `seconds` into the video: its chapter's, or the latest call started by then. */
-export function callAt(t, chapters, seconds) {
+/**
+ * The call on screen `seconds` into the video: its chapter's, or the latest call started by then.
+ * @param {Call[]} calls a trajectory's calls
+ * @param {{ started_at: number }} video its video
+ * @param {Cue[]} chapters
+ * @param {number} seconds
+ */
+export function callAt(calls, video, chapters, seconds) {
   const cue = cueAt(chapters, seconds);
   if (cue) {
-    const call = t.calls.find((c) => c.id === cue.toolUseId);
+    const call = calls.find((c) => c.id === cue.toolUseId);
     if (call) return call;
   }
-  const at = t.video.started_at + seconds * 1000;
+  const at = video.started_at + seconds * 1000;
+  /** @type {Call | null} */
   let found = null;
-  for (const call of t.calls) {
+  for (const call of calls) {
     if (callTime(call) > at) break;
     found = call;
   }
