@@ -17,6 +17,20 @@ export const TOKEN_KEY = 'deskbatch.viewer.token';
 export const byId = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 /**
+ * The element in `root` that `selector` names: one the page put there itself, so it is there.
+ * @param {ParentNode} root
+ * @param {string} selector
+ */
+export const part = (root, selector) => /** @type {HTMLElement} */ (root.querySelector(selector));
+
+/**
+ * The elements in `root` that `selector` names (the page's own: HTML elements).
+ * @param {ParentNode} root
+ * @param {string} selector
+ */
+export const parts = (root, selector) => /** @type {NodeListOf<HTMLElement>} */ (root.querySelectorAll(selector));
+
+/**
  * Creates an element; text goes in through textContent only.
  * @template {keyof HTMLElementTagNameMap} K
  * @param {K} tag
