@@ -10,7 +10,7 @@
  * form; kept in sessionStorage only (gone when the tab closes).
  */
 /* global location, history, sessionStorage, WebSocket, requestAnimationFrame */
-import { byId, el, onJsonMessage, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+import { badge, byId, el, onJsonMessage, onLogin, renderError, showLoginForm, TOKEN_KEY } from './common.js';
 import { decorateSessions, setTakeover, stopTakeover } from './takeover.js';
 
 const SUBPROTOCOL = 'deskbatch.viewer.v1';
@@ -22,33 +22,43 @@ const CLOSE_READ_ONLY = 1008;
 const CLOSE_TOO_MANY_VIEWERS = 1013;
 const MAX_FEED_RETRY_MS = 30_000;
 
+/**
+ * What the feed sends, parsed but not checked: its types are src/viewer/feed.ts (Node.js code this check does
+ * not read), and the page reads it as it did before it was type-checked.
+ * @typedef {Record<string, any>} Received
+ */
+
 const ui = {
   state: byId('state'),
   dropped: byId('dropped'),
   forget: byId('forget'),
   login: byId('login'),
-  token: byId('token'),
+  token: /** @type {HTMLInputElement} */ (byId('token')),
   loginMessage: byId('login-message'),
-  shot: byId('shot'),
+  shot: /** @type {HTMLImageElement} */ (byId('shot')),
   caption: byId('shot-caption'),
   sessions: byId('sessions'),
 };
 
 const model = {
-  /** id → session view, in the order first seen. */
+  /** @type {Map<string, Received>} id → session view, in the order first seen. */
   sessions: new Map(),
-  /** id → timeline entry, oldest first (Map keeps insertion order). */
+  /** @type {Map<string, Received>} id → timeline entry, oldest first (Map keeps insertion order). */
   entries: new Map(),
   maxEntries: 200,
+  /** @type {Received | null} */
   image: null,
   dropped: 0,
 };
 
+/** @type {WebSocket | undefined} */
 let socket;
 let everConnected = false;
 let retryMs = 1000;
+/** @type {number | undefined} */
 let retryTimer;
 let renderQueued = false;
+/** @type {Received | null | undefined} */
 let shownImage;
 
 // ---- token
@@ -67,6 +77,7 @@ function takeTokenFromFragment() {
   if (token) sessionStorage.setItem(TOKEN_KEY, token);
 }
 
+/** @param {string} message */
 function showLogin(message) {
   showLoginForm(ui, message);
   setState('no-token', 'not connected');
@@ -87,6 +98,10 @@ ui.forget.addEventListener('click', () => {
 
 // ---- connection
 
+/**
+ * @param {string} state
+ * @param {string} text
+ */
 function setState(state, text) {
   ui.state.dataset.state = state;
   ui.state.textContent = text;
@@ -140,10 +155,11 @@ function connect() {
 
 // ---- the model
 
+/** @param {Received} message */
 function receive(message) {
   switch (message && message.type) {
     case 'snapshot':
-      model.sessions = new Map((message.sessions || []).map((s) => [s.id, s]));
+      model.sessions = new Map((message.sessions || []).map((/** @type {Received} */ s) => [s.id, s]));
       model.entries = new Map();
       model.maxEntries = (message.limits && message.limits.entries) || model.maxEntries;
       for (const entry of message.entries || []) upsert(entry);
@@ -170,9 +186,13 @@ function receive(message) {
   scheduleRender();
 }
 
+/** @param {Received} entry */
 function upsert(entry) {
   model.entries.set(entry.id, entry);
-  while (model.entries.size > model.maxEntries) model.entries.delete(model.entries.keys().next().value);
+  // Not empty while over the bound, so the oldest key is there.
+  while (model.entries.size > model.maxEntries) {
+    model.entries.delete(/** @type {string} */ (model.entries.keys().next().value));
+  }
 }
 
 // ---- rendering
@@ -194,8 +214,8 @@ function render() {
   decorateSessions();
 }
 
-const time = (at) => (typeof at === 'number' ? new Date(at).toLocaleTimeString() : '');
-const ms = (value) => (typeof value === 'number' ? `${value} ms` : '');
+const time = (/** @type {unknown} */ at) => (typeof at === 'number' ? new Date(at).toLocaleTimeString() : '');
+const ms = (/** @type {unknown} */ value) => (typeof value === 'number' ? `${value} ms` : '');
 
 function renderImage() {
   const image = model.image;
@@ -226,10 +246,18 @@ function renderImage() {
   ui.caption.textContent = parts.join(' · ');
 }
 
+/**
+ * A session's part of the timeline: its batches by entry id, each with its batch entry (null when it left the
+ * timeline) and its call entries.
+ * @typedef {{ session: Received, batches: Map<string, Batch> }} SessionGroup
+ * @typedef {{ entry: Received | null, batch_id: string, calls: Received[] }} Batch
+ */
+
 /** Groups the entries by session, then by batch (calls in index order). */
 function groups() {
+  /** @type {Map<string, SessionGroup>} */
   const sessions = new Map();
-  const sessionGroup = (id) => {
+  const sessionGroup = (/** @type {string} */ id) => {
     let group = sessions.get(id);
     if (!group) {
       group = { session: model.sessions.get(id) || { id }, batches: new Map() };
@@ -262,6 +290,7 @@ function renderSessions() {
   ui.sessions.replaceChildren(...list.map(renderSession));
 }
 
+/** @param {SessionGroup} group */
 function renderSession(group) {
   const { session } = group;
   const node = el('article', 'session');
@@ -279,6 +308,7 @@ function renderSession(group) {
   return node;
 }
 
+/** @param {Batch} batch */
 function renderBatch(batch) {
   const entry = batch.entry;
   const node = el('section', 'batch');
@@ -308,12 +338,7 @@ function renderBatch(batch) {
   return node;
 }
 
-function badge(outcome) {
-  const node = el('span', 'badge', outcome);
-  node.dataset.outcome = outcome;
-  return node;
-}
-
+/** @param {Received} call */
 function renderCall(call) {
   const node = el('li', 'call');
   node.dataset.phase = call.phase;
@@ -330,21 +355,6 @@ function renderCall(call) {
   const input = call.input && typeof call.input === 'object' && Object.keys(call.input).length ? call.input : null;
   if (input) node.append(el('code', 'input', JSON.stringify(input)));
   if (call.error) node.append(renderError(call.error));
-  return node;
-}
-
-function renderError(error) {
-  const node = el('div', 'error');
-  node.append(el('div', 'error-type', error.type), el('pre', 'error-message', error.message));
-  const flags = [`timed out: ${error.timed_out ? 'yes' : 'no'}`, `retryable: ${error.retryable ? 'yes' : 'no'}`];
-  if (error.repeated) flags.push(`failed the same way ${error.repeated} times in a row`);
-  if (error.attempts) flags.push(`${error.attempts} attempts`);
-  if (error.retry_after_ms !== undefined) flags.push(`retry after ${error.retry_after_ms} ms`);
-  for (const [key, value] of Object.entries(error)) {
-    if (['type', 'message', 'timed_out', 'retryable', 'repeated', 'attempts', 'retry_after_ms'].includes(key)) continue;
-    flags.push(`${key}: ${typeof value === 'string' ? value : JSON.stringify(value)}`);
-  }
-  node.append(el('div', 'error-flags', flags.join(' · ')));
   return node;
 }
 

@@ -8,8 +8,9 @@
  *   strict Content-Security-Policy: scripts and styles only from this origin,
  *   no inline code, images only from data: and blob: URLs, media (the
  *   recordings' video) only from blob: URLs, no framing.
- * - `GET /viewer/replay`, `/viewer/replay.js`, `/viewer/replay.css`: the
- *   replay page (docs/VIEWER.md "Replay"), static too, under the same policy;
+ * - `GET /viewer/replay`, `/viewer/replay.js` (its list), `/viewer/replay-player.js` (the recording
+ *   opened), `/viewer/replay-model.js` (what both read), `/viewer/replay.css`: the replay page
+ *   (docs/VIEWER.md "Replay"), static too, under the same policy;
  *   it reads the recordings' routes (src/recording/routes.ts) with the token.
  * - `/viewer/feed`: the WebSocket the page reads (feed.ts), behind the usual
  *   handshake checks plus a same-origin exception for the page itself; the
@@ -103,6 +104,8 @@ const ASSETS = [
   { path: `${VIEWER_PATH}/takeover.js`, file: 'takeover.js', type: 'text/javascript; charset=utf-8' },
   { path: REPLAY_PATH, file: 'replay.html', type: 'text/html; charset=utf-8' },
   { path: `${VIEWER_PATH}/replay.js`, file: 'replay.js', type: 'text/javascript; charset=utf-8' },
+  { path: `${VIEWER_PATH}/replay-player.js`, file: 'replay-player.js', type: 'text/javascript; charset=utf-8' },
+  { path: `${VIEWER_PATH}/replay-model.js`, file: 'replay-model.js', type: 'text/javascript; charset=utf-8' },
   { path: `${VIEWER_PATH}/replay.css`, file: 'replay.css', type: 'text/css; charset=utf-8' },
 ] as const;
 

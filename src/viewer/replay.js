@@ -15,50 +15,33 @@
  * The token: the live page's (same sessionStorage key), or taken from the URL
  * fragment `#token=…` (then removed from the address bar), or typed into the
  * form.
+ *
+ * The page's view is this file (the token, the list of recordings, the page's
+ * start) and replay-player.js (the recording opened: timeline, selection and
+ * keys, image, video, downloads). What it reads and makes of the recordings
+ * (requests, the trajectory's batches and calls, the chapters) is its model,
+ * replay-model.js.
  */
-/* global document, location, history, sessionStorage */
-import { byId, el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+/* global location, history, sessionStorage */
+import { badge, byId, el, onLogin, showLoginForm, TOKEN_KEY } from './common.js';
+import {
+  AuthError,
+  describeFailure,
+  HttpError,
+  LIMITS,
+  onAuthFailure,
+  readRecordings,
+  recordingState,
+} from './replay-model.js';
+import { clock, closeRecording, duration, opened, openRecording, size } from './replay-player.js';
 
-const RECORDINGS_PATH = '/recordings';
-
-/** What the page keeps and renders at most (docs/VIEWER.md "Replay", Bounds). */
-const LIMITS = {
-  /** Recordings listed before a "more" button (retention keeps 200 by default). */
-  recordingsShown: 100,
-  /** Bytes of a trajectory read; the rest is left unread (the page says so). */
-  trajectoryBytes: 64 * 1024 * 1024,
-  /** Characters of one trajectory line; a longer one is skipped (counted). */
-  lineChars: 8 * 1024 * 1024,
-  /** Batches kept from one trajectory; later ones are counted, not kept. */
-  batchesKept: 5000,
-  /** Batches rendered at first, and added by each "more" click. */
-  batchesShown: 100,
-  /** Characters of each input string kept (the list shows the input's first `inputShown`). */
-  inputChars: 2000,
-  inputShown: 300,
-  inputItems: 50,
-  inputDepth: 4,
-  /** Characters of each text a result returned, shown for the selected call. */
-  resultChars: 4000,
-  /** Characters of an error message (the whole message, but for a pathological one). */
-  errorChars: 100_000,
-  /** Images kept as blob: URLs for stepping back and forth; older ones are revoked. */
-  imagesCached: 16,
-  /** Bytes of video played in the page (it is held in memory); a larger one is offered as a download only. */
-  videoBytes: 512 * 1024 * 1024,
-  /** Bytes of the chapters file read. */
-  chaptersBytes: 4 * 1024 * 1024,
-};
-
-/** The files a recording serves (src/recording/store.ts); nothing else is ever requested. */
-const IMAGE_PATH = /^images\/[A-Za-z0-9_-]{1,200}\.(?:png|jpg|webp|gif)$/;
-const TRACE_FILE = /^trace(?:-\d{1,4})?\.zip$/;
+/** @typedef {import('./replay-model.js').Json} Json */
 
 const ui = {
   state: byId('state'),
   forget: byId('forget'),
   login: byId('login'),
-  token: byId('token'),
+  token: /** @type {HTMLInputElement} */ (byId('token')),
   loginMessage: byId('login-message'),
   list: byId('list'),
   refresh: byId('refresh'),
@@ -66,92 +49,10 @@ const ui = {
   recordings: byId('recordings'),
   moreRecordings: byId('more-recordings'),
   player: byId('player'),
-  title: byId('player-title'),
-  prev: byId('prev'),
-  next: byId('next'),
   reload: byId('reload'),
-  selection: byId('selection'),
-  videoFigure: byId('video-figure'),
-  video: byId('video'),
-  chapter: byId('chapter'),
-  videoNote: byId('video-note'),
-  shot: byId('shot'),
-  caption: byId('shot-caption'),
-  downloads: byId('downloads'),
-  sessionInfo: byId('session-info'),
-  trajectoryNote: byId('trajectory-note'),
-  batches: byId('batches'),
-  moreBatches: byId('more-batches'),
 };
 
-// ---- formatting
-
-const clock = (at) => (typeof at === 'number' ? new Date(at).toLocaleString() : '');
-
-function duration(ms) {
-  if (typeof ms !== 'number' || !Number.isFinite(ms)) return '';
-  if (ms < 1000) return `${Math.round(ms)} ms`;
-  const s = ms / 1000;
-  if (s < 60) return `${s.toFixed(1)} s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m} min ${Math.round(s - m * 60)} s`;
-  return `${Math.floor(m / 60)} h ${m % 60} min`;
-}
-
-/** `+m:ss.s` from the recording's start. */
-function offset(at, start) {
-  if (typeof at !== 'number' || typeof start !== 'number') return '';
-  const s = Math.max(0, at - start) / 1000;
-  const m = Math.floor(s / 60);
-  return `+${m}:${(s - m * 60).toFixed(1).padStart(4, '0')}`;
-}
-
-function size(bytes) {
-  if (typeof bytes !== 'number') return '';
-  if (bytes < 1024) return `${bytes} B`;
-  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
-  if (bytes < 1024 * 1024 * 1024) return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
-  return `${(bytes / 1024 / 1024 / 1024).toFixed(2)} GiB`;
-}
-
-function cut(text, max) {
-  const s = String(text);
-  return s.length <= max ? s : `${s.slice(0, max)}… (${s.length - max} more characters)`;
-}
-
-/** An input made small enough to keep: strings cut, lists and objects shortened, images never kept. */
-function bounded(value, depth = 0) {
-  if (typeof value === 'string') return cut(value, LIMITS.inputChars);
-  if (value === null || typeof value !== 'object') return value;
-  if (depth >= LIMITS.inputDepth) return '[…]';
-  if (value.type === 'image' && value.source) return '[image omitted]';
-  if (Array.isArray(value)) {
-    const items = value.slice(0, LIMITS.inputItems).map((v) => bounded(v, depth + 1));
-    if (value.length > items.length) items.push(`… (${value.length - items.length} more items)`);
-    return items;
-  }
-  const out = {};
-  const keys = Object.keys(value);
-  for (const key of keys.slice(0, LIMITS.inputItems)) out[key] = bounded(value[key], depth + 1);
-  if (keys.length > LIMITS.inputItems) out['…'] = `${keys.length - LIMITS.inputItems} more fields`;
-  return out;
-}
-
-// ---- token and requests
-
-/** No token, or the daemon refused it: the login form is back (api). */
-class AuthError extends Error {
-  code = 'ERR_AUTH';
-}
-/** A request that got no answer (status 0) or one other than 2xx. */
-class HttpError extends Error {
-  code = 'ERR_HTTP';
-  constructor(status, retryAfter) {
-    super(`HTTP ${status}`);
-    this.status = status;
-    this.retryAfter = retryAfter;
-  }
-}
+// ---- token
 
 /** Moves a `#token=` fragment into sessionStorage and out of the address bar; returns `#recording=` if any. */
 function readFragment() {
@@ -165,60 +66,18 @@ function readFragment() {
   return recording;
 }
 
-const recordingHash = (id) => (id ? `#recording=${encodeURIComponent(id)}` : '');
-const fileUrl = (id, name) =>
-  `${RECORDINGS_PATH}/${encodeURIComponent(id)}/${name.split('/').map(encodeURIComponent).join('/')}`;
+const recordingHash = (/** @type {string | undefined} */ id) => (id ? `#recording=${encodeURIComponent(id)}` : '');
 
-/** GET with the token; 401 forgets the token and brings the form back. */
-async function api(path, signal) {
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  if (!token) {
-    showLogin('');
-    throw new AuthError('no token');
-  }
-  let res;
-  try {
-    res = await fetch(path, {
-      headers: { authorization: `Bearer ${token}` },
-      cache: 'no-store',
-      credentials: 'omit',
-      referrerPolicy: 'no-referrer',
-      signal,
-    });
-  } catch (err) {
-    if (err && err.name === 'AbortError') throw err;
-    // A token with characters a header cannot carry fails here, before any request; so does a stopped daemon.
-    throw new HttpError(0);
-  }
-  if (res.status === 401) {
-    sessionStorage.removeItem(TOKEN_KEY);
-    closeRecording();
-    showLogin('The daemon refused that token.');
-    throw new AuthError('refused');
-  }
-  if (!res.ok) {
-    const retryAfter = Number(res.headers.get('retry-after')) || 1;
-    await res.body?.cancel().catch(() => undefined);
-    throw new HttpError(res.status, retryAfter);
-  }
-  return res;
-}
-
-function describeFailure(err) {
-  if (err instanceof HttpError) {
-    if (err.status === 0) return 'the daemon could not be reached';
-    if (err.status === 429) return `too many requests; the daemon asks to wait ${err.retryAfter} s`;
-    if (err.status === 404) return 'not found';
-    return `the daemon answered ${err.status}`;
-  }
-  return String((err && err.message) || err);
-}
-
+/**
+ * @param {string} state
+ * @param {string} text
+ */
 function setState(state, text) {
   ui.state.dataset.state = state;
   ui.state.textContent = text;
 }
 
+/** @param {string} message */
 function showLogin(message) {
   showLoginForm(ui, message);
   ui.list.hidden = true;
@@ -227,6 +86,13 @@ function showLogin(message) {
   setState('no-token', 'no token');
 }
 
+onAuthFailure(
+  () => showLogin(''),
+  () => {
+    closeRecording();
+    showLogin('The daemon refused that token.');
+  },
+);
 onLogin(ui, () => void loadList());
 
 ui.forget.addEventListener('click', () => {
@@ -238,14 +104,13 @@ ui.forget.addEventListener('click', () => {
 
 // ---- the list
 
-const list = { recordings: [], shown: LIMITS.recordingsShown };
+const list = { recordings: /** @type {Json[]} */ ([]), shown: LIMITS.recordingsShown };
 
 async function loadList() {
   setState('connecting', 'loading recordings…');
-  let body;
+  let recordings;
   try {
-    const res = await api(RECORDINGS_PATH);
-    body = await res.json();
+    recordings = await readRecordings();
   } catch (err) {
     if (err instanceof AuthError) return;
     ui.list.hidden = false;
@@ -262,7 +127,7 @@ async function loadList() {
   ui.login.hidden = true;
   ui.forget.hidden = false;
   ui.list.hidden = false;
-  list.recordings = Array.isArray(body && body.recordings) ? body.recordings : [];
+  list.recordings = recordings;
   setState('connected', `${list.recordings.length} recording${list.recordings.length === 1 ? '' : 's'}`);
   ui.listNote.textContent = `listed ${new Date().toLocaleTimeString()}`;
   renderList();
@@ -289,16 +154,12 @@ function renderList() {
   ui.moreRecordings.textContent = `Show ${Math.min(hidden, LIMITS.recordingsShown)} more (${hidden} not shown)`;
 }
 
-function recordingState(r) {
-  if (r.live) return 'live';
-  return typeof r.ended_at === 'number' ? 'finished' : 'ended without a close (daemon stopped)';
-}
-
+/** @param {Json} r a recording of the list */
 function renderRow(r) {
   const row = el('tr', 'recording');
   row.dataset.id = String(r.id);
   row.tabIndex = 0;
-  if (current && current.id === r.id) row.setAttribute('aria-selected', 'true');
+  if (opened()?.id === r.id) row.setAttribute('aria-selected', 'true');
   const end = typeof r.ended_at === 'number' ? r.ended_at : r.live ? Date.now() : undefined;
   const failures = el('td', 'num failures', r.failures);
   if (r.failures > 0) failures.dataset.failed = 'true';
@@ -315,7 +176,7 @@ function renderRow(r) {
     state,
     el('td', 'session-id', r.session_id),
   );
-  const choose = () => void openRecording(r.id);
+  const choose = () => void open(r.id);
   row.addEventListener('click', choose);
   row.addEventListener('keydown', (event) => {
     if (event.key === 'Enter' || event.key === ' ') {
@@ -326,836 +187,27 @@ function renderRow(r) {
   return row;
 }
 
-function badge(outcome, text) {
-  const node = el('span', 'badge', text || outcome);
-  node.dataset.outcome = outcome;
-  return node;
-}
-
-// ---- the trajectory
-
-function newTrajectory() {
-  return {
-    header: null,
-    tools: [],
-    batches: [],
-    calls: [],
-    byBatchId: new Map(),
-    video: null,
-    closed: null,
-    stopped: null,
-    lines: 0,
-    badLines: 0,
-    longLines: 0,
-    lastLineCut: false,
-    bytesCut: false,
-    batchesDropped: 0,
-  };
-}
-
-/** Reads the trajectory once, line by line as it arrives; keeps what LIMITS allow. */
-async function readTrajectory(id, signal) {
-  const t = newTrajectory();
-  const res = await api(fileUrl(id, 'trajectory.jsonl'), signal);
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  let pending = '';
-  let skipping = false;
-  let bytes = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    bytes += value.byteLength;
-    if (bytes > LIMITS.trajectoryBytes) {
-      t.bytesCut = true;
-      await reader.cancel().catch(() => undefined);
-      break;
-    }
-    pending += decoder.decode(value, { stream: true });
-    let start = 0;
-    for (let nl = pending.indexOf('\n'); nl >= 0; nl = pending.indexOf('\n', start)) {
-      if (skipping) skipping = false;
-      else take(t, pending.slice(start, nl));
-      start = nl + 1;
-    }
-    pending = pending.slice(start);
-    if (pending.length > LIMITS.lineChars) {
-      if (!skipping) t.longLines++;
-      skipping = true;
-      pending = '';
-    }
-  }
-  if (!t.bytesCut) {
-    pending += decoder.decode();
-    // A last line without its newline: the daemon stopped while writing it (or it is still being written).
-    if (!skipping && pending.trim()) {
-      if (!take(t, pending, true)) t.lastLineCut = true;
-    }
-  }
-  finishTrajectory(t);
-  return t;
-}
-
-/** Parses and applies one line; false when it is not JSON. */
-function take(t, text, last = false) {
-  if (!text.trim()) return true;
-  let rec;
-  try {
-    rec = JSON.parse(text);
-  } catch {
-    if (!last) t.badLines++;
-    return false;
-  }
-  t.lines++;
-  if (rec && typeof rec === 'object') apply(t, rec);
-  return true;
-}
-
-function newBatch(t, batchId, at, kind) {
-  if (t.batches.length >= LIMITS.batchesKept) {
-    t.batchesDropped++;
-    return undefined;
-  }
-  const batch = { kind, batch_id: String(batchId), at, calls: [], index: t.batches.length, result: null };
-  t.batches.push(batch);
-  return batch;
-}
-
-function newCall(t, batch, index, fields) {
-  const call = {
-    seq: t.calls.length,
-    batch,
-    index,
-    id: String(fields.id || ''),
-    name: String(fields.name || 'call'),
-    toolset: fields.toolset || null,
-    input: fields.input === undefined ? undefined : bounded(fields.input),
-    phase: 'pending',
-    started_at: undefined,
-    ended_at: undefined,
-    duration_ms: undefined,
-    attempts: undefined,
-    error: null,
-    texts: [],
-    images: [],
-    states: [],
-    is_error: false,
-  };
-  batch.calls.push(call);
-  t.calls.push(call);
-  return call;
-}
-
-function apply(t, rec) {
-  switch (rec.type) {
-    case 'recording':
-      t.header = rec;
-      return;
-    case 'tools':
-      t.tools = (Array.isArray(rec.tools) ? rec.tools : [])
-        .slice(0, 50)
-        .map((tool) => String((tool && (tool.name || tool.type)) || '?'));
-      return;
-    case 'batch_started': {
-      const batch = newBatch(t, rec.batch_id, rec.at, 'batch');
-      if (!batch) return;
-      t.byBatchId.set(batch.batch_id, batch);
-      const uses = Array.isArray(rec.tool_uses) ? rec.tool_uses : [];
-      uses.forEach((tu, i) => newCall(t, batch, i, { id: tu && tu.id, name: tu && tu.name, input: tu && tu.input }));
-      return;
-    }
-    case 'tool_event': {
-      const e = rec.event || {};
-      const batch = t.byBatchId.get(String(e.batch_id));
-      if (batch) applyEvent(batch, e, rec.at);
-      return;
-    }
-    case 'batch_finished': {
-      const r = rec.result || {};
-      let batch = t.byBatchId.get(String(r.batch_id));
-      if (!batch) {
-        // Past the bound: counted at its batch_started line.
-        if (t.batches.length >= LIMITS.batchesKept) return;
-        // Its batch_started line was lost: the result alone still names the calls.
-        batch = newBatch(t, r.batch_id, rec.at, 'batch');
-      }
-      t.byBatchId.delete(batch.batch_id);
-      batch.result = {
-        at: rec.at,
-        cancelled: r.cancelled === true,
-        replayed: r.replayed === true,
-        duration_ms: r.duration_ms,
-        halted: r.halted && typeof r.halted === 'object' ? r.halted : {},
-        failures: Array.isArray(r.failures) ? r.failures.length : 0,
-      };
-      const results = Array.isArray(r.tool_results) ? r.tool_results : [];
-      for (const tr of results) {
-        const call =
-          batch.calls.find((c) => c.id === tr.tool_use_id) ||
-          newCall(t, batch, batch.calls.length, { id: tr.tool_use_id, name: '(unknown)' });
-        call.is_error = tr.is_error === true;
-        if (tr.toolset_name && !call.toolset) call.toolset = tr.toolset_name;
-        for (const block of Array.isArray(tr.content) ? tr.content : []) {
-          if (!block) continue;
-          if (block.type === 'text' && call.texts.length < 20) call.texts.push(cut(block.text, LIMITS.resultChars));
-          else if (block.type === 'image_file' && IMAGE_PATH.test(String(block.path))) {
-            call.images.push({
-              path: block.path,
-              media_type: block.media_type,
-              width: block.width,
-              height: block.height,
-              bytes: block.bytes,
-            });
-          } else if (block.type === 'browser_state' && Array.isArray(block.tabs)) {
-            call.states.push(`${block.tabs.length} tab${block.tabs.length === 1 ? '' : 's'}`);
-          }
-        }
-      }
-      for (const f of Array.isArray(r.failures) ? r.failures : []) {
-        const call = batch.calls.find((c) => c.id === f.tool_use_id) || batch.calls[f.index];
-        if (call && f.error) {
-          call.error = f.error;
-          if (call.phase === 'pending' || call.phase === 'started') call.phase = 'failed';
-        }
-      }
-      return;
-    }
-    case 'batch_replayed': {
-      const batch = newBatch(t, rec.batch_id, rec.at, 'replayed');
-      if (batch) batch.result = { at: rec.at, replayed: true, halted: {}, failures: 0 };
-      return;
-    }
-    case 'video':
-      if (typeof rec.started_at === 'number') t.video = { path: rec.path, started_at: rec.started_at };
-      return;
-    case 'session_closed':
-      t.closed = { at: rec.at, reason: rec.reason };
-      return;
-    case 'stopped':
-      t.stopped = { at: rec.at, reason: rec.reason };
-      return;
-    default:
-      // Types this page does not know are ignored (docs/RECORDING.md).
-      return;
-  }
-}
-
-/** Applies one tool_event to its call. */
-function applyEvent(batch, e, at) {
-  const call = batch.calls[e.index] || batch.calls.find((c) => c.id === e.tool_use_id);
-  if (!call) return;
-  if (e.toolset_name !== undefined) call.toolset = e.toolset_name;
-  if (e.name) call.name = String(e.name);
-  call.phase = String(e.phase);
-  if (e.phase === 'started') call.started_at = at;
-  else call.ended_at = at;
-  if (typeof e.duration_ms === 'number') call.duration_ms = e.duration_ms;
-  if (e.attempts) call.attempts = e.attempts;
-  if (e.error) call.error = e.error;
-}
-
-/** For each call, the latest image returned at or before it. */
-function finishTrajectory(t) {
-  let latest = null;
-  for (const call of t.calls) {
-    if (call.images.length) latest = { image: call.images[call.images.length - 1], call };
-    call.shownImage = latest;
-  }
-}
-
-/** When a call happened: its start, or (never started) when it was skipped, or its batch's start. */
-const callTime = (call) => call.started_at ?? call.ended_at ?? call.batch.at;
-
-// ---- chapters (video.vtt)
-
-function parseTimestamp(text) {
-  const m = /^(?:(\d+):)?(\d{1,2}):(\d{2})\.(\d{3})$/.exec(text.trim());
-  if (!m) return NaN;
-  return Number(m[1] || 0) * 3600 + Number(m[2]) * 60 + Number(m[3]) + Number(m[4]) / 1000;
-}
-
-/** A cue's text as written (WebVTT escapes `&`, `<` and `>`); shown with textContent, so nothing else is undone. */
-function unescapeCue(text) {
-  return text
-    .replace(/&lt;/g, '<')
-    .replace(/&gt;/g, '>')
-    .replace(/&nbsp;/g, '\u00a0')
-    .replace(/&lrm;|&rlm;/g, '')
-    .replace(/&amp;/g, '&');
-}
-
-/** WebVTT cues: `{ start, end, title, toolUseId }` (the title is `member · tool_use_id`, docs/RECORDING.md). */
-function parseChapters(text) {
-  const cues = [];
-  const blocks = text.replace(/\r\n?/g, '\n').split(/\n{2,}/);
-  for (const block of blocks) {
-    const lines = block.split('\n');
-    const timing = lines.findIndex((l) => l.includes('-->'));
-    if (timing < 0) continue;
-    const [from, to] = lines[timing].split('-->');
-    const start = parseTimestamp(from);
-    const end = parseTimestamp((to || '').trim().split(/\s+/)[0] || '');
-    if (!Number.isFinite(start) || !Number.isFinite(end)) continue;
-    const title = unescapeCue(
-      lines
-        .slice(timing + 1)
-        .join(' ')
-        .trim(),
-    );
-    const sep = title.lastIndexOf(' · ');
-    cues.push({ start, end, title, toolUseId: sep >= 0 ? title.slice(sep + 3) : '' });
-    if (cues.length >= 100_000) break;
-  }
-  return cues.sort((a, b) => a.start - b.start);
-}
-
-// ---- playing one back
-
-/** The open recording: its info, trajectory, selection, and the blob: URLs it made. */
-let current = null;
-
-function closeRecording() {
-  if (!current) return;
-  current.abort.abort();
-  clearTimeout(current.imageTimer);
-  for (const url of current.images.values()) URL.revokeObjectURL(url);
-  if (current.videoUrl) URL.revokeObjectURL(current.videoUrl);
-  if (current.downloadUrl) URL.revokeObjectURL(current.downloadUrl);
-  ui.video.pause();
-  ui.video.removeAttribute('src');
-  ui.video.load();
-  ui.shot.removeAttribute('src');
-  ui.shot.hidden = true;
-  current = null;
-}
-
-async function openRecording(id, keepSeq) {
-  closeRecording();
-  const info = list.recordings.find((r) => r.id === id) || { id, session_id: id, files: [] };
-  const state = {
-    id,
-    info,
-    abort: new AbortController(),
-    t: null,
-    selected: -1,
-    shown: LIMITS.batchesShown,
-    rows: new Map(),
-    images: new Map(),
-    imageTimer: undefined,
-    videoUrl: null,
-    downloadUrl: null,
-    chapters: [],
-    /** Where this page last seeked the video to (its `seeked` event is not the user's). */
-    ownSeekAt: null,
-  };
-  current = state;
+/**
+ * Opens recording `id` in the player with what the list says of it (`keepSeq`: the call to select), puts its
+ * link in the address bar and marks its row.
+ * @param {string} id
+ * @param {number} [keepSeq]
+ */
+function open(id, keepSeq) {
   history.replaceState(null, '', location.pathname + location.search + recordingHash(id));
-  for (const row of ui.recordings.children) {
+  for (const row of /** @type {HTMLCollectionOf<HTMLElement>} */ (ui.recordings.children)) {
     if (row.dataset.id === id) row.setAttribute('aria-selected', 'true');
     else row.removeAttribute('aria-selected');
   }
-  ui.player.hidden = false;
-  ui.title.textContent = `session ${info.session_id}`;
-  ui.reload.hidden = !info.live;
-  ui.selection.textContent = 'Loading the trajectory…';
-  ui.batches.replaceChildren();
-  ui.moreBatches.hidden = true;
-  ui.trajectoryNote.textContent = '';
-  ui.caption.textContent = 'No image yet.';
-  ui.videoFigure.hidden = true;
-  ui.videoNote.textContent = '';
-  ui.chapter.textContent = 'No chapter.';
-  let t;
-  try {
-    t = await readTrajectory(id, state.abort.signal);
-  } catch (err) {
-    if (current !== state || err instanceof AuthError || (err && err.name === 'AbortError')) return;
-    ui.selection.textContent = `Could not read the trajectory: ${describeFailure(err)}.`;
-    renderDownloads(state);
-    return;
-  }
-  if (current !== state) return;
-  state.t = t;
-  renderSessionInfo(state);
-  renderDownloads(state);
-  renderTimeline(state);
-  void loadVideo(state);
-  if (t.calls.length === 0) {
-    ui.selection.textContent = 'This recording has no calls.';
-    return;
-  }
-  select(Math.min(keepSeq ?? 0, t.calls.length - 1), { scroll: keepSeq !== undefined });
+  const info = list.recordings.find((r) => r.id === id) || { id, session_id: id, files: [] };
+  return openRecording(id, info, keepSeq);
 }
 
 ui.reload.addEventListener('click', () => {
-  if (!current) return;
-  const { id, selected } = current;
-  void loadList().then(() => openRecording(id, selected));
-});
-
-function renderSessionInfo(state) {
-  const { t, info } = state;
-  const h = t.header || {};
-  const facts = [];
-  facts.push(['session', h.session_id || info.session_id]);
-  if (h.desktop && h.desktop.id) facts.push(['desktop', h.desktop.id]);
-  facts.push(['started', clock(h.at ?? info.started_at)]);
-  if (t.closed) facts.push(['ended', `${clock(t.closed.at)} (${t.closed.reason})`]);
-  else facts.push(['ended', info.live ? 'still running' : 'no close recorded (the daemon stopped)']);
-  if (t.tools.length) facts.push(['tools offered', t.tools.join(', ')]);
-  if (h.redaction) {
-    const on = Object.entries(h.redaction)
-      .filter(([, v]) => v === true)
-      .map(([k]) => k);
-    facts.push(['redacted', on.length ? on.join(', ') : 'nothing']);
-  }
-  if (h.daemon) facts.push(['daemon', `${h.daemon.version} (protocol ${h.daemon.protocol})`]);
-  if (t.stopped) facts.push(['stopped early', `${t.stopped.reason} at ${clock(t.stopped.at)}`]);
-  const dl = el('dl');
-  for (const [k, v] of facts) dl.append(el('dt', null, k), el('dd', null, v));
-  state.infoNode = dl;
-  ui.sessionInfo.replaceChildren(el('h2', null, 'Session'), dl);
-  const notes = [`${t.batches.length} batches, ${t.calls.length} calls, ${t.lines} lines`];
-  if (t.lastLineCut) notes.push('the last line was cut (the daemon stopped while writing it): it is left out');
-  if (t.badLines) notes.push(`${t.badLines} unreadable lines skipped`);
-  if (t.longLines) notes.push(`${t.longLines} lines over ${LIMITS.lineChars} characters skipped`);
-  if (t.bytesCut) notes.push(`only the first ${size(LIMITS.trajectoryBytes)} were read`);
-  if (t.batchesDropped) notes.push(`${t.batchesDropped} later batches not kept (the page keeps ${LIMITS.batchesKept})`);
-  ui.trajectoryNote.textContent = notes.join(' · ');
-  ui.trajectoryNote.dataset.lastLineCut = String(t.lastLineCut);
-}
-
-// ---- downloads
-
-function renderDownloads(state) {
-  const files = new Set(Array.isArray(state.info.files) ? state.info.files : []);
-  const hasVideo = files.has('video.mp4') || Boolean(state.t && state.t.video);
-  const items = [];
-  items.push(downloadItem(state, 'trajectory.jsonl', 'Trajectory', 'JSON Lines; deskbatch replay reads it'));
-  if (hasVideo) {
-    items.push(downloadItem(state, 'video.mp4', 'Video', 'the desktop, H.264 MP4'));
-    if (files.has('video.vtt') || state.t?.video) items.push(downloadItem(state, 'video.vtt', 'Chapters', 'WebVTT'));
-  } else {
-    items.push(el('li', 'absent', 'No video in this recording (video off, ffmpeg missing, or no computer call).'));
-  }
-  const traces = [...files].filter((f) => TRACE_FILE.test(f)).sort();
-  if (traces.length === 0) items.push(el('li', 'absent', 'No browser trace in this recording.'));
-  for (const name of traces) {
-    items.push(downloadItem(state, name, 'Trace', `open with npx playwright show-trace ${name}`));
-  }
-  ui.downloads.replaceChildren(...items);
-}
-
-function downloadItem(state, name, label, note) {
-  const li = el('li');
-  const link = el('a', 'download', `${label} (${name})`);
-  link.href = fileUrl(state.id, name);
-  link.dataset.file = name;
-  const status = el('span', 'meta');
-  link.addEventListener('click', (event) => {
-    // The route needs the token in a header, which a plain link cannot send: fetch it, then save the blob.
-    event.preventDefault();
-    void download(state, name, status);
-  });
-  li.append(link, el('span', 'meta', ` — ${note}`), status);
-  return li;
-}
-
-async function download(state, name, status) {
-  status.textContent = ' — fetching…';
-  try {
-    const res = await api(`${fileUrl(state.id, name)}?download=1`, state.abort.signal);
-    const blob = await res.blob();
-    if (current !== state) return;
-    if (state.downloadUrl) URL.revokeObjectURL(state.downloadUrl);
-    state.downloadUrl = URL.createObjectURL(blob);
-    const a = el('a');
-    a.href = state.downloadUrl;
-    a.download = `${state.id}-${name}`;
-    a.hidden = true;
-    document.body.append(a);
-    a.click();
-    a.remove();
-    status.textContent = ` — saved (${size(blob.size)})`;
-  } catch (err) {
-    if (err instanceof AuthError || (err && err.name === 'AbortError')) return;
-    status.textContent = ` — ${describeFailure(err)}`;
-  }
-}
-
-// ---- the timeline
-
-function renderTimeline(state) {
-  const { t } = state;
-  state.rows = new Map();
-  const shown = t.batches.slice(0, state.shown);
-  if (shown.length === 0) {
-    ui.batches.replaceChildren(el('p', 'empty', 'No batches in this recording.'));
-  } else {
-    ui.batches.replaceChildren(...shown.map((b) => renderBatch(state, b)));
-  }
-  const hidden = t.batches.length - shown.length;
-  ui.moreBatches.hidden = hidden <= 0;
-  ui.moreBatches.textContent = `Show ${Math.min(hidden, LIMITS.batchesShown)} more batches (${hidden} not shown)`;
-  if (state.selected >= 0) markSelected(state, state.selected, false);
-}
-
-ui.moreBatches.addEventListener('click', () => {
-  if (!current || !current.t) return;
-  current.shown += LIMITS.batchesShown;
-  renderTimeline(current);
-});
-
-function batchState(batch) {
-  if (batch.kind === 'replayed') return 'replayed';
-  if (!batch.result) return 'unfinished';
-  return batch.result.cancelled ? 'cancelled' : 'finished';
-}
-
-function renderBatch(state, batch) {
-  const start = state.t.header?.at ?? state.info.started_at;
-  const node = el('section', 'batch');
-  node.dataset.batchId = batch.batch_id;
-  const s = batchState(batch);
-  node.dataset.state = s;
-  const header = el('header');
-  const when = el('time', null, offset(batch.at, start));
-  when.title = clock(batch.at);
-  header.append(el('span', 'batch-id', `batch ${batch.batch_id}`), badge(s), when);
-  const r = batch.result;
-  if (r && typeof r.duration_ms === 'number') header.append(el('span', 'duration', duration(r.duration_ms)));
-  if (batch.kind === 'replayed') header.append(el('span', 'meta', 'resent: answered from the stored result'));
-  else if (r && r.replayed) header.append(el('span', 'meta', 'answered from the stored result'));
-  if (!r && batch.kind === 'batch') header.append(el('span', 'meta', 'no result recorded'));
-  if (r && r.failures) header.append(el('span', 'meta fail', `${r.failures} failure${r.failures === 1 ? '' : 's'}`));
-  node.append(header);
-  const halted = r ? Object.entries(r.halted) : [];
-  if (halted.length) {
-    node.append(
-      el(
-        'p',
-        'halted',
-        `halted: ${halted.map(([toolset, index]) => `${toolset} (by call ${Number(index) + 1})`).join(', ')}`,
-      ),
-    );
-  }
-  if (r && r.cancelled) node.append(el('p', 'cancelled', 'cancelled: the calls after the cancel did not run'));
-  if (batch.calls.length) {
-    const calls = el('ol', 'calls');
-    for (const call of batch.calls) calls.append(renderCall(state, call, start));
-    node.append(calls);
-  }
-  return node;
-}
-
-function renderCall(state, call, start) {
-  const node = el('li', 'call');
-  node.dataset.phase = call.phase;
-  node.dataset.seq = String(call.seq);
-  node.dataset.toolUseId = call.id;
-  const line = el('div', 'call-line');
-  line.append(
-    el('span', 'call-name', call.name),
-    el('span', 'toolset', call.toolset || 'no toolset'),
-    badge(call.phase),
-  );
-  const when = el('time', null, offset(callTime(call), start));
-  when.title = clock(callTime(call));
-  line.append(when);
-  if (call.duration_ms !== undefined) line.append(el('span', 'duration', duration(call.duration_ms)));
-  if (call.attempts) line.append(el('span', 'meta', `${call.attempts} attempts`));
-  if (call.images.length) line.append(el('span', 'meta has-image', `▣ ${call.images.length} image`));
-  node.append(line);
-  if (call.input && typeof call.input === 'object' && Object.keys(call.input).length) {
-    node.append(el('code', 'input', cut(JSON.stringify(call.input), LIMITS.inputShown)));
-  }
-  if (call.error) node.append(renderError(call.error));
-  node.addEventListener('click', () => select(call.seq, { scroll: false }));
-  state.rows.set(call.seq, node);
-  return node;
-}
-
-function renderError(error) {
-  const node = el('div', 'error');
-  node.append(
-    el('div', 'error-type', error.type),
-    el('pre', 'error-message', cut(error.message ?? '', LIMITS.errorChars)),
-  );
-  const flags = [`timed out: ${error.timed_out ? 'yes' : 'no'}`, `retryable: ${error.retryable ? 'yes' : 'no'}`];
-  if (error.repeated) flags.push(`failed the same way ${error.repeated} times in a row`);
-  if (error.attempts) flags.push(`${error.attempts} attempts`);
-  if (error.retry_after_ms !== undefined) flags.push(`retry after ${error.retry_after_ms} ms`);
-  for (const [key, value] of Object.entries(error)) {
-    if (['type', 'message', 'timed_out', 'retryable', 'repeated', 'attempts', 'retry_after_ms'].includes(key)) continue;
-    flags.push(`${key}: ${cut(typeof value === 'string' ? value : JSON.stringify(value), LIMITS.inputChars)}`);
-  }
-  node.append(el('div', 'error-flags', flags.join(' · ')));
-  return node;
-}
-
-/** The selected call's details: the whole kept input and what it returned. */
-function renderDetails(call) {
-  const node = el('div', 'details');
-  // The timeline shows the input's first characters; the whole kept input only when that was not all of it.
-  if (call.input !== undefined && JSON.stringify(call.input).length > LIMITS.inputShown) {
-    node.append(el('div', 'detail-label', 'input'), el('pre', 'detail', JSON.stringify(call.input, null, 2)));
-  }
-  for (const text of call.texts) node.append(el('div', 'detail-label', 'returned text'), el('pre', 'detail', text));
-  for (const image of call.images) {
-    node.append(
-      el('div', 'detail-label', 'returned image'),
-      el('div', 'detail', `${image.path} · ${image.width ?? '?'}×${image.height ?? '?'} · ${size(image.bytes)}`),
-    );
-  }
-  if (call.states.length)
-    node.append(el('div', 'detail-label', 'browser state'), el('div', 'detail', call.states.join('; ')));
-  if (call.is_error) node.append(el('div', 'meta', 'the model was told this call failed (is_error)'));
-  return node;
-}
-
-// ---- selection
-
-function select(seq, { seek = true, scroll = true } = {}) {
-  const state = current;
-  if (!state || !state.t) return;
-  const call = state.t.calls[seq];
-  if (!call) return;
-  if (call.batch.index >= state.shown) {
-    state.shown = (Math.floor(call.batch.index / LIMITS.batchesShown) + 1) * LIMITS.batchesShown;
-    renderTimeline(state);
-  }
-  state.selected = seq;
-  markSelected(state, seq, scroll);
-  const start = state.t.header?.at ?? state.info.started_at;
-  ui.selection.textContent =
-    `Call ${seq + 1} of ${state.t.calls.length}: ${call.name} (${call.id}) · batch ${call.batch.batch_id}, ` +
-    `call ${call.index + 1} · ${call.phase} · ${offset(callTime(call), start)} (${clock(callTime(call))})`;
-  ui.prev.disabled = seq === 0;
-  ui.next.disabled = seq === state.t.calls.length - 1;
-  showImage(state, call);
-  if (seek) seekVideo(state, call);
-}
-
-function markSelected(state, seq, scroll) {
-  for (const node of ui.batches.querySelectorAll('li.call[aria-current]')) {
-    node.removeAttribute('aria-current');
-    node.querySelector('.details')?.remove();
-  }
-  const node = state.rows.get(seq);
-  if (!node) return;
-  node.setAttribute('aria-current', 'true');
-  node.append(renderDetails(state.t.calls[seq]));
-  if (scroll) node.scrollIntoView({ block: 'nearest' });
-}
-
-function step(delta) {
-  if (!current || !current.t || current.t.calls.length === 0) return;
-  const next = Math.max(0, Math.min(current.t.calls.length - 1, current.selected + delta));
-  if (next !== current.selected) select(next);
-}
-
-ui.prev.addEventListener('click', () => step(-1));
-ui.next.addEventListener('click', () => step(1));
-document.addEventListener('keydown', (event) => {
-  if (ui.player.hidden || event.altKey || event.ctrlKey || event.metaKey) return;
-  const target = event.target;
-  // The video's own controls and the form keep their keys.
-  if (target && ['INPUT', 'TEXTAREA', 'SELECT', 'VIDEO'].includes(target.tagName)) return;
-  if (target && target.closest && target.closest('tr.recording')) return;
-  if (event.key === 'ArrowDown' || event.key === 'ArrowRight' || event.key === 'j') step(1);
-  else if (event.key === 'ArrowUp' || event.key === 'ArrowLeft' || event.key === 'k') step(-1);
-  else return;
-  event.preventDefault();
-});
-
-// ---- the image at or before the selected call
-
-function showImage(state, call) {
-  const shown = call.shownImage;
-  clearTimeout(state.imageTimer);
-  if (!shown) {
-    ui.shot.hidden = true;
-    ui.shot.removeAttribute('src');
-    delete ui.shot.dataset.path;
-    ui.caption.textContent = 'No image was returned at or before this call.';
-    return;
-  }
-  const { image, call: from } = shown;
-  const parts = [`${from.name} (${from.id})`, `batch ${from.batch.batch_id}`, clock(from.ended_at ?? callTime(from))];
-  if (image.width && image.height) parts.push(`${image.width}×${image.height}`);
-  parts.push(size(image.bytes));
-  if (from !== call) parts.push(`returned ${call.seq - from.seq} call${call.seq - from.seq === 1 ? '' : 's'} earlier`);
-  const caption = parts.join(' · ');
-  const cached = state.images.get(image.path);
-  if (cached) {
-    // Most recently used last.
-    state.images.delete(image.path);
-    state.images.set(image.path, cached);
-    putImage(image.path, cached, caption);
-    return;
-  }
-  ui.caption.textContent = `${caption} · loading…`;
-  // Stepping fast through calls asks for the image only where it stops (each request spends the rate budget).
-  state.imageTimer = setTimeout(() => void fetchImage(state, image.path, caption), 60);
-}
-
-async function fetchImage(state, path, caption, retried = false) {
-  try {
-    const res = await api(fileUrl(state.id, path), state.abort.signal);
-    const blob = await res.blob();
-    if (current !== state) return;
-    const url = URL.createObjectURL(blob);
-    state.images.set(path, url);
-    while (state.images.size > LIMITS.imagesCached) {
-      const [oldest, oldUrl] = state.images.entries().next().value;
-      state.images.delete(oldest);
-      URL.revokeObjectURL(oldUrl);
-    }
-    const call = state.t.calls[state.selected];
-    if (call && call.shownImage && call.shownImage.image.path === path) putImage(path, url, caption);
-  } catch (err) {
-    if (current !== state || err instanceof AuthError || (err && err.name === 'AbortError')) return;
-    if (err instanceof HttpError && err.status === 429 && !retried) {
-      ui.caption.textContent = `${caption} · ${describeFailure(err)}; trying again`;
-      state.imageTimer = setTimeout(() => void fetchImage(state, path, caption, true), err.retryAfter * 1000);
-      return;
-    }
-    ui.caption.textContent = `${caption} · the image could not be loaded: ${describeFailure(err)}`;
-  }
-}
-
-function putImage(path, url, caption) {
-  ui.shot.src = url;
-  ui.shot.dataset.path = path;
-  ui.shot.hidden = false;
-  ui.caption.textContent = caption;
-}
-
-// ---- the video
-
-async function loadVideo(state) {
-  const { t, info } = state;
-  const files = new Set(Array.isArray(info.files) ? info.files : []);
-  if (!t.video && !files.has('video.mp4')) return;
-  const warning = t.video ? '' : 'the trajectory does not say when the video started: calls cannot be found in it';
-  ui.videoNote.textContent = 'Loading the video…';
-  try {
-    if (t.video && (files.has('video.vtt') || info.live || files.size === 0)) {
-      const res = await api(fileUrl(state.id, 'video.vtt'), state.abort.signal).catch((err) => {
-        if (err instanceof HttpError && err.status === 404) return null;
-        throw err;
-      });
-      if (res) {
-        const length = Number(res.headers.get('content-length'));
-        if (length > LIMITS.chaptersBytes) await res.body?.cancel();
-        else state.chapters = parseChapters(await res.text());
-      }
-    }
-    const res = await api(fileUrl(state.id, 'video.mp4'), state.abort.signal);
-    const length = Number(res.headers.get('content-length'));
-    if (length > LIMITS.videoBytes) {
-      await res.body?.cancel();
-      if (current === state) {
-        ui.videoNote.textContent = `The video (${size(length)}) is larger than the page plays (${size(LIMITS.videoBytes)}): download it.`;
-      }
-      return;
-    }
-    const blob = await res.blob();
-    if (current !== state) return;
-    state.videoUrl = URL.createObjectURL(blob);
-    ui.video.src = state.videoUrl;
-    ui.videoFigure.hidden = false;
-    ui.videoNote.textContent = [
-      `Video ${size(blob.size)}`,
-      t.video ? `time zero ${clock(t.video.started_at)}` : '',
-      state.chapters.length ? `${state.chapters.length} chapters` : 'no chapters',
-      warning,
-    ]
-      .filter(Boolean)
-      .join(' · ');
-    const call = t.calls[state.selected];
-    if (call) seekVideo(state, call);
-  } catch (err) {
-    if (current !== state || err instanceof AuthError || (err && err.name === 'AbortError')) return;
-    ui.videoNote.textContent = `The video could not be loaded: ${describeFailure(err)}.`;
-  }
-}
-
-/** Seconds into the video at which `call` ran (negative: before the video started). */
-function videoTime(state, call) {
-  return (callTime(call) - state.t.video.started_at) / 1000;
-}
-
-function seekVideo(state, call) {
-  if (!state.videoUrl || !state.t.video) return;
-  const cue = state.chapters.find((c) => c.toolUseId === call.id);
-  let at = cue ? cue.start : videoTime(state, call);
-  const before = at < 0;
-  at = Math.max(0, at);
-  const apply = () => {
-    const end = Number.isFinite(ui.video.duration) ? ui.video.duration : at;
-    state.ownSeekAt = Math.min(at, end);
-    ui.video.currentTime = state.ownSeekAt;
-  };
-  if (ui.video.readyState >= 1) apply();
-  else ui.video.addEventListener('loadedmetadata', apply, { once: true });
-  showChapter(state, at, before ? 'this call ran before the video started' : '');
-}
-
-/** The chapter of the latest call started by `seconds` (between two calls, the earlier one's). */
-function cueAt(state, seconds) {
-  let found = null;
-  for (const cue of state.chapters) {
-    if (cue.start > seconds + 0.0005) break;
-    found = cue;
-  }
-  return found;
-}
-
-function showChapter(state, seconds, note) {
-  const cue = cueAt(state, seconds);
-  const parts = [cue ? `chapter: ${cue.title} (${cue.start.toFixed(1)}–${cue.end.toFixed(1)} s)` : 'no chapter here'];
-  if (note) parts.push(note);
-  ui.chapter.textContent = parts.join(' · ');
-  ui.chapter.dataset.toolUseId = cue ? cue.toolUseId : '';
-}
-
-/** The call on screen at the video's current time: its chapter's, or the latest call started by then. */
-function callAtVideo(state) {
-  const seconds = ui.video.currentTime;
-  const cue = cueAt(state, seconds);
-  if (cue) {
-    const call = state.t.calls.find((c) => c.id === cue.toolUseId);
-    if (call) return call;
-  }
-  const at = state.t.video.started_at + seconds * 1000;
-  let found = null;
-  for (const call of state.t.calls) {
-    if (callTime(call) > at) break;
-    found = call;
-  }
-  return found;
-}
-
-function followVideo() {
-  const state = current;
-  if (!state || !state.t || !state.t.video || !state.videoUrl) return;
-  showChapter(state, ui.video.currentTime, '');
-  const call = callAtVideo(state);
-  if (call && call.seq !== state.selected) select(call.seq, { seek: false });
-}
-
-ui.video.addEventListener('timeupdate', () => {
-  if (!ui.video.paused && !ui.video.seeking) followVideo();
-});
-ui.video.addEventListener('seeked', () => {
-  if (!current) return;
-  // A seek this page made shows the chapter it chose; one made with the video's own controls moves the selection.
-  if (current.ownSeekAt !== null && Math.abs(ui.video.currentTime - current.ownSeekAt) < 0.05) {
-    current.ownSeekAt = null;
-    return;
-  }
-  followVideo();
+  const playing = opened();
+  if (!playing) return;
+  const { id, selected } = playing;
+  void loadList().then(() => open(id, selected));
 });
 
 // ---- start
@@ -1165,6 +217,6 @@ if (!sessionStorage.getItem(TOKEN_KEY)) {
   showLogin('');
 } else {
   void loadList().then(() => {
-    if (wanted && current === null && list.recordings.some((r) => r.id === wanted)) void openRecording(wanted);
+    if (wanted && opened() === null && list.recordings.some((r) => r.id === wanted)) void open(wanted);
   });
 }

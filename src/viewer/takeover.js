@@ -15,7 +15,7 @@
  * listens on its own canvas only), and keys on the desktop view stop there.
  */
 /* global location, sessionStorage, localStorage, WebSocket */
-import { byId, el, onJsonMessage, TOKEN_KEY } from './common.js';
+import { byId, el, onJsonMessage, part, parts, TOKEN_KEY } from './common.js';
 
 const CONTROL_PATH = '/viewer/control';
 const VNC_PATH = '/viewer/vnc';
@@ -39,12 +39,14 @@ const MAX_REASON_CHARS = 2000;
 /** A desktop id or request id that may go into an element id as it is. */
 const SAFE_ID = /^[A-Za-z0-9_-]{1,64}$/;
 
+/** @typedef {Record<string, any>} Received what the control socket sends (its `state`…), parsed, not checked */
+
 const ui = {
   banner: byId('help-banner'),
   requests: byId('help-requests'),
   panel: byId('takeover'),
-  name: byId('takeover-name'),
-  record: byId('takeover-record'),
+  name: /** @type {HTMLInputElement} */ (byId('takeover-name')),
+  record: /** @type {HTMLInputElement} */ (byId('takeover-record')),
   connection: byId('takeover-connection'),
   novncMissing: byId('novnc-missing'),
   message: byId('takeover-message'),
@@ -55,7 +57,7 @@ const ui = {
   waitingText: byId('waiting-text'),
   controlBar: byId('control-bar'),
   countdown: byId('takeover-countdown'),
-  extend: byId('extend-button'),
+  extend: /** @type {HTMLButtonElement} */ (byId('extend-button')),
   watchBar: byId('watch-bar'),
   watchText: byId('watch-text'),
   watchStop: byId('watch-stop'),
@@ -63,60 +65,58 @@ const ui = {
   screen: byId('vnc-screen'),
   tools: byId('control-tools'),
   pasteForm: byId('paste-form'),
-  pasteText: byId('paste-text'),
+  pasteText: /** @type {HTMLTextAreaElement} */ (byId('paste-text')),
   pasteHint: byId('paste-hint'),
   handback: byId('handback-form'),
-  note: byId('handback-note'),
-  handbackButton: byId('handback-button'),
+  note: /** @type {HTMLTextAreaElement} */ (byId('handback-note')),
+  handbackButton: /** @type {HTMLButtonElement} */ (byId('handback-button')),
 };
 
 const t = {
   enabled: false,
   /** The daemon's clock minus this page's (from the feed's snapshot), for countdowns. */
   clockOffsetMs: 0,
-  socket: undefined,
+  socket: /** @type {WebSocket | undefined} */ (undefined),
   retryMs: 1000,
-  retryTimer: undefined,
-  /** The last `state` message, or null. */
+  retryTimer: /** @type {number | undefined} */ (undefined),
+  /** @type {Received | null} The last `state` message, or null. */
   state: null,
-  /**
-   * What this page holds or asked for: `{ desktop, lease, expiresAt, returning }`; `lease` is null
-   * while the take waits for an answer or for the agent's batch.
-   */
+  /** @type {import('./takeover-state.js').Hold | null} What this page holds or asked for. */
   hold: null,
-  /** The desktop shown: `{ desktop, mode: 'control' | 'watch', rfb, closed, retryMs, timer, focused }`. */
+  /** @type {import('./takeover-state.js').View | null} The desktop shown. */
   view: null,
-  /** undefined: not checked yet; true/false: whether noVNC is served. */
+  /** @type {boolean | undefined} undefined: not checked yet; true/false: whether noVNC is served. */
   novnc: undefined,
-  rfbModule: undefined,
-  ticker: undefined,
-  /** desktop id → its node in #desktops, kept across renders so a button is never replaced under a click. */
+  rfbModule: /** @type {Promise<typeof import('./rfb.js').default> | undefined} */ (undefined),
+  ticker: /** @type {number | undefined} */ (undefined),
+  /** @type {Map<string, HTMLElement>} desktop id → its node in #desktops, kept: no button is replaced under a click */
   desktopNodes: new Map(),
-  /** request key → its node in #help-requests. */
+  /** @type {Map<string, HTMLElement>} request key → its node in #help-requests. */
   helpNodes: new Map(),
 };
 
 const now = () => Date.now() + t.clockOffsetMs;
 
-function mmss(ms) {
+function mmss(/** @type {number} */ ms) {
   const s = Math.max(0, Math.ceil(ms / 1000));
   return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
 }
 
-function ago(at) {
+function ago(/** @type {number} */ at) {
   const s = Math.max(0, Math.round((now() - at) / 1000));
   if (s < 60) return `${s} s ago`;
   if (s < 3600) return `${Math.floor(s / 60)} min ago`;
   return `${Math.floor(s / 3600)} h ago`;
 }
 
-const cut = (text, max) => (text.length > max ? `${text.slice(0, max)}…` : text);
-const str = (value) => (typeof value === 'string' ? value : '');
+const cut = (/** @type {string} */ text, /** @type {number} */ max) =>
+  text.length > max ? `${text.slice(0, max)}…` : text;
+const str = (/** @type {unknown} */ value) => (typeof value === 'string' ? value : '');
 
 // ---- switched on and off by the feed's snapshot
 
 /** Called with every feed snapshot: `on` is its `takeover`, `serverNow` its `now`. */
-export function setTakeover(on, serverNow) {
+export function setTakeover(/** @type {boolean} */ on, /** @type {unknown} */ serverNow) {
   if (typeof serverNow === 'number') t.clockOffsetMs = serverNow - Date.now();
   if (!on) {
     stopTakeover();
@@ -163,7 +163,7 @@ function checkNovnc() {
 
 // ---- the control socket
 
-function setConnection(state, text) {
+function setConnection(/** @type {string} */ state, /** @type {string} */ text) {
   ui.connection.dataset.state = state;
   ui.connection.textContent = text;
 }
@@ -209,7 +209,7 @@ function connect() {
   });
 }
 
-function send(message) {
+function send(/** @type {Record<string, unknown>} */ message) {
   if (!t.socket || t.socket.readyState !== WebSocket.OPEN) {
     showMessage('The control connection is not open; try again when it says connected.');
     return false;
@@ -218,12 +218,12 @@ function send(message) {
   return true;
 }
 
-function showMessage(text) {
+function showMessage(/** @type {string} */ text) {
   ui.message.textContent = text || '';
   ui.message.hidden = !text;
 }
 
-function receive(message) {
+function receive(/** @type {Received} */ message) {
   switch (message && message.type) {
     case 'state':
       t.state = message;
@@ -249,16 +249,18 @@ function receive(message) {
   render();
 }
 
-function desktopsOf(state) {
-  return state && Array.isArray(state.desktops) ? state.desktops.slice(0, MAX_DESKTOPS) : [];
+function desktopsOf(/** @type {Received | null} */ state) {
+  return state && Array.isArray(state.desktops)
+    ? /** @type {Received[]} */ (state.desktops.slice(0, MAX_DESKTOPS))
+    : [];
 }
 
-function findDesktop(id) {
+function findDesktop(/** @type {string | undefined} */ id) {
   return desktopsOf(t.state).find((d) => d && d.id === id);
 }
 
 /** The holder of a desktop is this page: its control connection, or (in the grace) the lease it holds. */
-function heldHere(desktop) {
+function heldHere(/** @type {Received | undefined} */ desktop) {
   if (!desktop || !desktop.holder || !t.hold || t.hold.desktop !== desktop.id) return false;
   return desktop.holder.controller === (t.state && t.state.you) || Boolean(t.hold.lease);
 }
@@ -267,12 +269,12 @@ function onState() {
   const hold = t.hold;
   if (!hold) return;
   const desktop = findDesktop(hold.desktop);
-  if (desktop && desktop.holder && desktop.holder.controller === t.state.you) {
+  if (desktop && desktop.holder && desktop.holder.controller === (t.state && t.state.you)) {
     if (typeof desktop.holder.expires_at === 'number') hold.expiresAt = desktop.holder.expires_at;
   }
 }
 
-function onGranted(message) {
+function onGranted(/** @type {Received} */ message) {
   if (typeof message.lease !== 'string' || typeof message.desktop !== 'string') return;
   const sameView = t.view && t.view.mode === 'control' && t.view.desktop === message.desktop && !t.view.closed;
   const sameLease = t.hold && t.hold.lease === message.lease;
@@ -289,16 +291,16 @@ function onGranted(message) {
   if (!(sameView && sameLease)) void openView(message.desktop, 'control');
 }
 
-const ENDED_TEXT = {
+const ENDED_TEXT = /** @type {Record<string, string>} */ ({
   returned: 'You handed the desktop back; the agent continues.',
   cancelled: 'You gave up the take before the desktop was yours; the agent went on.',
   expired: 'Your time ran out: the desktop went back to the agent.',
   disconnected: 'This page was away longer than the grace: the desktop went back to the agent.',
   desktop_gone: 'The desktop is gone (its session ended).',
   shutdown: 'The daemon is shutting down.',
-};
+});
 
-function onEnded(message) {
+function onEnded(/** @type {Received} */ message) {
   // A resume the daemon could not honour names no desktop: the lease this page kept is gone either way.
   if (!t.hold || (message.desktop !== null && t.hold.desktop !== message.desktop)) return;
   t.hold = null;
@@ -339,7 +341,7 @@ function operatorName() {
 
 ui.name.addEventListener('input', () => localStorage.setItem(OPERATOR_KEY, ui.name.value.trim()));
 
-function take(desktopId) {
+function take(/** @type {string} */ desktopId) {
   if (t.hold) return;
   const operator = operatorName();
   if (!operator) return;
@@ -353,7 +355,7 @@ function take(desktopId) {
   render();
 }
 
-function watch(desktopId) {
+function watch(/** @type {string} */ desktopId) {
   if (t.hold) return;
   void openView(desktopId, 'watch');
 }
@@ -382,8 +384,9 @@ ui.handback.addEventListener('submit', (event) => {
   event.preventDefault();
   const hold = t.hold;
   if (!hold || !hold.lease || hold.returning) return;
-  const outcome = byId('handback-unresolved').checked ? 'unresolved' : 'resolved';
+  const outcome = /** @type {HTMLInputElement} */ (byId('handback-unresolved')).checked ? 'unresolved' : 'resolved';
   const note = ui.note.value.trim().slice(0, MAX_NOTE);
+  /** @type {Record<string, string>} */
   const message = { type: 'return', desktop: hold.desktop, outcome };
   if (note) message.note = note;
   if (send(message)) hold.returning = true;
@@ -429,12 +432,13 @@ function loadRfb() {
   return t.rfbModule;
 }
 
-function setVncStatus(text) {
+function setVncStatus(/** @type {string} */ text) {
   ui.vncStatus.textContent = text;
 }
 
-async function openView(desktopId, mode) {
+async function openView(/** @type {string} */ desktopId, /** @type {'control' | 'watch'} */ mode) {
   closeView();
+  /** @type {import('./takeover-state.js').View} */
   const view = { desktop: desktopId, mode, rfb: null, closed: false, connected: false, retryMs: 1000, timer: 0 };
   t.view = view;
   ui.live.hidden = false;
@@ -454,6 +458,10 @@ async function openView(desktopId, mode) {
   startRfb(view, RFB);
 }
 
+/**
+ * @param {import('./takeover-state.js').View} view
+ * @param {typeof import('./rfb.js').default} RFB
+ */
 function startRfb(view, RFB) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (!token || view.closed) return;
@@ -466,7 +474,7 @@ function startRfb(view, RFB) {
   let rfb;
   try {
     rfb = new RFB(ui.screen, url, { wsProtocols: protocols });
-  } catch (err) {
+  } catch (/** @type {any} */ err) {
     setVncStatus(`The desktop view could not start: ${String(err && err.message)}`);
     return;
   }
@@ -532,12 +540,12 @@ function closeView() {
 
 // ---- rendering
 
-function holderName(holder) {
+function holderName(/** @type {Received} */ holder) {
   return cut(str(holder.operator) || 'someone', MAX_OPERATOR);
 }
 
 /** What a desktop's holder state reads, for everyone (`expires in` is kept fresh by tick()). */
-function holderText(desktop) {
+function holderText(/** @type {Received} */ desktop) {
   const holder = desktop.holder;
   if (!holder) return 'free';
   const mine = heldHere(desktop);
@@ -549,7 +557,7 @@ function holderText(desktop) {
 }
 
 /** Sets a take button's label and whether it can be pressed. */
-function setTakeButton(button, desktop) {
+function setTakeButton(/** @type {HTMLButtonElement} */ button, /** @type {Received} */ desktop) {
   const holder = desktop.holder;
   button.dataset.desktop = desktop.id;
   if (heldHere(desktop) || (t.hold && t.hold.desktop === desktop.id)) {
@@ -565,7 +573,7 @@ function setTakeButton(button, desktop) {
   }
 }
 
-function canWatch(desktop) {
+function canWatch(/** @type {Received} */ desktop) {
   const holder = desktop.holder;
   return (
     Boolean(holder) &&
@@ -577,7 +585,7 @@ function canWatch(desktop) {
   );
 }
 
-function desktopNode(desktop) {
+function desktopNode(/** @type {Received} */ desktop) {
   let node = t.desktopNodes.get(desktop.id);
   if (node) return node;
   node = el('div', 'desktop');
@@ -619,13 +627,13 @@ function renderDesktops() {
     const node = desktopNode(desktop);
     node.dataset.holder = desktop.holder ? str(desktop.holder.state) : 'free';
     node.dataset.mine = String(heldHere(desktop));
-    node.querySelector('.holder-state').textContent = holderText(desktop);
+    part(node, '.holder-state').textContent = holderText(desktop);
     const sessions = Array.isArray(desktop.sessions) ? desktop.sessions.filter((s) => typeof s === 'string') : [];
-    node.querySelector('.desktop-sessions').textContent = sessions.length
+    part(node, '.desktop-sessions').textContent = sessions.length
       ? `sessions: ${sessions.slice(0, 8).join(', ')}${sessions.length > 8 ? ` (+${sessions.length - 8})` : ''}`
       : 'no session';
-    setTakeButton(node.querySelector('.take-button'), desktop);
-    const watchButton = node.querySelector('.watch-button');
+    setTakeButton(/** @type {HTMLButtonElement} */ (part(node, '.take-button')), desktop);
+    const watchButton = /** @type {HTMLButtonElement} */ (part(node, '.watch-button'));
     watchButton.disabled = !canWatch(desktop);
     watchButton.hidden = !desktop.holder || heldHere(desktop);
     return node;
@@ -648,7 +656,7 @@ function helpRequests() {
   return out;
 }
 
-function helpNode(desktop, request) {
+function helpNode(/** @type {Received} */ desktop, /** @type {Received} */ request) {
   const key = `${str(request.session)}\n${request.request_id}`;
   let node = t.helpNodes.get(key);
   if (!node) {
@@ -669,9 +677,9 @@ function helpNode(desktop, request) {
     node.append(head, reason, button);
     t.helpNodes.set(key, node);
   }
-  node.querySelector('.help-ago').textContent = typeof request.at === 'number' ? ago(request.at) : '';
-  node.querySelector('.help-ago').dataset.at = String(request.at);
-  setTakeButton(node.querySelector('.help-take'), desktop);
+  part(node, '.help-ago').textContent = typeof request.at === 'number' ? ago(request.at) : '';
+  part(node, '.help-ago').dataset.at = String(request.at);
+  setTakeButton(/** @type {HTMLButtonElement} */ (part(node, '.help-take')), desktop);
   return { key, node };
 }
 
@@ -695,10 +703,11 @@ function renderLive() {
   const waiting = Boolean(hold && !hold.lease);
   const controlling = Boolean(hold && hold.lease && view && view.mode === 'control');
   const watching = Boolean(view && view.mode === 'watch');
+  const returning = Boolean(hold && hold.returning);
   ui.live.hidden = !(waiting || controlling || watching);
   ui.live.dataset.mode = controlling ? 'control' : watching ? 'watch' : waiting ? 'waiting' : 'none';
   ui.waitingBar.hidden = !waiting;
-  if (waiting) {
+  if (waiting && hold) {
     const desktop = findDesktop(hold.desktop);
     ui.waitingText.textContent =
       desktop && desktop.holder && heldHere(desktop)
@@ -707,11 +716,11 @@ function renderLive() {
   }
   ui.controlBar.hidden = !controlling;
   ui.tools.hidden = !controlling;
-  ui.handbackButton.disabled = !controlling || hold.returning;
-  ui.handbackButton.textContent = controlling && hold.returning ? 'Handing back…' : 'Hand back';
-  ui.extend.disabled = !controlling || hold.returning;
+  ui.handbackButton.disabled = !controlling || returning;
+  ui.handbackButton.textContent = controlling && returning ? 'Handing back…' : 'Hand back';
+  ui.extend.disabled = !controlling || returning;
   ui.watchBar.hidden = !watching;
-  if (watching) {
+  if (watching && view) {
     const desktop = findDesktop(view.desktop);
     const who = desktop && desktop.holder ? ` — held by ${holderName(desktop.holder)}` : '';
     ui.watchText.textContent = `Watching desktop ${view.desktop} live (view only)${who}`;
@@ -732,14 +741,14 @@ function tick() {
   }
   for (const desktop of desktopsOf(t.state)) {
     const node = desktop && t.desktopNodes.get(desktop.id);
-    if (node) node.querySelector('.holder-state').textContent = holderText(desktop);
+    if (node) part(node, '.holder-state').textContent = holderText(desktop);
   }
-  const marks = byId('sessions') ? byId('sessions').querySelectorAll('.session-takeover') : [];
+  const marks = byId('sessions') ? parts(byId('sessions'), '.session-takeover') : [];
   for (const mark of marks) {
     const desktop = findDesktop(mark.dataset.desktop);
-    if (desktop) mark.querySelector('.holder-state').textContent = `desktop ${desktop.id}: ${holderText(desktop)}`;
+    if (desktop) part(mark, '.holder-state').textContent = `desktop ${desktop.id}: ${holderText(desktop)}`;
   }
-  for (const time of ui.requests.querySelectorAll('.help-ago')) {
+  for (const time of parts(ui.requests, '.help-ago')) {
     const at = Number(time.dataset.at);
     if (Number.isFinite(at)) time.textContent = ago(at);
   }
@@ -768,13 +777,15 @@ export function decorateSessions() {
     if (!desktop || !Array.isArray(desktop.sessions)) continue;
     for (const session of desktop.sessions) desktopOfSession.set(session, desktop);
   }
-  for (const article of list.querySelectorAll('article.session')) {
+  for (const article of parts(list, 'article.session')) {
     const desktop = desktopOfSession.get(article.dataset.session);
     if (!desktop) continue;
     const mark = el('div', 'session-takeover');
     mark.dataset.desktop = desktop.id;
     mark.append(el('span', 'holder-state', `desktop ${desktop.id}: ${holderText(desktop)}`));
-    const asks = Array.isArray(desktop.help) && desktop.help.some((r) => r && r.session === article.dataset.session);
+    const asks =
+      Array.isArray(desktop.help) &&
+      desktop.help.some((/** @type {any} */ r) => r && r.session === article.dataset.session);
     if (asks) mark.append(el('span', 'asks-help', 'asks for help'));
     const button = el('button', 'take-button', 'Take control');
     button.type = 'button';
