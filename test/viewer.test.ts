@@ -390,6 +390,8 @@ describe('viewer on a real daemon (no display)', () => {
       ['/viewer/app.css', 'text/css'],
       ['/viewer/replay', 'text/html'],
       ['/viewer/replay.js', 'text/javascript'],
+      ['/viewer/replay-model.js', 'text/javascript'],
+      ['/viewer/replay-player.js', 'text/javascript'],
       ['/viewer/replay.css', 'text/css'],
     ] as const) {
       const res = await fetch(`${base}${path}`);
