@@ -348,7 +348,7 @@ function configFrom(
 }
 
 /** SIGINT and SIGTERM shut the daemon (and the display it started) down, within a hard deadline. */
-function stopOnSignals(daemon: Daemon, xvfb: VirtualDisplay | undefined, deadlineMs: number, log: Logger): void {
+function stopOnSignals(daemon: Daemon, xvfb: VirtualDisplay | undefined, config: DaemonConfig, log: Logger): void {
   let stopping = false;
   const stop = (signal: string): void => {
     if (stopping) return;
@@ -358,7 +358,7 @@ function stopOnSignals(daemon: Daemon, xvfb: VirtualDisplay | undefined, deadlin
     setTimeout(() => {
       log.error('shutdown deadline passed; exiting');
       process.exit(1);
-    }, deadlineMs + 2_000).unref();
+    }, config.shutdownDeadlineMs + 2_000).unref();
     void (async () => {
       await daemon.close();
       await xvfb?.stop();
@@ -401,7 +401,7 @@ async function serve(argv: string[]): Promise<void> {
   const daemon = await startDaemon(config, log);
   log.info(`deskbatch listening on ${daemon.url}`, pooled ? { desktops: 'pool' } : { display });
   log.info(`token: ${token.from}`);
-  stopOnSignals(daemon, xvfb, config.shutdownDeadlineMs, log);
+  stopOnSignals(daemon, xvfb, config, log);
 }
 
 export async function main(argv: string[]): Promise<void> {
