@@ -43,11 +43,11 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as delay } from 'node:timers/promises';
 import { DEFAULT_CONFIG } from '../src/config.ts';
 import type { BatchResult, ErrorInfo, ToolUse, Welcome } from '../src/protocol.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { startDaemonProcess, type DaemonProcess } from './helpers/daemon-process.ts';
-import { startTestDisplay } from './helpers/display.ts';
-import { startVictim, startWebServer, type Victim, type WebServer } from './helpers/web.ts';
-import { RESOURCE_DOWN_TYPES, childPids, descendants, killAll, processFootprint } from './helpers/faults.ts';
+import { assertApiValid } from '../test/helpers/api-rules.ts';
+import { startDaemonProcess, type DaemonProcess } from '../test/helpers/daemon-process.ts';
+import { startTestDisplay } from '../test/helpers/display.ts';
+import { startVictim, startWebServer, type Victim, type WebServer } from '../test/helpers/web.ts';
+import { RESOURCE_DOWN_TYPES, childPids, descendants, killAll, processFootprint } from '../test/helpers/faults.ts';
 import {
   LoadClient,
   nextCoordinate,
@@ -56,7 +56,7 @@ import {
   violations,
   type BatchRecord,
   type LoadStats,
-} from './helpers/load.ts';
+} from '../test/helpers/load.ts';
 
 const MINUTES = Number(process.env.SOAK_MINUTES ?? 5);
 const SESSIONS = Number(process.env.SOAK_SESSIONS ?? 32);
