@@ -67,7 +67,8 @@ import {
 import { recordingSection, recordingTable, type RecordingReport } from './recording.ts';
 import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
-import { takeoverSection, takeoverTable, type TakeoverReport } from './takeover.ts';
+import { takeoverSection } from './takeover.ts';
+import { takeoverTable, type TakeoverReport } from './takeover-report.ts';
 import { startTestDisplay } from '../test/helpers/display.ts';
 import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from './stats.ts';
 

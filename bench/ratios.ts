@@ -7,7 +7,7 @@ import { SLIDE_MS, sizeTag, type Size } from './desktop.ts';
 import { cheapestFloor } from './floor.ts';
 import { MEMORY_SCREENSHOTS, type MemoryReport, type RssSample } from './memory.ts';
 import { round2, type Figure } from './stats.ts';
-import { TARGET_MS as TAKEOVER_TARGET_MS } from './takeover.ts';
+import { TARGET_MS as TAKEOVER_TARGET_MS } from './takeover-report.ts';
 
 /** The display sizes and formats the run measures, in order (bench/bench.ts uses them too). */
 export const SIZES: Size[] = [

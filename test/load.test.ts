@@ -9,7 +9,7 @@
  * sessions first come, first served (the overtaking bound of `laneOvertakes`,
  * whose power to fail is shown on simulated FIFO, LIFO and priority lanes).
  *
- * The long run with faults and session churn is `npm run soak` (test/soak.ts).
+ * The long run with faults and session churn is `npm run soak` (bench/soak.ts).
  *
  * Run: node --import tsx --test --test-timeout=180000 test/load.test.ts
  */

@@ -1,6 +1,6 @@
 /**
  * Runs the daemon the way an operator does, as its own process
- * (`node bin/deskbatch.js serve …`), for the soak (test/soak.ts) and the bench
+ * (`node bin/deskbatch.js serve …`), for the soak (bench/soak.ts) and the bench
  * (bench/daemon-process.ts): its event loop is not the caller's and its RSS is
  * its own. DISPLAY is the caller's display, so the daemon starts none of its
  * own; the token comes from DESKBATCH_TOKEN, so nothing is written under

@@ -1,6 +1,6 @@
 /**
  * The load harness (issue 4, promise 4 "Load holds"), shared by the short run
- * in test/load.test.ts (every CI run) and the long one in test/soak.ts
+ * in test/load.test.ts (every CI run) and the long one in bench/soak.ts
  * (`npm run soak`).
  *
  * `runLoad` opens many real ws sessions against a running daemon; each sends
