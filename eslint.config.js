@@ -39,7 +39,10 @@ const browserGlobals = Object.fromEntries(
 
 /**
  * The layers, top to bottom; an import may only point down (docs/ARCHITECTURE.md):
- *   cli → daemon → ops, viewer → recording → server → executor → toolsets → desktops → drivers (desktop, browser) → leaves.
+ *   cli → daemon → ops, viewer → recording → server → executor → toolset API ← toolsets
+ *   → desktop pool → drivers (desktop driver, browser) → base (the leaves).
+ * Only the composition root (src/daemon.ts, src/cli.ts) names the toolsets; the rest knows them by the
+ * interface they implement (src/toolset-api/).
  * The client library stands apart (the protocol and the leaves only); the SDK classes use the client.
  * `layer(name, files, ...below)` lets the layer's `files` import their own group, the groups named
  * `below` and the leaves; every other group is forbidden.
@@ -53,31 +56,17 @@ const GROUPS = {
   server: ['**/server/**'],
   executor: ['**/executor/**'],
   toolsets: ['**/toolsets/**'],
-  desktops: ['**/desktops/**'],
-  desktop: ['**/desktop/**'],
+  toolsetApi: ['**/toolset-api/**'],
+  desktops: ['**/desktop-pool/**'],
+  desktop: ['**/desktop-driver/**'],
   browser: ['**/browser/**'],
   client: ['**/client/**'],
   sdk: ['**/sdk/**'],
 };
-const LEAVES = [
-  'src/protocol.ts',
-  'src/text.ts',
-  'src/geometry.ts',
-  'src/image.ts',
-  'src/errors.ts',
-  'src/log.ts',
-  'src/zod-text.ts',
-  'src/keysym-names.ts',
-  'src/config.ts',
-  'src/resilience.ts',
-  'src/activity.ts',
-  'src/screenshot-store.ts',
-  'src/version.ts',
-  'src/temp-folder.ts',
-  'src/child-process.ts',
-];
-/** Only src/child-process.ts starts programs: every other file goes through it (docs/ARCHITECTURE.md). */
-const CHILD_PROCESS_MODULE = 'src/child-process.ts';
+/** The leaves: modules every layer may use, which import none of the project's layers. */
+const LEAVES = ['src/base/**'];
+/** Only src/base/child-process.ts starts programs: every other file goes through it (docs/ARCHITECTURE.md). */
+const CHILD_PROCESS_MODULE = 'src/base/child-process.ts';
 const childProcessPaths = ['node:child_process', 'child_process'].map((name) => ({
   name,
   message: `programs are started through ${CHILD_PROCESS_MODULE} (one way to run a child process: docs/ARCHITECTURE.md).`,
@@ -144,11 +133,12 @@ export default defineConfig(
   },
   layer('leaves', LEAVES),
   layer('child processes', [CHILD_PROCESS_MODULE]),
-  layer('desktop driver', ['src/desktop/**']),
+  layer('desktop driver', ['src/desktop-driver/**']),
   layer('browser driver', ['src/browser/**']),
-  layer('desktops', ['src/desktops/**'], 'desktop', 'browser'),
-  layer('toolsets', ['toolsets/**'], 'desktops', 'desktop', 'browser'),
-  layer('executor', ['src/executor/**'], 'toolsets', 'desktops'),
+  layer('desktops', ['src/desktop-pool/**'], 'desktop', 'browser'),
+  layer('toolset API', ['src/toolset-api/**'], 'desktops'),
+  layer('toolsets', ['toolsets/**'], 'toolsetApi', 'desktops', 'desktop', 'browser'),
+  layer('executor', ['src/executor/**'], 'toolsetApi', 'desktops'),
   layer('server', ['src/server/**'], 'executor', 'desktops'),
   // Recordings replay through the client library (`deskbatch replay`).
   layer(
@@ -156,7 +146,7 @@ export default defineConfig(
     ['src/recording/**'],
     'server',
     'executor',
-    'toolsets',
+    'toolsetApi',
     'desktops',
     'desktop',
     'browser',
@@ -164,7 +154,7 @@ export default defineConfig(
   ),
   // Human takeover (src/takeover/): the server's seams (routes, TakeoverPort), the desktops' hold, and of the
   // desktop driver only keymap-watch.ts (the keymap a person's keys need).
-  onlyFromDesktop(layer('takeover', ['src/takeover/**'], 'server', 'desktops'), 'src/desktop/keymap-watch.ts'),
+  onlyFromDesktop(layer('takeover', ['src/takeover/**'], 'server', 'desktops'), 'src/desktop-driver/keymap-watch.ts'),
   layer(
     'ops and viewer',
     ['src/ops/**', 'src/viewer/**'],
@@ -172,7 +162,7 @@ export default defineConfig(
     'recording',
     'server',
     'executor',
-    'toolsets',
+    'toolsetApi',
     'desktops',
   ),
   layer(
@@ -184,6 +174,7 @@ export default defineConfig(
     'server',
     'executor',
     'toolsets',
+    'toolsetApi',
     'desktops',
     'desktop',
     'browser',

@@ -3,7 +3,7 @@
  * per-call overhead can be read as a sum of parts (none of this changes or
  * wraps src/; each piece is rebuilt here from the same calls):
  *
- * - the display checks of the desktop driver (src/desktop/worker-driver.ts):
+ * - the display checks of the desktop driver (src/desktop-driver/worker-driver.ts):
  *   a stat of the X socket (before each worker call, and in displaySize) and
  *   a connect to it (before starting a worker; before commit 079c334, before
  *   every worker call);
@@ -15,8 +15,8 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { displaySocketPath, isDisplayReachable } from '../src/desktop/display.ts';
-import { ClientMessageSchema } from '../src/protocol.ts';
+import { displaySocketPath, isDisplayReachable } from '../src/desktop-driver/display.ts';
+import { ClientMessageSchema } from '../src/base/protocol.ts';
 import { figure, timeLoop, type Figure } from './stats.ts';
 
 const ECHO_CHILD = fileURLToPath(new URL('./echo-child.ts', import.meta.url));

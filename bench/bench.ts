@@ -34,8 +34,8 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
-import type { ImageFormat } from '../src/image.ts';
-import type { VirtualDisplay } from '../src/desktop/xvfb.ts';
+import type { ImageFormat } from '../src/base/image.ts';
+import type { VirtualDisplay } from '../src/desktop-driver/xvfb.ts';
 import { anatomyFigures } from './anatomy.ts';
 import { densityMain, densityRun } from './density.ts';
 import type { DensityReport } from './density-report.ts';
@@ -69,7 +69,7 @@ import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts'
 import { ShellOut } from './shellout.ts';
 import { takeoverSection } from './takeover.ts';
 import { takeoverTable, type TakeoverReport } from './takeover-report.ts';
-import { startTestDisplay } from '../test/helpers/display.ts';
+import { startTestDisplay } from '../testkit/display.ts';
 import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from './stats.ts';
 
 /** Encoders the daemon does not use, timed in the floor child to show what the cheapest encode costs. */

@@ -14,10 +14,10 @@
 import { performance } from 'node:perf_hooks';
 import { chromium } from 'playwright';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ToolUse } from '../src/protocol.ts';
-import { CHROMIUM_PATH } from '../test/helpers/chromium.ts';
-import { startTestDisplay } from '../test/helpers/display.ts';
-import { startWebServer, type WebServer } from '../test/helpers/web.ts';
+import type { ToolUse } from '../src/base/protocol.ts';
+import { CHROMIUM_PATH } from '../testkit/chromium.ts';
+import { startTestDisplay } from '../testkit/display.ts';
+import { startWebServer, type WebServer } from '../testkit/web.ts';
 import { imageBytes, nextId, toolUse } from './client.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
 import { figure, interleave, ITERATIONS, mean, positiveInt, progress, timeLoop, type Figure } from './stats.ts';

@@ -1,5 +1,5 @@
 /**
- * The bench's client: the one recording client (test/helpers/ws-client.ts)
+ * The bench's client: the one recording client (testkit/ws-client.ts)
  * without schema checks and without keeping messages. It does what an agent
  * must do with each reply (JSON.parse) and nothing more: the tests' check of
  * every message against the zod schemas is right for tests but would add the
@@ -8,15 +8,15 @@
  * One request at a time: `send` a message, resolve on the first reply that
  * matches, counting every frame and byte received meanwhile (tool_event
  * frames included). It also mirrors the daemon's per-connection message rate
- * limit (a burst, then N per second; src/config.ts limits.messageBurst and
+ * limit (a burst, then N per second; src/base/config.ts limits.messageBurst and
  * messagesPerSecond), so the bench never sends a message the daemon would
  * refuse with `rate_limited`.
  */
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { DEFAULT_CONFIG } from '../src/config.ts';
-import type { BatchResult, ServerMessage, ToolUse } from '../src/protocol.ts';
-import { RecordingClient } from '../test/helpers/ws-client.ts';
+import { DEFAULT_CONFIG } from '../src/base/config.ts';
+import type { BatchResult, ServerMessage, ToolUse } from '../src/base/protocol.ts';
+import { RecordingClient } from '../testkit/ws-client.ts';
 
 export interface Reply<T extends ServerMessage = ServerMessage> {
   /** From just before the send to just after the matching reply was parsed. */

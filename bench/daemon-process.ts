@@ -1,6 +1,6 @@
 /**
  * The bench's daemon: its own process, started by the one starter of the soak
- * and the bench (test/helpers/daemon-process.ts), with its warnings and errors
+ * and the bench (testkit/daemon-process.ts), with its warnings and errors
  * echoed to the bench's stderr. On top: a warm-up call that waits for the
  * desktop worker, fresh connections, and the memory figures of the daemon and
  * its worker. `stop()` also removes its temp folder.
@@ -10,10 +10,10 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ImageFormat } from '../src/image.ts';
-import { startDaemonProcess as startProcess } from '../test/helpers/daemon-process.ts';
-import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
-import { desktopWorkerPids, processFootprint } from '../test/helpers/faults.ts';
+import type { ImageFormat } from '../src/base/image.ts';
+import { startDaemonProcess as startProcess } from '../testkit/daemon-process.ts';
+import { FRAMEBUFFER_ENV } from '../src/desktop-driver/worker-protocol.ts';
+import { desktopWorkerPids, processFootprint } from '../testkit/faults.ts';
 import { BenchClient, nextId, toolUse } from './client.ts';
 
 export const BENCH_TOKEN = 'bench-token-0123456789abcdefghij';
@@ -24,7 +24,7 @@ const COLLECT_WAIT_MS = 500;
 
 export interface DaemonProcessOptions {
   display: string;
-  /** The display's framebuffer file (src/desktop/xvfb.ts `VirtualDisplay.framebuffer`), as an operator passes it. */
+  /** The display's framebuffer file (src/desktop-driver/xvfb.ts `VirtualDisplay.framebuffer`), as an operator passes it. */
   framebuffer?: string;
   format: ImageFormat;
   browser: 'off' | 'headless' | 'headful';

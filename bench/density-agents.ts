@@ -9,7 +9,7 @@
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ServerMessage, ToolUse, Welcome } from '../src/protocol.ts';
+import type { ServerMessage, ToolUse, Welcome } from '../src/base/protocol.ts';
 import { BenchClient, imageBytes, nextId, toolUse } from './client.ts';
 import { metrics, type Daemon } from './density-daemon.ts';
 import { CPU_PARTS, cpuByProcess, machineCpu, type CpuPart } from './density-procs.ts';

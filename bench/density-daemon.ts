@@ -1,6 +1,6 @@
 /**
  * The density section's daemons (bench/density.ts): each its own process,
- * started as an operator starts it (test/helpers/daemon-process.ts) with no
+ * started as an operator starts it (testkit/daemon-process.ts) with no
  * DISPLAY, so it runs its pool or a shared desktop of its own; every one still
  * running is stopped on the way out (`stopAll`). And what is read from one
  * over HTTP: /metrics (a sample, each desktop's memory) and /readyz, polled
@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { startDaemonProcess, type DaemonProcess } from '../test/helpers/daemon-process.ts';
+import { startDaemonProcess, type DaemonProcess } from '../testkit/daemon-process.ts';
 import { BENCH_TOKEN } from './daemon-process.ts';
 import { progress } from './stats.ts';
 

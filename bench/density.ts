@@ -4,14 +4,14 @@
  * `BENCH_ONLY=density npm run bench` or `node --import tsx bench/density.ts`.
  *
  * Every daemon here is its own process, started as an operator starts it
- * (`node bin/deskbatch.js serve`, test/helpers/daemon-process.ts) with no
+ * (`node bin/deskbatch.js serve`, testkit/daemon-process.ts) with no
  * DISPLAY, so it runs its pool (`--desktops K --warm N`), or starts one
  * desktop every session shares (`--shared-desktop`). It binds 127.0.0.1 and
  * is stopped by its pid in a `finally` (and on SIGINT/SIGTERM), which ends
  * its desktops with it. The pool's `list()` lives inside the daemon, so a
  * desktop's processes are found from outside by walking the daemon's process
  * tree: Xvfb (by its `-auth` folder), openbox (its `--config-file` in the same
- * folder), the worker (`src/desktop/worker.ts`, with its esbuild child) and
+ * folder), the worker (`src/desktop-driver/worker.ts`, with its esbuild child) and
  * Chromium (the browser process without `--type=`, and all its children),
  * the last two by the XAUTHORITY in their environment, which names that same
  * folder. Chromium's crashpad handlers leave the tree (they are reparented to
@@ -42,8 +42,8 @@ import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
-import { defaultDesktopCap } from '../src/config.ts';
-import { startWebServer } from '../test/helpers/web.ts';
+import { defaultDesktopCap } from '../src/base/config.ts';
+import { startWebServer } from '../testkit/web.ts';
 import { nextId } from './client.ts';
 import {
   computer,

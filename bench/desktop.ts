@@ -1,6 +1,6 @@
 /**
  * Desktop figures through a real daemon process on a real Xvfb with a real
- * page on screen (kiosk Chromium showing test/helpers/event-page.ts), over a
+ * page on screen (kiosk Chromium showing testkit/event-page.ts), over a
  * real ws client, each measured interleaved with what it is compared to
  * (bench/stats.ts `interleave`), so a load that drifts on this shared machine
  * falls on both sides of a ratio alike:
@@ -23,13 +23,13 @@
  */
 import type { Page } from 'playwright';
 import { performance } from 'node:perf_hooks';
-import type { ToolUse } from '../src/protocol.ts';
-import type { VirtualDisplay } from '../src/desktop/xvfb.ts';
-import { DEFAULT_CONFIG } from '../src/config.ts';
-import { fitSize } from '../src/geometry.ts';
-import { launchKioskChromium } from '../test/helpers/chromium.ts';
-import { startTestDisplay } from '../test/helpers/display.ts';
-import { startEventPageServer } from '../test/helpers/event-page.ts';
+import type { ToolUse } from '../src/base/protocol.ts';
+import type { VirtualDisplay } from '../src/desktop-driver/xvfb.ts';
+import { DEFAULT_CONFIG } from '../src/base/config.ts';
+import { fitSize } from '../src/base/geometry.ts';
+import { launchKioskChromium } from '../testkit/chromium.ts';
+import { startTestDisplay } from '../testkit/display.ts';
+import { startEventPageServer } from '../testkit/event-page.ts';
 import { BenchClient, imageBytes, nextId, toolUse } from './client.ts';
 import { BENCH_TOKEN, type DaemonProcess } from './daemon-process.ts';
 import type { FloorChild } from './floor.ts';
@@ -291,7 +291,7 @@ export async function daemonFigures(
 
 /**
  * A screenshot right after input, in the same batch: the daemon may wait for
- * the screen to settle first (src/desktop/driver.ts SettleOptions). Measured
+ * the screen to settle first (src/desktop-driver/driver.ts SettleOptions). Measured
  * after the plain screenshots, never interleaved with them, so their captures
  * never follow input.
  */

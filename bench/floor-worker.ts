@@ -1,8 +1,8 @@
 /**
  * The screenshot floor, measured in one process with nothing around it: grab
- * the display exactly as the desktop worker does (src/desktop/worker/capture.ts
+ * the display exactly as the desktop worker does (src/desktop-driver/worker/capture.ts
  * `capture`: a read of Xvfb's framebuffer file while the X server is grabbed,
- * src/desktop/worker/screen.ts `Framebuffer`), make 3-channel RGB of the
+ * src/desktop-driver/worker/screen.ts `Framebuffer`), make 3-channel RGB of the
  * B,G,R,X pixels with the worker's own loop (screen.ts `bgrxToRgb`), scale
  * if the output size differs, encode with the daemon's
  * own settings, base64. No IPC inside the timing, no executor, no socket, no
@@ -23,16 +23,16 @@
  */
 import { performance } from 'node:perf_hooks';
 import sharp from 'sharp';
-import { bgrxToRgb, Framebuffer } from '../src/desktop/worker/screen.ts';
-import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
-import { XConnection } from '../src/desktop/x11.ts';
+import { bgrxToRgb, Framebuffer } from '../src/desktop-driver/worker/screen.ts';
+import { FRAMEBUFFER_ENV } from '../src/desktop-driver/worker-protocol.ts';
+import { XConnection } from '../src/desktop-driver/x11.ts';
 
 type Nut = typeof import('@nut-tree-fork/nut-js');
 type Pipeline = ReturnType<typeof sharp>;
 
 export interface FloorRequest {
   pipeline: string;
-  /** The daemon's screenshot size for this display (src/geometry.ts fitSize). */
+  /** The daemon's screenshot size for this display (src/base/geometry.ts fitSize). */
   output: { width: number; height: number };
   quality: number;
 }
@@ -52,7 +52,7 @@ export interface FloorSample {
 type Encoder = (p: Pipeline, quality: number) => Pipeline;
 
 /**
- * The daemon's three encoders, with its settings (src/desktop/worker/capture.ts), and
+ * The daemon's three encoders, with its settings (src/desktop-driver/worker/capture.ts), and
  * cheaper candidates, so a reader sees what the cheapest encode of the same
  * pixels costs.
  */

@@ -8,10 +8,10 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_CONFIG } from '../src/config.ts';
-import { fitSize } from '../src/geometry.ts';
-import type { VirtualDisplay } from '../src/desktop/xvfb.ts';
-import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
+import { DEFAULT_CONFIG } from '../src/base/config.ts';
+import { fitSize } from '../src/base/geometry.ts';
+import type { VirtualDisplay } from '../src/desktop-driver/xvfb.ts';
+import { FRAMEBUFFER_ENV } from '../src/desktop-driver/worker-protocol.ts';
 import { PIPELINES, type FloorRequest, type FloorSample } from './floor-worker.ts';
 import { figure, ITERATIONS, timeLoop, WARMUP, type Figure } from './stats.ts';
 

@@ -12,7 +12,7 @@
  * so the daemon's per-connection message-rate limit never makes us wait.
  *
  * What may grow, and its bound: each session's result cache (the last 256
- * batch results, at most 32 MiB: src/config.ts resultCache), the screenshot
+ * batch results, at most 32 MiB: src/base/config.ts resultCache), the screenshot
  * store's file list (2,000 files: retention; the images are on disk, not in
  * memory), and libvips' operation cache in the worker (sharp's defaults).
  * With one screenshot per batch over two sessions, both caches are full
@@ -26,7 +26,7 @@
  */
 import { resultBytes } from '../src/server/session.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { DEFAULT_CONFIG } from '../src/config.ts';
+import { DEFAULT_CONFIG } from '../src/base/config.ts';
 import { nextId, toolUse } from './client.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
 import { withBenchDisplay } from './desktop.ts';

@@ -39,12 +39,12 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { dieWithParent } from '../src/child-process.ts';
-import { silentLogger } from '../src/log.ts';
+import { dieWithParent } from '../src/base/child-process.ts';
+import { silentLogger } from '../src/base/log.ts';
 import { DEFAULT_ENCODING, DesktopVideo, type VideoEncoding } from '../src/recording/video.ts';
-import { launchKioskChromium } from '../test/helpers/chromium.ts';
-import { startTestDisplay } from '../test/helpers/display.ts';
-import { startWebServer } from '../test/helpers/web.ts';
+import { launchKioskChromium } from '../testkit/chromium.ts';
+import { startTestDisplay } from '../testkit/display.ts';
+import { startWebServer } from '../testkit/web.ts';
 
 const WIDTH = 1280;
 const HEIGHT = 800;

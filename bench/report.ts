@@ -90,7 +90,7 @@ export function densityTable(r: DensityReport): string {
     `Density: a desktop per session (${r.settings.display} ${r.settings.format}; ${m.cpus} CPUs, ` +
       `${Math.round(m.total_mem_mib / 1024)} GiB; load average ${m.loadavg_start.join(' ')} → ${m.loadavg_end.join(' ')}; ` +
       `${m.date.slice(0, 10)})`,
-    `default cap here (src/config.ts defaultDesktopCap): ${r.settings.default_cap} desktops`,
+    `default cap here (src/base/config.ts defaultDesktopCap): ${r.settings.default_cap} desktops`,
     '',
     `Warm desktops at rest, no session: mean per desktop (MiB; CPU over ${r.settings.rest_s} s idle, % of one core)`,
     '   K  |  PSS: Xvfb  openbox  worker  Chromium   total  (file) |  USS total | daemon metric |  CPU: Xvfb  openbox  worker  Chromium  total | daemon PSS',

@@ -10,12 +10,12 @@
  */
 import { performance } from 'node:perf_hooks';
 import { setTimeout as delay } from 'node:timers/promises';
-import { DEFAULT_CONFIG } from '../src/config.ts';
-import type { BatchResult, ToolUse, Welcome } from '../src/protocol.ts';
-import { assertApiValid } from '../test/helpers/api-rules.ts';
-import { childPids, killAll } from '../test/helpers/faults.ts';
-import { LoadClient, nextCoordinate } from '../test/helpers/load.ts';
-import type { Victim, WebServer } from '../test/helpers/web.ts';
+import { DEFAULT_CONFIG } from '../src/base/config.ts';
+import type { BatchResult, ToolUse, Welcome } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { childPids, killAll } from '../testkit/faults.ts';
+import { LoadClient, nextCoordinate } from '../testkit/load.ts';
+import type { Victim, WebServer } from '../testkit/web.ts';
 import {
   extra,
   problem,

@@ -10,10 +10,10 @@ import { randomBytes } from 'node:crypto';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { DEFAULT_CONFIG } from '../src/config.ts';
-import type { DaemonProcess } from '../test/helpers/daemon-process.ts';
-import { RESOURCE_DOWN_TYPES, descendants, processFootprint } from '../test/helpers/faults.ts';
-import type { BatchRecord } from '../test/helpers/load.ts';
+import { DEFAULT_CONFIG } from '../src/base/config.ts';
+import type { DaemonProcess } from '../testkit/daemon-process.ts';
+import { RESOURCE_DOWN_TYPES, descendants, processFootprint } from '../testkit/faults.ts';
+import type { BatchRecord } from '../testkit/load.ts';
 
 export const MINUTES = Number(process.env.SOAK_MINUTES ?? 5);
 export const SESSIONS = Number(process.env.SOAK_SESSIONS ?? 32);

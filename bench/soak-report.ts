@@ -7,8 +7,8 @@
  * soak-results.json in the cwd and prints the summary table and each check.
  */
 import { writeFile } from 'node:fs/promises';
-import type { DaemonProcess } from '../test/helpers/daemon-process.ts';
-import { violations, type LoadStats } from '../test/helpers/load.ts';
+import type { DaemonProcess } from '../testkit/daemon-process.ts';
+import { violations, type LoadStats } from '../testkit/load.ts';
 import {
   batchLog,
   DURATION_MS,

@@ -4,7 +4,7 @@
  * Starts the daemon as its own process (`node bin/deskbatch.js serve`) on an
  * Xvfb of its own, with headless Chromium, and for SOAK_MINUTES (default 5)
  * keeps SOAK_SESSIONS (default 32) sessions busy through the load harness
- * (test/helpers/load.ts): computer, browser and mixed batches, malformed
+ * (testkit/load.ts): computer, browser and mixed batches, malformed
  * inputs, replays, dropped-and-resumed connections, and session churn (a
  * quarter of the slots close their session every few rounds and open a new
  * one). Periodically it injects faults through the daemon's own processes:
@@ -45,12 +45,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as delay } from 'node:timers/promises';
-import type { ErrorInfo } from '../src/protocol.ts';
-import { startDaemonProcess, type DaemonProcess } from '../test/helpers/daemon-process.ts';
-import { startTestDisplay } from '../test/helpers/display.ts';
-import { descendants, killAll } from '../test/helpers/faults.ts';
-import { LoadClient, runLoad, startMarkerServer, type LoadStats } from '../test/helpers/load.ts';
-import { startVictim, startWebServer } from '../test/helpers/web.ts';
+import type { ErrorInfo } from '../src/base/protocol.ts';
+import { startDaemonProcess, type DaemonProcess } from '../testkit/daemon-process.ts';
+import { startTestDisplay } from '../testkit/display.ts';
+import { descendants, killAll } from '../testkit/faults.ts';
+import { LoadClient, runLoad, startMarkerServer, type LoadStats } from '../testkit/load.ts';
+import { startVictim, startWebServer } from '../testkit/web.ts';
 import { attackRound, browserFault, cacheProbe, desktopFault, malformedBurst } from './soak-faults.ts';
 import {
   batchLog,

@@ -8,7 +8,7 @@
 import { closeSync, openSync, readSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Page } from 'playwright';
-import { until } from '../test/helpers/wait.ts';
+import { until } from '../testkit/wait.ts';
 import { nextId, toolUse, type BenchClient } from './client.ts';
 import { round2 } from './stats.ts';
 import { DESKTOP, FLIP_THRESHOLD } from './takeover-pages.ts';
@@ -31,7 +31,7 @@ export const epochNow = (): number => performance.timeOrigin + performance.now()
 
 /**
  * The desktop's own screen, read where Xvfb keeps it (its framebuffer file,
- * src/desktop/worker/screen.ts): one pixel (the probe), polled every
+ * src/desktop-driver/worker/screen.ts): one pixel (the probe), polled every
  * millisecond while a trial waits, to see when the desktop's page repainted.
  */
 export class DesktopScreen {

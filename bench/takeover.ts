@@ -9,7 +9,7 @@
  * to a page served here on 127.0.0.1 whose whole window flips between black
  * and white on every mousedown and every keydown (one big repaint per input).
  * The operator's screen is a second Xvfb with a kiosk Chromium showing the
- * viewer (test/helpers/chromium.ts); the desktop is taken through the page's
+ * viewer (testkit/chromium.ts); the desktop is taken through the page's
  * own UI ("Take control"), as in test/viewer-takeover.test.ts.
  *
  * Measured:
@@ -53,14 +53,14 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Page } from 'playwright';
-import type { BatchResult } from '../src/protocol.ts';
+import type { BatchResult } from '../src/base/protocol.ts';
 import { processCpuSeconds } from '../src/recording/video.ts';
-import { newLogDir } from '../test/helpers/artifacts.ts';
-import { launchKioskChromium } from '../test/helpers/chromium.ts';
-import { startTestDisplay } from '../test/helpers/display.ts';
-import { descendants } from '../test/helpers/faults.ts';
-import { until } from '../test/helpers/wait.ts';
-import { startWebServer } from '../test/helpers/web.ts';
+import { newLogDir } from '../testkit/artifacts.ts';
+import { launchKioskChromium } from '../testkit/chromium.ts';
+import { startTestDisplay } from '../testkit/display.ts';
+import { descendants } from '../testkit/faults.ts';
+import { until } from '../testkit/wait.ts';
+import { startWebServer } from '../testkit/web.ts';
 import { nextId, toolUse, type BenchClient } from './client.ts';
 import { BENCH_TOKEN, startDaemonProcess } from './daemon-process.ts';
 import { FloorChild } from './floor.ts';

@@ -1,6 +1,6 @@
 /**
  * The example agent without an API key: a local stand-in for the Messages API
- * (test/helpers/messages-api.ts, on 127.0.0.1) answers with recorded assistant
+ * (testkit/messages-api.ts, on 127.0.0.1) answers with recorded assistant
  * turns, and checks every request the agent sends against the API's rules.
  * The calls in those turns run for real on your daemon: the browser opens a
  * small page served here, the desktop is captured, one call fails on purpose.
@@ -18,8 +18,8 @@
  */
 import { pathToFileURL } from 'node:url';
 import { realpath } from 'node:fs/promises';
-import { EXAMPLE_PAGE, EXAMPLE_TASK, loadTurns, startMessagesApi } from '../test/helpers/messages-api.ts';
-import { startWebServer } from '../test/helpers/web.ts';
+import { EXAMPLE_PAGE, EXAMPLE_TASK, loadTurns, startMessagesApi } from '../testkit/messages-api.ts';
+import { startWebServer } from '../testkit/web.ts';
 import { main as agent } from './agent.ts';
 
 /** Where the example page is served, so the daemon can be told to allow exactly it. */

@@ -23,7 +23,7 @@ import ts from 'typescript';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** The folders whose files are read; an import out of them into another project file is followed too. */
-const FOLDERS = ['src', 'toolsets', 'bench', 'test', 'examples', 'scripts', 'bin'];
+const FOLDERS = ['src', 'toolsets', 'bench', 'test', 'testkit', 'examples', 'scripts', 'bin'];
 const MODULE = /\.(ts|js|mjs)$/;
 
 function filesUnder(dir: string): string[] {

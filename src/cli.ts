@@ -15,13 +15,13 @@ import {
   type BrowserMode,
   type DaemonConfig,
   type RecordingSettings,
-} from './config.ts';
+} from './base/config.ts';
 import { startDaemon, type Daemon } from './daemon.ts';
 import { BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
-import type { ImageFormat } from './image.ts';
-import { startVirtualDisplay, type VirtualDisplay } from './desktop/xvfb.ts';
-import { FRAMEBUFFER_ENV } from './desktop/worker-protocol.ts';
-import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel, type Logger } from './log.ts';
+import type { ImageFormat } from './base/image.ts';
+import { startVirtualDisplay, type VirtualDisplay } from './desktop-driver/xvfb.ts';
+import { FRAMEBUFFER_ENV } from './desktop-driver/worker-protocol.ts';
+import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel, type Logger } from './base/log.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
        deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]  (replay --help)
@@ -377,7 +377,7 @@ async function serve(argv: string[]): Promise<void> {
   }
   const logging = logSettings(values);
   const token = await readToken();
-  // The logger knows the token only to keep it out of every line (src/log.ts).
+  // The logger knows the token only to keep it out of every line (src/base/log.ts).
   const log = createLogger(logging.level, undefined, {}, { format: logging.format, secrets: [token.token] });
   let display = process.env.DISPLAY || undefined;
   let xvfb: VirtualDisplay | undefined;
@@ -385,7 +385,7 @@ async function serve(argv: string[]): Promise<void> {
   const pooled = !display && !values['shared-desktop'];
   const config = configFrom(values, token, display, pooled, sizes);
   if (pooled) {
-    // Each desktop has its own display and X cookie (src/desktops/desktop.ts).
+    // Each desktop has its own display and X cookie (src/desktop-pool/desktop.ts).
     config.displayAuth = 'cookie';
   } else if (!display) {
     xvfb = await startVirtualDisplay({ ...sizes[0]!, windowManager: true, log: (l, m, f) => log[l](m, f) });

@@ -4,18 +4,18 @@
  * server → executor → toolsets → drivers.
  */
 import type { AddressInfo } from 'node:net';
-import { ConfigError, configWarnings, type DaemonConfig } from './config.ts';
-import { WorkerDesktopDriver } from './desktop/worker-driver.ts';
-import { FRAMEBUFFER_ENV } from './desktop/worker-protocol.ts';
+import { ConfigError, configWarnings, type DaemonConfig } from './base/config.ts';
+import { WorkerDesktopDriver } from './desktop-driver/worker-driver.ts';
+import { FRAMEBUFFER_ENV } from './desktop-driver/worker-protocol.ts';
 import { Executor } from './executor/executor.ts';
-import { Hold } from './desktops/hold.ts';
-import { Lane } from './desktops/lane.ts';
-import { fitSize, type Geometry, type Size } from './geometry.ts';
-import type { Logger } from './log.ts';
-import { PROTOCOL_PATH } from './protocol.ts';
-import { ScreenshotStore } from './screenshot-store.ts';
+import { Hold } from './desktop-pool/hold.ts';
+import { Lane } from './desktop-pool/lane.ts';
+import { fitSize, type Geometry, type Size } from './base/geometry.ts';
+import type { Logger } from './base/log.ts';
+import { PROTOCOL_PATH } from './base/protocol.ts';
+import { ScreenshotStore } from './base/screenshot-store.ts';
 import { DeskbatchServer, type HttpRoute, type SocketRoute } from './server/server.ts';
-import { ActivityHub } from './activity.ts';
+import { ActivityHub } from './base/activity.ts';
 import { createOps } from './ops/index.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
 import { BROWSER_MEMBER_NAMES, BROWSER_OPTIONAL_MEMBERS, createBrowserToolset } from '../toolsets/browser/index.ts';
@@ -25,10 +25,10 @@ import { BrowserManager, BrowserUnavailableError, type LaunchMode } from './brow
 import { EgressFilter, parsePrivateAllow, startEgressProxy, type EgressProxy } from './browser/egress.ts';
 import { browserPolicyState, type PolicyState } from './browser/policy.ts';
 import type { Containment } from './ops/health.ts';
-import { DisplayUnavailableError } from './errors.ts';
-import { orAfter, ResourceBreaker } from './resilience.ts';
-import type { DesktopResources, PartsFactory } from './desktops/desktop.ts';
-import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktops/pool.ts';
+import { DisplayUnavailableError } from './base/errors.ts';
+import { orAfter, ResourceBreaker } from './base/resilience.ts';
+import type { DesktopResources, PartsFactory } from './desktop-pool/desktop.ts';
+import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktop-pool/pool.ts';
 import type { Ops } from './ops/index.ts';
 import { resolve } from 'node:path';
 import { createViewer } from './viewer/index.ts';
@@ -37,7 +37,7 @@ import { Recorder, type Artifact, type VideoStarter } from './recording/recorder
 import { DesktopVideo } from './recording/video.ts';
 import { recordingRoutes } from './recording/routes.ts';
 import { TakeoverManager } from './takeover/manager.ts';
-import { sweepOwnedTempFolders } from './temp-folder.ts';
+import { sweepOwnedTempFolders } from './base/temp-folder.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -424,7 +424,7 @@ async function videoStarter(fps: number, log: Logger): Promise<VideoStarter | un
 }
 
 /**
- * The desktops sessions act on: a pool of their own (src/desktops/pool.ts),
+ * The desktops sessions act on: a pool of their own (src/desktop-pool/pool.ts),
  * or the one display the operator gave, shared.
  */
 function createDesktops(

@@ -5,12 +5,12 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { BatchResult, ToolUse, Welcome } from '../src/protocol.ts';
+import type { BatchResult, ToolUse, Welcome } from '../src/base/protocol.ts';
 import type { SettleCounts } from '../src/browser/call-watch.ts';
-import { SharedDesktop } from '../src/desktops/pool.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { TestClient, computerUse } from './helpers/daemon.ts';
-import { browserUse, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+import { SharedDesktop } from '../src/desktop-pool/pool.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { TestClient, computerUse } from '../testkit/daemon.ts';
+import { browserUse, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
 
 const text = (r: BatchResult, i: number): string => {
   const block = r.tool_results[i]!.content[0]!;

@@ -10,10 +10,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { FRAME_ANSWER_MS, FRAMES_MAX } from '../src/browser/frame-worlds.ts';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { until } from './helpers/wait.ts';
-import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse as use, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
 
 type Result = BatchResult['tool_results'][number];
 

@@ -5,11 +5,11 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import sharp from 'sharp';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { until } from './helpers/wait.ts';
-import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { computerUse, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 
 let display: VirtualDisplay;
 let web: WebServer;

@@ -21,14 +21,14 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import { parseKeySequence, parsePlaywrightModifiers } from '../src/browser/keys.ts';
-import { ToolInputError } from '../src/errors.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { startedEvent } from './helpers/daemon.ts';
-import { failsWith } from './helpers/errors.ts';
-import { until, within } from './helpers/wait.ts';
-import { browserUse, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+import { ToolInputError } from '../src/base/errors.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { startedEvent } from '../testkit/daemon.ts';
+import { failsWith } from '../testkit/errors.ts';
+import { until, within } from '../testkit/wait.ts';
+import { browserUse, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
 
 const NOT_EXECUTED = 'Not executed: an earlier action in this turn failed.';
 

@@ -8,12 +8,12 @@ import assert from 'node:assert/strict';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import type { BrowserManager } from '../src/browser/manager.ts';
-import { SharedDesktop } from '../src/desktops/pool.ts';
-import type { BatchResult, ToolEvent, ToolUse } from '../src/protocol.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import type { TestClient } from './helpers/daemon.ts';
-import { until, within } from './helpers/wait.ts';
-import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+import { SharedDesktop } from '../src/desktop-pool/pool.ts';
+import type { BatchResult, ToolEvent, ToolUse } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import type { TestClient } from '../testkit/daemon.ts';
+import { until, within } from '../testkit/wait.ts';
+import { browserUse as use, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
 
 const NOT_EXECUTED = 'Not executed: an earlier action in this turn failed.';
 const ENABLE = { enable: ['javascript_exec'] };

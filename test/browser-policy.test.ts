@@ -22,12 +22,12 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { chromium, type Browser } from 'playwright';
 import { browserPolicyState, MANAGED_POLICY_DIR, POLICY_SOURCE } from '../src/browser/policy.ts';
-import type { BatchResult } from '../src/protocol.ts';
-import { CHROMIUM_PATH } from './helpers/chromium.ts';
-import type { TestClient, TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { until } from './helpers/wait.ts';
-import { browserUse, startContainedDaemon, startWebServer, type WebServer } from './helpers/web.ts';
+import type { BatchResult } from '../src/base/protocol.ts';
+import { CHROMIUM_PATH } from '../testkit/chromium.ts';
+import type { TestClient, TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse, startContainedDaemon, startWebServer, type WebServer } from '../testkit/web.ts';
 
 const texts = (r: BatchResult): string[] =>
   r.tool_results.flatMap((t) => t.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])));

@@ -11,12 +11,12 @@ import { after, before, describe, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright';
 import { refCenter, refElement } from '../src/browser/frame-worlds.ts';
 import { readPage, READ_OUTPUT_MAX } from '../src/browser/snapshot.ts';
-import { ToolInputError } from '../src/errors.ts';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { CHROMIUM_PATH } from './helpers/chromium.ts';
-import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
-import { failsWith } from './helpers/errors.ts';
+import { ToolInputError } from '../src/base/errors.ts';
+import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { CHROMIUM_PATH } from '../testkit/chromium.ts';
+import { browserUse as use, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
+import { failsWith } from '../testkit/errors.ts';
 
 type Result = BatchResult['tool_results'][number];
 

@@ -10,10 +10,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import sharp from 'sharp';
-import type { BatchResult, ToolEvent, ToolUse } from '../src/protocol.ts';
-import { assertApiValid, imageSize } from './helpers/api-rules.ts';
-import { until } from './helpers/wait.ts';
-import { browserUse as use, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+import type { BatchResult, ToolEvent, ToolUse } from '../src/base/protocol.ts';
+import { assertApiValid, imageSize } from '../testkit/api-rules.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse as use, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
 
 const NOT_EXECUTED = 'Not executed: an earlier action in this turn failed.';
 

@@ -1,5 +1,5 @@
 /**
- * The one way the daemon runs a program (src/child-process.ts), with real
+ * The one way the daemon runs a program (src/base/child-process.ts), with real
  * child processes: Node.js itself stands in for a program, doing on cue what
  * Xvfb, ffmpeg or x11vnc do when they fail (exit early, hang, ignore SIGTERM).
  * Xvfb, openbox, ffmpeg and x11vnc themselves are started through it in
@@ -16,8 +16,8 @@ import {
   stopChild,
   type ChildProcess,
   type StartOptions,
-} from '../src/child-process.ts';
-import { processRuns } from '../src/temp-folder.ts';
+} from '../src/base/child-process.ts';
+import { processRuns } from '../src/base/temp-folder.ts';
 
 class ProgramError extends StartError {
   override readonly name = 'ProgramError';

@@ -11,13 +11,13 @@ import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { isDisplayReachable } from '../src/desktop/display.ts';
-import { defaultDesktopCap } from '../src/config.ts';
-import type { BatchResult } from '../src/protocol.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { TestClient, computerUse, startedEvent } from './helpers/daemon.ts';
-import { isRunning } from './helpers/recording.ts';
-import { within } from './helpers/wait.ts';
+import { isDisplayReachable } from '../src/desktop-driver/display.ts';
+import { defaultDesktopCap } from '../src/base/config.ts';
+import type { BatchResult } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { TestClient, computerUse, startedEvent } from '../testkit/daemon.ts';
+import { isRunning } from '../testkit/recording.ts';
+import { within } from '../testkit/wait.ts';
 
 const children: ChildProcess[] = [];
 /**

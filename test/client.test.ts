@@ -35,13 +35,13 @@ import {
   type DeskbatchClientEvents,
   type ToolEvent,
 } from '../src/client/index.ts';
-import type { ToolUse } from '../src/protocol.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay } from './helpers/display.ts';
-import { within } from './helpers/wait.ts';
-import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
-import { failsWith } from './helpers/errors.ts';
+import type { ToolUse } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay } from '../testkit/display.ts';
+import { within } from '../testkit/wait.ts';
+import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
+import { failsWith } from '../testkit/errors.ts';
 
 /** Fast reconnects for tests; attempts are plenty so a slow machine never runs out. */
 const FAST = { maxAttempts: 200, initialDelayMs: 20, maxDelayMs: 100 } satisfies ConnectOptions['reconnect'];

@@ -11,17 +11,17 @@ import type {
   BetaToolComputerUse20250124,
   BetaToolComputerUse20251124,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import type { BatchResult, ToolEvent, ToolUse, Welcome } from '../src/protocol.ts';
+import type { BatchResult, ToolEvent, ToolUse, Welcome } from '../src/base/protocol.ts';
 import {
   LEGACY_ACTIONS,
   LEGACY_COMPUTER_FAMILY,
   LegacyInputSchema,
   toMemberCalls,
 } from '../toolsets/computer-legacy/index.ts';
-import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../toolsets/text.ts';
+import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../src/toolset-api/text.ts';
 import { COMPUTER_MEMBERS } from '../toolsets/computer/index.ts';
-import { assertApiValid, imageSize } from './helpers/api-rules.ts';
-import { computerUse, startTestDaemon, type TestClient } from './helpers/daemon.ts';
+import { assertApiValid, imageSize } from '../testkit/api-rules.ts';
+import { computerUse, startTestDaemon, type TestClient } from '../testkit/daemon.ts';
 import {
   COMPUTER_NOT_EXECUTED,
   drainWheels,
@@ -32,8 +32,8 @@ import {
   startTestDesktop,
   texts,
   type TestDesktop,
-} from './helpers/desktop.ts';
-import type { RecordedKey } from './helpers/event-page.ts';
+} from '../testkit/desktop.ts';
+import type { RecordedKey } from '../testkit/event-page.ts';
 
 let counter = 0;
 /** A tool_use of the older tool as the API sends it: no toolset_name (undefined is left out of the JSON). */

@@ -12,8 +12,8 @@ import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import sharp from 'sharp';
-import { assertApiValid, imageSize } from './helpers/api-rules.ts';
-import { computerUse as use, startedEvent, startTestDaemon } from './helpers/daemon.ts';
+import { assertApiValid, imageSize } from '../testkit/api-rules.ts';
+import { computerUse as use, startedEvent, startTestDaemon } from '../testkit/daemon.ts';
 import {
   COMPUTER_NOT_EXECUTED,
   drainWheels,
@@ -24,12 +24,12 @@ import {
   startTestDesktop,
   texts,
   type TestDesktop,
-} from './helpers/desktop.ts';
-import type { RecordedKey } from './helpers/event-page.ts';
-import { until } from './helpers/wait.ts';
-import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
-import { FRAMEBUFFER_ENV } from '../src/desktop/worker-protocol.ts';
-import { sweepStaleFramebuffers } from '../src/desktop/xvfb.ts';
+} from '../testkit/desktop.ts';
+import type { RecordedKey } from '../testkit/event-page.ts';
+import { until } from '../testkit/wait.ts';
+import { WorkerDesktopDriver } from '../src/desktop-driver/worker-driver.ts';
+import { FRAMEBUFFER_ENV } from '../src/desktop-driver/worker-protocol.ts';
+import { sweepStaleFramebuffers } from '../src/desktop-driver/xvfb.ts';
 
 const PRINTABLE_ASCII = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join('');
 
@@ -453,7 +453,7 @@ describe('computer toolset on 2560x1440 (screenshots scaled to 2000x1125)', () =
 
   test('clicks land within 1 display pixel of the target at this scaling, press and release, however fast', async () => {
     // Corners, then 45 points far apart, one batch each: back-to-back clicks once lost or moved
-    // a release or a press to the next target (src/desktop/pointer.ts).
+    // a release or a press to the next target (src/desktop-driver/pointer.ts).
     let seed = 7;
     const next = (n: number) => (seed = (seed * 48271) % 2147483647) % n;
     const targets = [

@@ -7,7 +7,7 @@
  * - The browser's network: every request goes through the egress proxy
  *   (src/browser/egress.ts), which refuses addresses that are not on the
  *   public internet, decided on the address a name resolves to.
- * - The X display admits only holders of its cookie (src/desktop/xvfb.ts).
+ * - The X display admits only holders of its cookie (src/desktop-driver/xvfb.ts).
  * - Chromium's own interface (address bar, DevTools, native dialogs) is shut
  *   by its managed policy (src/browser/policy.ts) and the file chooser guard.
  */
@@ -20,13 +20,13 @@ import { after, before, describe, test } from 'node:test';
 import { EgressFilter, isNonPublicAddress, startEgressProxy, type EgressProxy } from '../src/browser/egress.ts';
 import { browserPolicyState } from '../src/browser/policy.ts';
 import { isAllowedUrl } from '../src/browser/url-policy.ts';
-import { XConnection } from '../src/desktop/x11.ts';
-import { silentLogger } from '../src/log.ts';
-import type { BatchResult } from '../src/protocol.ts';
-import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { newLogDir } from './helpers/artifacts.ts';
-import { until } from './helpers/wait.ts';
+import { XConnection } from '../src/desktop-driver/x11.ts';
+import { silentLogger } from '../src/base/log.ts';
+import type { BatchResult } from '../src/base/protocol.ts';
+import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { newLogDir } from '../testkit/artifacts.ts';
+import { until } from '../testkit/wait.ts';
 import {
   browserUse,
   startContainedDaemon,
@@ -34,7 +34,7 @@ import {
   startWebServer,
   type Victim,
   type WebServer,
-} from './helpers/web.ts';
+} from '../testkit/web.ts';
 
 const texts = (r: BatchResult): string[] =>
   r.tool_results.flatMap((t) => t.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])));

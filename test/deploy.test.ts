@@ -33,7 +33,7 @@ import { join, posix, relative, sep } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
-import { DEFAULT_CONFIG, isLoopback } from '../src/config.ts';
+import { DEFAULT_CONFIG, isLoopback } from '../src/base/config.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const DEPLOY = join(ROOT, 'deploy');

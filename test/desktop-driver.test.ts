@@ -25,18 +25,18 @@ import { fileURLToPath } from 'node:url';
 import sharp from 'sharp';
 import { chromium, type Browser, type Page } from 'playwright';
 import { Key } from '@nut-tree-fork/shared';
-import { parseChord, parseModifierKeys, KEY_NAMES_HELP, KEYSYMS, checkTypeable } from '../src/desktop/keys.ts';
-import { WorkerDesktopDriver } from '../src/desktop/worker-driver.ts';
-import { XConnection } from '../src/desktop/x11.ts';
-import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/errors.ts';
-import { COMPUTER_SCROLL_AMOUNT_MAX, type DriverKey } from '../src/desktop/driver.ts';
-import type { CapturedImage, ImageFormat } from '../src/image.ts';
-import type { Point, Size } from '../src/geometry.ts';
-import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
-import type { RecordedEvent } from './helpers/event-page.ts';
-import { InputFence, isWheelMarker } from './helpers/input-fence.ts';
-import { failsWith } from './helpers/errors.ts';
-import { until } from './helpers/wait.ts';
+import { parseChord, parseModifierKeys, KEY_NAMES_HELP, KEYSYMS, checkTypeable } from '../src/desktop-driver/keys.ts';
+import { WorkerDesktopDriver } from '../src/desktop-driver/worker-driver.ts';
+import { XConnection } from '../src/desktop-driver/x11.ts';
+import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../src/base/errors.ts';
+import { COMPUTER_SCROLL_AMOUNT_MAX, type DriverKey } from '../src/desktop-driver/driver.ts';
+import type { CapturedImage, ImageFormat } from '../src/base/image.ts';
+import type { Point, Size } from '../src/base/geometry.ts';
+import { pickFreeDisplay, startBareXvfb, type BareXvfb } from '../testkit/display.ts';
+import type { RecordedEvent } from '../testkit/event-page.ts';
+import { InputFence, isWheelMarker } from '../testkit/input-fence.ts';
+import { failsWith } from '../testkit/errors.ts';
+import { until } from '../testkit/wait.ts';
 
 const WIDTH = 1280;
 const HEIGHT = 800;
@@ -470,7 +470,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
 
   test('the worker answers malformed messages with errors, and keeps working', async () => {
     // The driver's side is typed (worker-protocol.ts); the worker still checks what arrives.
-    const proc = fork(fileURLToPath(new URL('../src/desktop/worker.ts', import.meta.url)), [], {
+    const proc = fork(fileURLToPath(new URL('../src/desktop-driver/worker.ts', import.meta.url)), [], {
       execArgv: ['--import', import.meta.resolve('tsx')],
       serialization: 'advanced',
       stdio: ['ignore', 'ignore', 'ignore', 'ipc'],

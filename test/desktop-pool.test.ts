@@ -1,5 +1,5 @@
 /**
- * A desktop of its own per session (src/desktops/pool.ts): sessions at once
+ * A desktop of its own per session (src/desktop-pool/pool.ts): sessions at once
  * never cross, observed from each display and by the pages themselves, not
  * from the daemon's word; a recycled desktop keeps nothing of its last
  * session; a full pool queues in order or refuses, as each session asked; one
@@ -15,15 +15,15 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import sharp from 'sharp';
-import type { DesktopInfo } from '../src/desktops/pool.ts';
-import type { DesktopWait, ErrorMessage, ServerMessage, ToolUse, Welcome } from '../src/protocol.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
+import type { DesktopInfo } from '../src/desktop-pool/pool.ts';
+import type { DesktopWait, ErrorMessage, ServerMessage, ToolUse, Welcome } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
 import { ConnectError, DeskbatchClient } from '../src/client/index.ts';
-import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { processesMentioning } from './helpers/recording.ts';
-import { until, within } from './helpers/wait.ts';
-import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
+import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { processesMentioning } from '../testkit/recording.ts';
+import { until, within } from '../testkit/wait.ts';
+import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 
 const run = promisify(execFile);
 const SIZE = { width: 1024, height: 768 };
@@ -227,7 +227,7 @@ describe('a desktop of its own per session', () => {
     assert.equal(await clipboard(infoA), 'alpha typed on A');
     assert.equal(await clipboard(infoB), 'bravo typed on B');
     // Each session reads its own display's pointer, moved here by another X client holding that display's cookie:
-    // the daemon asks it on a connection of its own (src/desktop/worker-driver.ts), with the desktop's cookie.
+    // the daemon asks it on a connection of its own (src/desktop-driver/worker-driver.ts), with the desktop's cookie.
     await onDisplay(infoA, 'xdotool', ['mousemove', '--sync', '101', '102']);
     await onDisplay(infoB, 'xdotool', ['mousemove', '--sync', '201', '202']);
     const where = [computerUse('cursor_position')];

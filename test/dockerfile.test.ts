@@ -12,8 +12,8 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { ConfigError, DEFAULT_CONFIG, isLoopback, resolveConfig } from '../src/config.ts';
-import { failsWith } from './helpers/errors.ts';
+import { ConfigError, DEFAULT_CONFIG, isLoopback, resolveConfig } from '../src/base/config.ts';
+import { failsWith } from '../testkit/errors.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 

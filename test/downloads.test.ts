@@ -12,14 +12,14 @@ import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { ConfigError, resolveConfig, type DaemonConfig } from '../src/config.ts';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
-import { sanitizeId } from '../src/screenshot-store.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { TEST_TOKEN, type TestClient } from './helpers/daemon.ts';
-import { until } from './helpers/wait.ts';
-import { browserUse as use, startBrowserFixture, type BrowserFixture, type WebServer } from './helpers/web.ts';
-import { failsWith } from './helpers/errors.ts';
+import { ConfigError, resolveConfig, type DaemonConfig } from '../src/base/config.ts';
+import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
+import { sanitizeId } from '../src/base/screenshot-store.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { TEST_TOKEN, type TestClient } from '../testkit/daemon.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse as use, startBrowserFixture, type BrowserFixture, type WebServer } from '../testkit/web.ts';
+import { failsWith } from '../testkit/errors.ts';
 
 const LIMIT_ERROR = "the session's download limit was reached";
 const LOOP_DOWNLOADS = 10;

@@ -18,9 +18,9 @@ import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/mess
 import { runAgent } from '../examples/agent.ts';
 import { DeskbatchClient } from '../src/client/index.ts';
 import { BROWSER_MEMBER_NAMES, BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
-import { imageSize } from './helpers/api-rules.ts';
-import { TEST_TOKEN, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
+import { imageSize } from '../testkit/api-rules.ts';
+import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
 import {
   EXAMPLE_PAGE,
   EXAMPLE_PAGE_TITLE,
@@ -29,8 +29,8 @@ import {
   startMessagesApi,
   type ApiRequest,
   type MessagesApi,
-} from './helpers/messages-api.ts';
-import { startWebServer, type WebServer } from './helpers/web.ts';
+} from '../testkit/messages-api.ts';
+import { startWebServer, type WebServer } from '../testkit/web.ts';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
 const API_KEY = 'sk-ant-test-not-a-real-key';

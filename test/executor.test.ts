@@ -10,12 +10,12 @@ import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { z } from 'zod';
 import { Executor } from '../src/executor/executor.ts';
-import { FALLBACK_NOT_EXECUTED_TEXT } from '../toolsets/text.ts';
-import { Lane } from '../src/desktops/lane.ts';
-import { silentLogger } from '../src/log.ts';
-import type { ToolEvent, ToolUse } from '../src/protocol.ts';
-import { bindMember, type CallContext, type Member, type Toolset } from '../toolsets/types.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
+import { FALLBACK_NOT_EXECUTED_TEXT } from '../src/toolset-api/text.ts';
+import { Lane } from '../src/desktop-pool/lane.ts';
+import { silentLogger } from '../src/base/log.ts';
+import type { ToolEvent, ToolUse } from '../src/base/protocol.ts';
+import { bindMember, type CallContext, type Member, type Toolset } from '../src/toolset-api/types.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
 
 /** A thrown error whose message carries what must never reach the model. */
 class LeakyDriverError extends Error {

@@ -28,15 +28,15 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
-import { isDisplayReachable } from '../src/desktop/display.ts';
-import type { BatchResult, ServerMessage, ToolEvent, ToolUse } from '../src/protocol.ts';
+import { isDisplayReachable } from '../src/desktop-driver/display.ts';
+import type { BatchResult, ServerMessage, ToolEvent, ToolUse } from '../src/base/protocol.ts';
 import { BROWSER_CANCELLED_TEXT, BROWSER_NOT_EXECUTED_TEXT } from '../toolsets/browser/index.ts';
 import { COMPUTER_NOT_EXECUTED_TEXT } from '../toolsets/computer/index.ts';
-import { assertApiValid, imageSize } from './helpers/api-rules.ts';
-import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDesktop, type TestDesktop } from './helpers/desktop.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import type { RecordedEvent, RecordedMouseEvent } from './helpers/event-page.ts';
+import { assertApiValid, imageSize } from '../testkit/api-rules.ts';
+import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDesktop, type TestDesktop } from '../testkit/desktop.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import type { RecordedEvent, RecordedMouseEvent } from '../testkit/event-page.ts';
 import {
   RESOURCE_DOWN_TYPES,
   childPids,
@@ -45,9 +45,9 @@ import {
   desktopWorkerPids,
   killAll,
   waitFor,
-} from './helpers/faults.ts';
-import { until, within } from './helpers/wait.ts';
-import { browserUse } from './helpers/web.ts';
+} from '../testkit/faults.ts';
+import { until, within } from '../testkit/wait.ts';
+import { browserUse } from '../testkit/web.ts';
 
 const WIDTH = 1024;
 const HEIGHT = 768;

@@ -10,11 +10,11 @@ import { after, before, describe, test } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
-import type { BatchResult, ErrorMessage, ServerMessage } from '../src/protocol.ts';
+import type { BatchResult, ErrorMessage, ServerMessage } from '../src/base/protocol.ts';
 import { BROWSER_MEMBER_NAMES } from '../toolsets/browser/index.ts';
 import { COMPUTER_MEMBERS } from '../toolsets/computer/index.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { startTestDaemon, type TestClient, type TestDaemon } from './helpers/daemon.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { startTestDaemon, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
 /** What the daemon's heap may keep after the whole run, beyond its bounded caches. */

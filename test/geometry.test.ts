@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { fitSize, isInside, regionToDisplay, toDisplay, toScreenshot, visualTokens } from '../src/geometry.ts';
+import { fitSize, isInside, regionToDisplay, toDisplay, toScreenshot, visualTokens } from '../src/base/geometry.ts';
 
 const API = { maxSidePx: 2000, maxVisualTokens: 4784 };
 

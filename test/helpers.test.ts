@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { after, before, test } from 'node:test';
-import { launchKioskChromium, pageGeometry } from './helpers/chromium.ts';
-import { displaySize, withDisplay } from './helpers/display.ts';
+import { launchKioskChromium, pageGeometry } from '../testkit/chromium.ts';
+import { displaySize, withDisplay } from '../testkit/display.ts';
 import {
   elementRect,
   readEvents,
@@ -17,7 +17,7 @@ import {
   waitForEvent,
   type EventPageServer,
   type RecordedEvent,
-} from './helpers/event-page.ts';
+} from '../testkit/event-page.ts';
 
 const WIDTH = 1024;
 const HEIGHT = 768;

@@ -1,9 +1,9 @@
 /**
- * KeymapReads (src/desktop/keymap-reads.ts) on a real Xvfb: after the worker
+ * KeymapReads (src/desktop-driver/keymap-reads.ts) on a real Xvfb: after the worker
  * changes the keymap, it presses a newly bound key only once the process that
  * owns the focused window has re-read the keymap, seen through RECORD in the
  * server's own order. The readers here are real X clients: connections of this
- * process and a second process (test/helpers/keymap-reader.ts).
+ * process and a second process (testkit/keymap-reader.ts).
  *
  * Run: node --import tsx --test test/keymap-reads.test.ts
  */
@@ -12,9 +12,9 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface, type Interface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { KeymapReads } from '../src/desktop/keymap-reads.ts';
-import { XConnection } from '../src/desktop/x11.ts';
-import { startBareXvfb, type BareXvfb } from './helpers/display.ts';
+import { KeymapReads } from '../src/desktop-driver/keymap-reads.ts';
+import { XConnection } from '../src/desktop-driver/x11.ts';
+import { startBareXvfb, type BareXvfb } from '../testkit/display.ts';
 
 /** Long enough that a wait which should end does so on a loaded machine; the false cases wait it out. */
 const CAP_MS = 2000;
@@ -27,7 +27,7 @@ interface Reader {
 }
 
 async function startReader(display: string): Promise<Reader> {
-  const script = fileURLToPath(new URL('./helpers/keymap-reader.ts', import.meta.url));
+  const script = fileURLToPath(new URL('../testkit/keymap-reader.ts', import.meta.url));
   const proc: ChildProcess = spawn(process.execPath, ['--import', 'tsx', script], {
     env: { ...process.env, DISPLAY: display },
     stdio: ['pipe', 'pipe', 'inherit'],

@@ -10,16 +10,16 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { describe, test } from 'node:test';
 import WebSocket, { type WebSocketServer } from 'ws';
-import { ConfigError, DEFAULT_CONFIG, configWarnings, resolveConfig } from '../src/config.ts';
-import { CLOSE_SEND_BUFFER_FULL, type BatchResult, type ToolUse, type Welcome } from '../src/protocol.ts';
+import { ConfigError, DEFAULT_CONFIG, configWarnings, resolveConfig } from '../src/base/config.ts';
+import { CLOSE_SEND_BUFFER_FULL, type BatchResult, type ToolUse, type Welcome } from '../src/base/protocol.ts';
 import { HandshakeLimiter, handshakeKey } from '../src/server/rate-limit.ts';
 import { ResultBudget, Session, resultBytes } from '../src/server/session.ts';
 import { VIEWER_SUBPROTOCOL } from '../src/viewer/index.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { textBatchResult } from './helpers/batch-result.ts';
-import { TEST_TOKEN, computerUse, startTestDaemon, startedEvent } from './helpers/daemon.ts';
-import { until, within } from './helpers/wait.ts';
-import { failsWith } from './helpers/errors.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { textBatchResult } from '../testkit/batch-result.ts';
+import { TEST_TOKEN, computerUse, startTestDaemon, startedEvent } from '../testkit/daemon.ts';
+import { until, within } from '../testkit/wait.ts';
+import { failsWith } from '../testkit/errors.ts';
 
 const COMPUTER_CANCELLED_TEXT =
   'Not completed: the computer actions of this turn were cancelled before this one finished.';

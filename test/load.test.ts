@@ -3,7 +3,7 @@
  * sessions at once on a real daemon, a real Xvfb and a real headless Chromium,
  * each sending computer, browser and mixed batches back to back, with
  * malformed inputs, replays and a dropped-and-resumed connection interleaved.
- * Nothing may be lost, duplicated or crossed (test/helpers/load.ts says what
+ * Nothing may be lost, duplicated or crossed (testkit/load.ts says what
  * each check proves); browser contexts stay apart under load (every page shows
  * the cookies and storage its browser context holds); the desktop lane serves
  * sessions first come, first served (the overtaking bound of `laneOvertakes`,
@@ -15,9 +15,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { TEST_TOKEN, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { waitFor } from './helpers/faults.ts';
+import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { waitFor } from '../testkit/faults.ts';
 import {
   FIFO_OVERTAKE_BOUND,
   LoadClient,
@@ -27,7 +27,7 @@ import {
   violations,
   type LaneRecord,
   type MarkerServer,
-} from './helpers/load.ts';
+} from '../testkit/load.ts';
 
 const SESSIONS = Number(process.env.LOAD_SESSIONS ?? 32);
 const ROUNDS = Number(process.env.LOAD_ROUNDS ?? 3);

@@ -10,16 +10,16 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { REDACTED, createLogger, formatPretty, type LogFormat } from '../src/log.ts';
+import { REDACTED, createLogger, formatPretty, type LogFormat } from '../src/base/log.ts';
 import { createReadiness, type Containment } from '../src/ops/health.ts';
-import type { ToolUse } from '../src/protocol.ts';
+import type { ToolUse } from '../src/base/protocol.ts';
 import type { ServerStatus } from '../src/server/server.ts';
-import { SharedDesktop } from '../src/desktops/pool.ts';
-import type { DesktopDriver } from '../src/desktop/driver.ts';
-import { Lane } from '../src/desktops/lane.ts';
-import { TEST_TOKEN, TestClient, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { pickFreeDisplay, startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { until, within } from './helpers/wait.ts';
+import { SharedDesktop } from '../src/desktop-pool/pool.ts';
+import type { DesktopDriver } from '../src/desktop-driver/driver.ts';
+import { Lane } from '../src/desktop-pool/lane.ts';
+import { TEST_TOKEN, TestClient, computerUse, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { pickFreeDisplay, startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { until, within } from '../testkit/wait.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string })
   .version;

@@ -13,16 +13,16 @@ import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { RecordingClient } from './helpers/ws-client.ts';
-import { computerUse as use, TEST_TOKEN } from './helpers/daemon.ts';
-import { startDaemonProcess, type DaemonProcess } from './helpers/daemon-process.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { ffmpegOf, fragments, isRunning, openTrace, parseVtt, probe, steps } from './helpers/recording.ts';
-import { until } from './helpers/wait.ts';
-import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
-import type { BatchResult, ServerMessage, ToolUse, Welcome } from '../src/protocol.ts';
+import { RecordingClient } from '../testkit/ws-client.ts';
+import { computerUse as use, TEST_TOKEN } from '../testkit/daemon.ts';
+import { startDaemonProcess, type DaemonProcess } from '../testkit/daemon-process.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { ffmpegOf, fragments, isRunning, openTrace, parseVtt, probe, steps } from '../testkit/recording.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
+import type { BatchResult, ServerMessage, ToolUse, Welcome } from '../src/base/protocol.ts';
 import { TraceFolder } from '../src/browser/trace-folder.ts';
-import { createLogger } from '../src/log.ts';
+import { createLogger } from '../src/base/log.ts';
 
 /** A client for a daemon process: hello, then batches one at a time. */
 async function connect(url: string): Promise<{

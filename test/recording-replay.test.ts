@@ -17,13 +17,13 @@ import { after, before, describe, test } from 'node:test';
 import sharp from 'sharp';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import type { ToolUse } from '../src/protocol.ts';
+import type { ToolUse } from '../src/base/protocol.ts';
 import { DEFAULT_IMAGE_TOLERANCE, imageDifference, type ReplayReport } from '../src/recording/replay-compare.ts';
 import { ReplayError, replayTrajectory, type ReplayBatch } from '../src/recording/replay.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from './helpers/daemon.ts';
-import { until, within } from './helpers/wait.ts';
-import { browserUse, startWebServer, type WebServer } from './helpers/web.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
+import { until, within } from '../testkit/wait.ts';
+import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 
 const run = promisify(execFile);
 const BIN = fileURLToPath(new URL('../bin/deskbatch.js', import.meta.url));

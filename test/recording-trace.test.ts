@@ -13,18 +13,18 @@ import { mkdir, mkdtemp, readdir, rm, stat, utimes, writeFile } from 'node:fs/pr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import type { BrowserManager } from '../src/browser/manager.ts';
 import type { TraceOptions } from '../src/browser/session.ts';
-import { SharedDesktop } from '../src/desktops/pool.ts';
+import { SharedDesktop } from '../src/desktop-pool/pool.ts';
 import { redacted, rewriteTrace } from '../src/browser/trace-rewrite.ts';
 import { ZipFormatError, ZipReader, ZipWriter, crc32 } from '../src/browser/zip.ts';
 import { TraceFolder } from '../src/browser/trace-folder.ts';
-import { createLogger } from '../src/log.ts';
-import { openTrace, steps, type OpenedTrace, type TraceEvent } from './helpers/recording.ts';
-import type { TestClient } from './helpers/daemon.ts';
-import { until } from './helpers/wait.ts';
-import { browserUse, startBrowserFixture, type BrowserFixture } from './helpers/web.ts';
+import { createLogger } from '../src/base/log.ts';
+import { openTrace, steps, type OpenedTrace, type TraceEvent } from '../testkit/recording.ts';
+import type { TestClient } from '../testkit/daemon.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
 
 const CSS_MARKER = 'css-body-marker-7730';
 const JSON_MARKER = 'json-body-marker-5521';

@@ -14,11 +14,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { createLogger, type Logger } from '../src/log.ts';
+import { createLogger, type Logger } from '../src/base/log.ts';
 import { DesktopVideo, VideoError, cueText, vttTime } from '../src/recording/video.ts';
-import { pickFreeDisplay, startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { until, within } from './helpers/wait.ts';
-import { fragments, isRunning, parseVtt, probe, processesMentioning } from './helpers/recording.ts';
+import { pickFreeDisplay, startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { until, within } from '../testkit/wait.ts';
+import { fragments, isRunning, parseVtt, probe, processesMentioning } from '../testkit/recording.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CHILD = fileURLToPath(new URL('./fixtures/video-child.ts', import.meta.url));

@@ -10,14 +10,14 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { computerUse as use, startTestDaemon, TEST_TOKEN, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { rawGet } from './helpers/raw-http.ts';
-import { until } from './helpers/wait.ts';
-import { browserUse, startBrowserFixture } from './helpers/web.ts';
-import { createLogger } from '../src/log.ts';
+import { computerUse as use, startTestDaemon, TEST_TOKEN, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { rawGet } from '../testkit/raw-http.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse, startBrowserFixture } from '../testkit/web.ts';
+import { createLogger } from '../src/base/log.ts';
 import { emptySummary, RecordingStore } from '../src/recording/store.ts';
-import type { BatchResult } from '../src/protocol.ts';
+import type { BatchResult } from '../src/base/protocol.ts';
 
 interface Line {
   type: string;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RepeatTracker } from '../src/executor/repeats.ts';
-import type { ErrorInfo, ToolUse } from '../src/protocol.ts';
+import type { ErrorInfo, ToolUse } from '../src/base/protocol.ts';
 
 const use = (input: unknown, id = 'toolu_1'): ToolUse => ({
   type: 'tool_use',

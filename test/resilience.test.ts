@@ -16,20 +16,20 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { z } from 'zod';
 import { BrowserCrashedError } from '../src/browser/manager.ts';
-import { DisplayUnavailableError, DriverCrashedError } from '../src/errors.ts';
+import { DisplayUnavailableError, DriverCrashedError } from '../src/base/errors.ts';
 import { Executor } from '../src/executor/executor.ts';
-import { Lane } from '../src/desktops/lane.ts';
-import { silentLogger } from '../src/log.ts';
-import type { BatchResult, ToolEvent, ToolUse } from '../src/protocol.ts';
-import { ResourceBreaker } from '../src/resilience.ts';
-import { bindMember, type CallContext, type Member, type Toolset } from '../toolsets/types.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
-import { computerUse, startTestDaemon } from './helpers/daemon.ts';
-import { pickFreeDisplay, startBareXvfb, type BareXvfb } from './helpers/display.ts';
-import { browserUse, startWebServer } from './helpers/web.ts';
-import { waitFor } from './helpers/faults.ts';
-import { until } from './helpers/wait.ts';
-import { failsWith } from './helpers/errors.ts';
+import { Lane } from '../src/desktop-pool/lane.ts';
+import { silentLogger } from '../src/base/log.ts';
+import type { BatchResult, ToolEvent, ToolUse } from '../src/base/protocol.ts';
+import { ResourceBreaker } from '../src/base/resilience.ts';
+import { bindMember, type CallContext, type Member, type Toolset } from '../src/toolset-api/types.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { computerUse, startTestDaemon } from '../testkit/daemon.ts';
+import { pickFreeDisplay, startBareXvfb, type BareXvfb } from '../testkit/display.ts';
+import { browserUse, startWebServer } from '../testkit/web.ts';
+import { waitFor } from '../testkit/faults.ts';
+import { until } from '../testkit/wait.ts';
+import { failsWith } from '../testkit/errors.ts';
 
 /** Members that fail with the next scripted error, and succeed once the script is used up. */
 function flakyToolset(script: Error[], runs: string[]): Toolset {

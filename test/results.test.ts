@@ -2,9 +2,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ContractViolationError, errorResult, successResult, type ImageRules } from '../src/executor/results.ts';
-import type { ToolUse } from '../src/protocol.ts';
-import type { BlockType, MemberOutput } from '../toolsets/types.ts';
-import { failsWith } from './helpers/errors.ts';
+import type { ToolUse } from '../src/base/protocol.ts';
+import type { BlockType, MemberOutput } from '../src/toolset-api/types.ts';
+import { failsWith } from '../testkit/errors.ts';
 
 const rules: ImageRules = { limits: { maxSidePx: 2000, maxVisualTokens: 4784 }, maxBase64Bytes: 10 * 1024 * 1024 };
 const BROWSER: BlockType[] = ['text', 'image', 'browser_state'];

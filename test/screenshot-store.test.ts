@@ -3,8 +3,8 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { test } from 'node:test';
-import { silentLogger } from '../src/log.ts';
-import { ScreenshotStore, sanitizeId } from '../src/screenshot-store.ts';
+import { silentLogger } from '../src/base/log.ts';
+import { ScreenshotStore, sanitizeId } from '../src/base/screenshot-store.ts';
 
 const image = (bytes: number) => ({
   data: Buffer.alloc(bytes, 7),

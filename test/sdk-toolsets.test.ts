@@ -16,11 +16,11 @@ import type {
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { DeskbatchClient, type AgentToolEntry, type ToolEvent } from '../src/client/index.ts';
 import { DeskbatchBrowserToolset, DeskbatchComputerToolset, connectDeskbatchToolsets } from '../src/sdk/index.ts';
-import { assertToolResultValid, assertToolsValid, imageSize } from './helpers/api-rules.ts';
-import { TEST_TOKEN, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { loadTurns, startMessagesApi } from './helpers/messages-api.ts';
-import { startWebServer, type WebServer } from './helpers/web.ts';
+import { assertToolResultValid, assertToolsValid, imageSize } from '../testkit/api-rules.ts';
+import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { loadTurns, startMessagesApi } from '../testkit/messages-api.ts';
+import { startWebServer, type WebServer } from '../testkit/web.ts';
 
 const PAGE_TITLE = 'Deskbatch SDK page';
 const PAGE = `<!doctype html><title>${PAGE_TITLE}</title><main><p>The secret word is heron.</p></main>`;

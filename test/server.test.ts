@@ -7,9 +7,9 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
-import { ConfigError, resolveConfig } from '../src/config.ts';
-import type { BatchResult, ErrorMessage, Welcome } from '../src/protocol.ts';
-import { assertApiValid } from './helpers/api-rules.ts';
+import { ConfigError, resolveConfig } from '../src/base/config.ts';
+import type { BatchResult, ErrorMessage, Welcome } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
 import {
   HandshakeError,
   TEST_TOKEN,
@@ -18,9 +18,9 @@ import {
   startTestDaemon,
   startedEvent,
   type TestDaemon,
-} from './helpers/daemon.ts';
-import { until, within } from './helpers/wait.ts';
-import { failsWith } from './helpers/errors.ts';
+} from '../testkit/daemon.ts';
+import { until, within } from '../testkit/wait.ts';
+import { failsWith } from '../testkit/errors.ts';
 
 const isError = (m: { type: string }): m is ErrorMessage => m.type === 'error';
 const COMPUTER_MEMBERS = [

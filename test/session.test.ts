@@ -1,10 +1,10 @@
 /** Session bookkeeping: arrival order, replay, conflicts, the queue bound, and the result cache bounds. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { ToolUse } from '../src/protocol.ts';
+import type { ToolUse } from '../src/base/protocol.ts';
 import { Session } from '../src/server/session.ts';
-import { textBatchResult } from './helpers/batch-result.ts';
-import { until, within } from './helpers/wait.ts';
+import { textBatchResult } from '../testkit/batch-result.ts';
+import { until, within } from '../testkit/wait.ts';
 
 const limits = { maxQueuedBatches: 2, resultCache: { maxEntries: 3, maxBytes: 20_000, ttlMs: 60_000 } };
 const uses = (text: string): ToolUse[] => [

@@ -1,12 +1,12 @@
 /**
- * A person's hold on a desktop (src/desktops/hold.ts): a take waits for the
+ * A person's hold on a desktop (src/desktop-pool/hold.ts): a take waits for the
  * batches inside, batches that come meanwhile wait and then go in the order
  * they came, and nothing is lost on cancel or on a take given up early.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CancelledError } from '../src/errors.ts';
-import { Hold } from '../src/desktops/hold.ts';
+import { CancelledError } from '../src/base/errors.ts';
+import { Hold } from '../src/desktop-pool/hold.ts';
 
 /** Whether `p` has settled by the time the microtasks and one macrotask turn ran. */
 async function settled(p: Promise<unknown>): Promise<boolean> {

@@ -2,7 +2,7 @@
  * Human takeover's VNC side (src/takeover/vnc-server.ts, vnc-bridge.ts,
  * rfb-stream.ts) with a real Xvfb, a real
  * x11vnc and real WebSockets: a ws server on 127.0.0.1 whose connections go
- * through bridgeVnc, and a minimal RFB client (test/helpers/rfb-client.ts)
+ * through bridgeVnc, and a minimal RFB client (testkit/rfb-client.ts)
  * speaking to it as noVNC does. What a viewer does is checked in X itself
  * (the pointer's position and buttons, the modifier state, the clipboard),
  * never on the bridge's word; the bridge's tally is checked beside it.
@@ -29,9 +29,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { KeymapWatch } from '../src/desktop/keymap-watch.ts';
-import { XConnection } from '../src/desktop/x11.ts';
-import { createLogger, type Logger } from '../src/log.ts';
+import { KeymapWatch } from '../src/desktop-driver/keymap-watch.ts';
+import { XConnection } from '../src/desktop-driver/x11.ts';
+import { createLogger, type Logger } from '../src/base/log.ts';
 import { MAX_CUT_TEXT_BYTES, RfbClientStream, RfbProtocolError, type RfbSegment } from '../src/takeover/rfb-stream.ts';
 import {
   bridgeVnc,
@@ -41,10 +41,10 @@ import {
   type KeymapGuard,
 } from '../src/takeover/vnc-bridge.ts';
 import { VncError, startVncServer, type VncServer } from '../src/takeover/vnc-server.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { isRunning, processesMentioning } from './helpers/recording.ts';
-import { RfbTestClient } from './helpers/rfb-client.ts';
-import { until, within } from './helpers/wait.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { isRunning, processesMentioning } from '../testkit/recording.ts';
+import { RfbTestClient } from '../testkit/rfb-client.ts';
+import { until, within } from '../testkit/wait.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CHILD = fileURLToPath(new URL('./fixtures/vnc-child.ts', import.meta.url));
@@ -393,7 +393,7 @@ describe('x11vnc on a display, and the bridge', () => {
       () => server,
       () => keymap,
     );
-    // As the desktop worker does (src/desktop/worker/screen.ts): the X cursor hidden, for as long as this connection lives.
+    // As the desktop worker does (src/desktop-driver/worker/screen.ts): the X cursor hidden, for as long as this connection lives.
     x = await XConnection.open(display.display, display.xauthority);
     const xfixes = await x.extension('XFIXES');
     assert.ok(xfixes, 'the display has XFIXES');

@@ -11,7 +11,7 @@ import { readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { BatchRefusedError, DeskbatchClient } from '../src/client/index.ts';
-import type { BatchResult, ErrorMessage, TakeoverMessage } from '../src/protocol.ts';
+import type { BatchResult, ErrorMessage, TakeoverMessage } from '../src/base/protocol.ts';
 import {
   computerUse,
   startedEvent,
@@ -19,12 +19,12 @@ import {
   TEST_TOKEN,
   type TestClient,
   type TestDaemon,
-} from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import type { TakeoverSettings } from '../src/config.ts';
-import { ControlClient, takeoverOn } from './helpers/takeover.ts';
-import { ENCODING_CURSOR, ENCODING_RAW, RfbTestClient } from './helpers/rfb-client.ts';
-import { until } from './helpers/wait.ts';
+} from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import type { TakeoverSettings } from '../src/base/config.ts';
+import { ControlClient, takeoverOn } from '../testkit/takeover.ts';
+import { ENCODING_CURSOR, ENCODING_RAW, RfbTestClient } from '../testkit/rfb-client.ts';
+import { until } from '../testkit/wait.ts';
 
 const run = promisify(execFile);
 const SIZE = { width: 1024, height: 768 };

@@ -1,5 +1,5 @@
 /**
- * The daemon's temporary folders (src/temp-folder.ts): named after the
+ * The daemon's temporary folders (src/base/temp-folder.ts): named after the
  * process that made them, and swept when that process no longer runs (a
  * daemon killed with SIGKILL), never a running process's folder, never
  * through a link, never a folder of another name. Real folders, real
@@ -12,8 +12,8 @@ import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { ownedTempFolder, processRuns, sweepOwnedTempFolders } from '../src/temp-folder.ts';
-import { startTestDaemon } from './helpers/daemon.ts';
+import { ownedTempFolder, processRuns, sweepOwnedTempFolders } from '../src/base/temp-folder.ts';
+import { startTestDaemon } from '../testkit/daemon.ts';
 
 /** The pid of a process that ran and has exited (and been reaped). */
 async function deadPid(): Promise<number> {

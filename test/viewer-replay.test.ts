@@ -14,11 +14,11 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import type { Page } from 'playwright';
 import sharp from 'sharp';
-import type { BatchResult } from '../src/protocol.ts';
-import { launchKioskChromium, type KioskChromium } from './helpers/chromium.ts';
-import { TEST_TOKEN, computerUse as use, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { until } from './helpers/wait.ts';
+import type { BatchResult } from '../src/base/protocol.ts';
+import { launchKioskChromium, type KioskChromium } from '../testkit/chromium.ts';
+import { TEST_TOKEN, computerUse as use, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { until } from '../testkit/wait.ts';
 
 const ARTIFACTS = fileURLToPath(new URL('../test-artifacts/', import.meta.url));
 const TOKEN_KEY = 'deskbatch.viewer.token';

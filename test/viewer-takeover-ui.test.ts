@@ -16,12 +16,12 @@ import WebSocket from 'ws';
 import type { FeedMessage } from '../src/viewer/feed.ts';
 import { DEFAULT_NOVNC_DIR } from '../src/viewer/index.ts';
 import { loadNovnc } from '../src/viewer/novnc.ts';
-import { launchKioskChromium, type KioskChromium } from './helpers/chromium.ts';
-import { TEST_TOKEN, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { rawGet } from './helpers/raw-http.ts';
-import { takeoverOn } from './helpers/takeover.ts';
-import { until, within } from './helpers/wait.ts';
+import { launchKioskChromium, type KioskChromium } from '../testkit/chromium.ts';
+import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { rawGet } from '../testkit/raw-http.ts';
+import { takeoverOn } from '../testkit/takeover.ts';
+import { until, within } from '../testkit/wait.ts';
 
 type Snapshot = Extract<FeedMessage, { type: 'snapshot' }>;
 

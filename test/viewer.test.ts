@@ -13,10 +13,10 @@ import { after, before, describe, test } from 'node:test';
 import type { Page } from 'playwright';
 import sharp from 'sharp';
 import WebSocket from 'ws';
-import { ActivityHub } from '../src/activity.ts';
-import { silentLogger } from '../src/log.ts';
-import type { Activity } from '../src/activity.ts';
-import type { BatchResult, ToolUse } from '../src/protocol.ts';
+import { ActivityHub } from '../src/base/activity.ts';
+import { silentLogger } from '../src/base/log.ts';
+import type { Activity } from '../src/base/activity.ts';
+import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import {
   CLOSE_READ_ONLY,
   CLOSE_TOO_MANY_VIEWERS,
@@ -27,10 +27,10 @@ import {
   type ImageView,
   type TimelineEntry,
 } from '../src/viewer/feed.ts';
-import { launchKioskChromium, type KioskChromium } from './helpers/chromium.ts';
-import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from './helpers/daemon.ts';
-import { startTestDisplay, type VirtualDisplay } from './helpers/display.ts';
-import { until, within } from './helpers/wait.ts';
+import { launchKioskChromium, type KioskChromium } from '../testkit/chromium.ts';
+import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
+import { until, within } from '../testkit/wait.ts';
 
 const ARTIFACTS = fileURLToPath(new URL('../test-artifacts/', import.meta.url));
 const SUBPROTOCOL = 'deskbatch.viewer.v1';

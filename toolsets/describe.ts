@@ -5,9 +5,9 @@
  * so the server knows only the protocol: the daemon hands the server this
  * function.
  */
-import type { Size } from '../src/geometry.ts';
-import type { LegacyComputerTools, ToolsetInfo } from '../src/protocol.ts';
-import type { PlainTool, Toolset } from './types.ts';
+import type { Size } from '../src/base/geometry.ts';
+import type { LegacyComputerTools, ToolsetInfo } from '../src/base/protocol.ts';
+import type { PlainTool, Toolset } from '../src/toolset-api/types.ts';
 
 export interface ToolDescriptions {
   toolsets: ToolsetInfo[];

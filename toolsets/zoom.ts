@@ -5,9 +5,9 @@
  * the model sees the region's detail; docs/TOOLSETS.md B2, C3).
  */
 import { z } from 'zod';
-import type { Rect, Size } from '../src/geometry.ts';
-import { ToolInputError } from '../src/errors.ts';
-import { fitSize, regionToDisplay, type Geometry, type ScreenshotLimits } from '../src/geometry.ts';
+import type { Rect, Size } from '../src/base/geometry.ts';
+import { ToolInputError } from '../src/base/errors.ts';
+import { fitSize, regionToDisplay, type Geometry, type ScreenshotLimits } from '../src/base/geometry.ts';
 
 export const zoomRegion = z
   .array(z.number())

@@ -3,7 +3,7 @@
  * once, so a call never hangs on one; the model is told what happened.
  */
 import type { Dialog } from 'playwright';
-import { cutPoints, oneLine } from '../text.ts';
+import { cutPoints, oneLine } from '../base/text.ts';
 import type { Notices } from './notices.ts';
 
 /** Longest dialog message quoted in a notice: the SDK's cap (docs/TOOLSETS.md D2). */

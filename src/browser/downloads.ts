@@ -10,9 +10,9 @@ import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Download } from 'playwright';
-import type { Logger } from '../log.ts';
-import type { BrowserStateChange } from '../protocol.ts';
-import { sanitizeId } from '../screenshot-store.ts';
+import type { Logger } from '../base/log.ts';
+import type { BrowserStateChange } from '../base/protocol.ts';
+import { sanitizeId } from '../base/screenshot-store.ts';
 import type { Notices } from './notices.ts';
 
 /** browser_state carries at most this many state changes (docs/TOOLSETS.md E). */

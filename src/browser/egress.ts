@@ -24,7 +24,7 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import { BlockList, connect, isIP, type AddressInfo, type Socket } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../base/log.ts';
 
 export interface EgressPolicy {
   /** Reach private, loopback and link-local addresses too (the daemon's own port stays refused). */

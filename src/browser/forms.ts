@@ -6,8 +6,8 @@
  * through Playwright's `fill`, which sends real input events.
  */
 import type { Page } from 'playwright';
-import { ToolInputError } from '../errors.ts';
-import { echo } from '../text.ts';
+import { ToolInputError } from '../base/errors.ts';
+import { echo } from '../base/text.ts';
 import { onRef, refElement } from './frame-worlds.ts';
 
 export type FormValue = string | number | boolean;

@@ -46,9 +46,9 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { CDPSession, ElementHandle, Frame, Page } from 'playwright';
-import { ToolInputError } from '../errors.ts';
-import { orAfter } from '../resilience.ts';
-import { echo } from '../text.ts';
+import { ToolInputError } from '../base/errors.ts';
+import { orAfter } from '../base/resilience.ts';
+import { echo } from '../base/text.ts';
 
 /** Most frames (iframes, at any depth) one reading call reads; the rest are counted in a note. */
 export const FRAMES_MAX = 20;

@@ -10,9 +10,9 @@
  */
 import type { CDPSession, Page } from 'playwright';
 import sharp from 'sharp';
-import type { Rect, Size } from '../geometry.ts';
-import type { CapturedImage, ImageFormat } from '../image.ts';
-import { orAfter } from '../resilience.ts';
+import type { Rect, Size } from '../base/geometry.ts';
+import type { CapturedImage, ImageFormat } from '../base/image.ts';
+import { orAfter } from '../base/resilience.ts';
 
 export interface ViewportCaptureOptions {
   /** Part of the viewport, in viewport (CSS) pixels; the whole viewport when absent. */

@@ -7,8 +7,8 @@
  * names ("Enter", "ArrowUp", "PageDown"); both are accepted, case-insensitively.
  * Pure module: no Playwright import, so it is cheap to test.
  */
-import { ToolInputError } from '../errors.ts';
-import { KEYSYM_PUNCTUATION } from '../keysym-names.ts';
+import { ToolInputError } from '../base/errors.ts';
+import { KEYSYM_PUNCTUATION } from '../base/keysym-names.ts';
 
 export type Modifier = 'Alt' | 'Control' | 'Meta' | 'Shift';
 

@@ -5,12 +5,12 @@
  * (session.ts) per session, each with its own BrowserContext, so sessions
  * never see each other's tabs, cookies or storage.
  */
-import type { BrowserMode } from '../config.ts';
+import type { BrowserMode } from '../base/config.ts';
 import type { Browser } from 'playwright';
-import type { Logger } from '../log.ts';
-import type { StartGuard } from '../resilience.ts';
-import { sanitizeId } from '../screenshot-store.ts';
-import { oneLine } from '../text.ts';
+import type { Logger } from '../base/log.ts';
+import type { StartGuard } from '../base/resilience.ts';
+import { sanitizeId } from '../base/screenshot-store.ts';
+import { oneLine } from '../base/text.ts';
 import { removeDownloadFolder, removeStaleDownloads, type DownloadSettings } from './downloads.ts';
 import { BrowserCrashedError, BrowserUnavailableError } from './failures.ts';
 import type { SettleCounts } from './call-watch.ts';
@@ -43,7 +43,7 @@ export interface BrowserOptions {
   urlPolicy?: UrlPolicy;
   /** The egress proxy every browser request goes through (src/browser/egress.ts), loopback included. */
   proxyServer?: string;
-  /** Guards launches: after repeated failures, calls fail at once for a cool-down (src/resilience.ts). */
+  /** Guards launches: after repeated failures, calls fail at once for a cool-down (src/base/resilience.ts). */
   launchGuard?: StartGuard;
   /** Variables Chromium gets on top of the daemon's own (a pooled desktop's XAUTHORITY and HOME). */
   env?: Readonly<Record<string, string>>;

@@ -13,8 +13,8 @@
  * stripped of control characters, quoted with `"` and `\` escaped, and bounded.
  */
 import type { Page } from 'playwright';
-import { ToolInputError } from '../errors.ts';
-import { echo } from '../text.ts';
+import { ToolInputError } from '../base/errors.ts';
+import { echo } from '../base/text.ts';
 import {
   FrameVisits,
   holderOf,

@@ -5,7 +5,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ConsoleMessage, Page, Request } from 'playwright';
-import { oneLine } from '../text.ts';
+import { oneLine } from '../base/text.ts';
 
 /** browser_state lists at most this many tabs (docs/TOOLSETS.md E). */
 export const TABS_MAX = 100;

@@ -14,8 +14,8 @@ import { rmSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Logger } from '../log.ts';
-import { processRuns } from '../temp-folder.ts';
+import type { Logger } from '../base/log.ts';
+import { processRuns } from '../base/temp-folder.ts';
 
 const PREFIX = 'deskbatch-traces-';
 /** The file in each folder that names the process that made it. */

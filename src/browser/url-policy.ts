@@ -5,7 +5,7 @@
  * written for the model and names no host or path of ours.
  */
 import { domainToASCII } from 'node:url';
-import { ToolRefusedError } from '../errors.ts';
+import { ToolRefusedError } from '../base/errors.ts';
 
 export interface UrlPolicy {
   /** When non-empty, only these hosts (and their subdomains) may be opened. */

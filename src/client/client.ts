@@ -28,7 +28,7 @@ import {
   type ToolResult,
   type ToolsetInfo,
   type Welcome,
-} from '../protocol.ts';
+} from '../base/protocol.ts';
 import {
   splitToolUses,
   type ContentBlockLike,

@@ -4,11 +4,11 @@
  * client will not send it again, so nothing is ever done twice).
  *
  * Each has a stable `code` beside its `name`, as the daemon's errors have
- * (src/errors.ts): `ERR_…` for what the client itself found; ConnectError and
+ * (src/base/errors.ts): `ERR_…` for what the client itself found; ConnectError and
  * BatchRefusedError carry the daemon's own `error` code instead (lower case,
  * docs/PROTOCOL.md "error").
  */
-import type { ErrorCode } from '../protocol.ts';
+import type { ErrorCode } from '../base/protocol.ts';
 
 /** Base class of every error this client throws or rejects with. */
 export class DeskbatchError extends Error {

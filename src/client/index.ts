@@ -51,4 +51,4 @@ export type {
   ToolResult,
   ToolsetInfo,
   Welcome,
-} from '../protocol.ts';
+} from '../base/protocol.ts';

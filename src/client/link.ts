@@ -16,7 +16,7 @@ import {
   type ServerMessage,
   type ToolEvent,
   type Welcome,
-} from '../protocol.ts';
+} from '../base/protocol.ts';
 import { ConnectError, HandshakeRefusedError } from './errors.ts';
 
 export interface ReconnectOptions {

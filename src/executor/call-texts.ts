@@ -4,7 +4,7 @@
  * from that runner to deskbatch reads the same thing (docs/PROTOCOL.md,
  * "Differences from the SDK runner"). Names are folded with `foldName`.
  */
-import { foldName } from '../text.ts';
+import { foldName } from '../base/text.ts';
 
 /** A call with no `toolset_name` whose name no tool here has. */
 export function toolNotFoundText(name: string): string {

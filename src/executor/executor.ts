@@ -22,21 +22,21 @@ import type {
   ToolEvent,
   ToolResult,
   ToolUse,
-} from '../protocol.ts';
-import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError } from '../errors.ts';
-import type { Logger } from '../log.ts';
-import type { ScreenshotStore } from '../screenshot-store.ts';
-import type { CallContext, MemberOutput, PlainTool, RunnableMember, Toolset } from '../../toolsets/types.ts';
+} from '../base/protocol.ts';
+import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError } from '../base/errors.ts';
+import type { Logger } from '../base/log.ts';
+import type { ScreenshotStore } from '../base/screenshot-store.ts';
+import type { CallContext, MemberOutput, PlainTool, RunnableMember, Toolset } from '../toolset-api/types.ts';
 import { errorInfo, modelErrorText } from './failure.ts';
-import type { Lane } from '../desktops/lane.ts';
-import type { DesktopResources } from '../desktops/desktop.ts';
+import type { Lane } from '../desktop-pool/lane.ts';
+import type { DesktopResources } from '../desktop-pool/desktop.ts';
 import { ContractViolationError, errorResult, successResult, type ImageRules } from './results.ts';
-import { describeZodError } from '../zod-text.ts';
+import { describeZodError } from '../base/zod-text.ts';
 import { REPEAT_ADVICE, REPEAT_THRESHOLD, type RepeatTracker } from './repeats.ts';
-import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../../toolsets/text.ts';
-import { foldName } from '../text.ts';
+import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../toolset-api/text.ts';
+import { foldName } from '../base/text.ts';
 import { malformedToolsetCallText, toolNotFoundText, toolsetNotFoundText } from './call-texts.ts';
-import { readRetry, type RetrySettings } from '../resilience.ts';
+import { readRetry, type RetrySettings } from '../base/resilience.ts';
 import type { RetryPolicy } from 'cockatiel';
 
 /** The SDK's fallback texts for a family it does not know (docs/TOOLSETS.md A5). */
@@ -54,7 +54,7 @@ export interface ExecutorOptions {
   images: ImageRules;
   /** The lane of batches that name no desktop (executor unit tests); a session's batches use its desktop's. */
   lane: Lane;
-  /** Automatic retries of members that change nothing, on retryable errors (src/resilience.ts). */
+  /** Automatic retries of members that change nothing, on retryable errors (src/base/resilience.ts). */
   retry?: RetrySettings;
   store?: ScreenshotStore;
   log: Logger;
@@ -76,7 +76,7 @@ export interface BatchRequest {
   maxBatchMs?: number;
   /** What the agent's own `tools[]` (hello.tools) leaves off; everything served is offered when absent. */
   offer?: AgentOffer;
-  /** The session's desktop (src/desktops/): its calls act on it, and its lane orders them. */
+  /** The session's desktop (src/desktop-pool/): its calls act on it, and its lane orders them. */
   desktop?: DesktopResources;
   /** Told of each call that typed into a password field (`CallContext.markSecret`); absent: nobody asks. */
   secretInput?: (toolUseId: string) => void;
@@ -205,7 +205,7 @@ export class Executor {
     let release: (() => void) | undefined;
     let leave: (() => void) | undefined;
     try {
-      // While a person holds the desktop (src/desktops/hold.ts), no batch of it runs, browser batches included.
+      // While a person holds the desktop (src/desktop-pool/hold.ts), no batch of it runs, browser batches included.
       const hold = req.desktop?.hold;
       if (hold) leave = await hold.enter(req.signal).catch(() => undefined);
       if (req.toolUses.some((tu) => this.usesDesktop(tu))) {

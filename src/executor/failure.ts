@@ -4,9 +4,9 @@
  * written for it (ModelFacingError); of any other error only its type, unless
  * the operator opted in to messages. A timeout states the configured limit.
  */
-import type { ErrorInfo } from '../protocol.ts';
-import { ModelFacingError, ToolTimeoutError, isRetryable } from '../errors.ts';
-import { retryAfterMs } from '../resilience.ts';
+import type { ErrorInfo } from '../base/protocol.ts';
+import { ModelFacingError, ToolTimeoutError, isRetryable } from '../base/errors.ts';
+import { retryAfterMs } from '../base/resilience.ts';
 
 /** Longest error text the model reads, in code points (the SDK's FIELD_MAX). */
 export const ERROR_TEXT_MAX_CODE_POINTS = 4096;

@@ -7,8 +7,8 @@
  * model in a loop usually takes a screenshot between two tries.
  */
 import { createHash } from 'node:crypto';
-import type { ErrorInfo, ToolUse } from '../protocol.ts';
-import { canonicalJson } from '../text.ts';
+import type { ErrorInfo, ToolUse } from '../base/protocol.ts';
+import { canonicalJson } from '../base/text.ts';
 
 /** From this many identical failures in a row on, the model is told to stop repeating. */
 export const REPEAT_THRESHOLD = 3;

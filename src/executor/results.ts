@@ -13,13 +13,13 @@ import {
   type ResultBlock,
   type ToolResult,
   type ToolUse,
-} from '../protocol.ts';
-import type { CapturedImage } from '../image.ts';
-import { fitsLimits, type ScreenshotLimits } from '../geometry.ts';
-import type { BlockType, MemberOutput } from '../../toolsets/types.ts';
-import { EMPTY_TEXT } from '../../toolsets/text.ts';
+} from '../base/protocol.ts';
+import type { CapturedImage } from '../base/image.ts';
+import { fitsLimits, type ScreenshotLimits } from '../base/geometry.ts';
+import type { BlockType, MemberOutput } from '../toolset-api/types.ts';
+import { EMPTY_TEXT } from '../toolset-api/text.ts';
 import { ERROR_TEXT_MAX_CODE_POINTS } from './failure.ts';
-import { cutPoints, oneLine } from '../text.ts';
+import { cutPoints, oneLine } from '../base/text.ts';
 
 /** What the SDK sends for an error with no text (an empty error is a 400). */
 export const EMPTY_ERROR_TEXT = 'The tool call failed with an empty error message.';

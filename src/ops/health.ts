@@ -4,7 +4,7 @@
  * runtimes probe it.
  *
  * Ready means: the server accepts sessions, and a new session would get a
- * desktop now. With a pool (src/desktops/pool.ts) that is a free desktop (a
+ * desktop now. With a pool (src/desktop-pool/pool.ts) that is a free desktop (a
  * warm one, or room to start one): a full pool is not ready, so a load
  * balancer sends new sessions elsewhere (sessions already here reach it by
  * its own address). With the shared display: the desktop worker answers
@@ -15,9 +15,9 @@
  * state is read.
  */
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
-import { orAfter } from '../resilience.ts';
-import { SharedDesktop, type Capacity, type DesktopPool, type Desktops } from '../desktops/pool.ts';
-import type { DesktopResources } from '../desktops/desktop.ts';
+import { orAfter } from '../base/resilience.ts';
+import { SharedDesktop, type Capacity, type DesktopPool, type Desktops } from '../desktop-pool/pool.ts';
+import type { DesktopResources } from '../desktop-pool/desktop.ts';
 
 type DesktopDriver = Pick<DesktopResources['driver'], 'displaySize'>;
 

@@ -2,11 +2,11 @@
  * The operations endpoints of a daemon (docs/OPERATIONS.md): `GET /metrics`
  * (bearer token) and `GET /readyz` (no token). `/healthz` is the server's own.
  */
-import type { ActivityHub } from '../activity.ts';
+import type { ActivityHub } from '../base/activity.ts';
 import type { Executor } from '../executor/executor.ts';
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
 import { createReadiness, type Containment } from './health.ts';
-import type { Desktops } from '../desktops/pool.ts';
+import type { Desktops } from '../desktop-pool/pool.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
 
 export interface OpsDeps {

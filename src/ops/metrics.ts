@@ -9,14 +9,14 @@
  * error types outside the daemon's own read "other".
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, exponentialBuckets } from 'prom-client';
-import type { Activity, ActivityHub } from '../activity.ts';
-import type { BatchResult, ToolEvent } from '../protocol.ts';
-import { PROTOCOL_VERSION } from '../protocol.ts';
+import type { Activity, ActivityHub } from '../base/activity.ts';
+import type { BatchResult, ToolEvent } from '../base/protocol.ts';
+import { PROTOCOL_VERSION } from '../base/protocol.ts';
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
-import type { Toolset } from '../../toolsets/types.ts';
-import { DESKTOP_STATES, type Desktops, type PoolEvent } from '../desktops/pool.ts';
+import type { Toolset } from '../toolset-api/types.ts';
+import { DESKTOP_STATES, type Desktops, type PoolEvent } from '../desktop-pool/pool.ts';
 import { treePssBytes } from './memory.ts';
-import { DESKBATCH_VERSION } from '../version.ts';
+import { DESKBATCH_VERSION } from '../base/version.ts';
 
 /** Error types the daemon, its drivers and toolsets raise (docs/PROTOCOL.md "Results"); others read "other". */
 export const KNOWN_ERROR_TYPES: ReadonlySet<string> = new Set([

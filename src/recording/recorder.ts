@@ -4,7 +4,7 @@
  * it), a video of its desktop from its first computer call, and the
  * Playwright trace of its browser context.
  *
- * The recorder observes the daemon's activity stream (src/activity.ts), as
+ * The recorder observes the daemon's activity stream (src/base/activity.ts), as
  * the viewer and the metrics do: what a batch returns never waits for it.
  * Work on the batch path is one JSON serialisation per line and a base64
  * decode per image; the writes themselves run in a queue of their own, in
@@ -13,15 +13,15 @@
 import { createHash } from 'node:crypto';
 import { open, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Activity, ActivityHub } from '../activity.ts';
-import type { RecordingSettings } from '../config.ts';
-import type { DesktopResources } from '../desktops/desktop.ts';
-import type { Logger } from '../log.ts';
-import { PROTOCOL_VERSION, type BatchResult, type ResultBlock, type ToolUse } from '../protocol.ts';
+import type { Activity, ActivityHub } from '../base/activity.ts';
+import type { RecordingSettings } from '../base/config.ts';
+import type { DesktopResources } from '../desktop-pool/desktop.ts';
+import type { Logger } from '../base/log.ts';
+import { PROTOCOL_VERSION, type BatchResult, type ResultBlock, type ToolUse } from '../base/protocol.ts';
 import { redacted } from '../browser/trace-rewrite.ts';
-import { orAfter } from '../resilience.ts';
-import { DESKBATCH_VERSION } from '../version.ts';
-import { sanitizeId } from '../screenshot-store.ts';
+import { orAfter } from '../base/resilience.ts';
+import { DESKBATCH_VERSION } from '../base/version.ts';
+import { sanitizeId } from '../base/screenshot-store.ts';
 import {
   emptySummary,
   IMAGES_DIR,

@@ -20,7 +20,7 @@ import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { isAbsolute, relative, resolve } from 'node:path';
 import sharp, { type Metadata } from 'sharp';
-import type { BatchResult } from '../protocol.ts';
+import type { BatchResult } from '../base/protocol.ts';
 
 /**
  * Default largest mean absolute difference (0–255) between two images'

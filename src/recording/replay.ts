@@ -19,8 +19,8 @@ import { dirname, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { BatchRefusedError, DeskbatchClient } from '../client/index.ts';
 import type { ToolUseBlockLike } from '../client/index.ts';
-import type { AgentToolEntry, Welcome } from '../protocol.ts';
-import type { Logger } from '../log.ts';
+import type { AgentToolEntry, Welcome } from '../base/protocol.ts';
+import type { Logger } from '../base/log.ts';
 import { TRAJECTORY_FORMAT, TRAJECTORY_VERSION } from './recorder.ts';
 import {
   Comparison,

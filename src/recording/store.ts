@@ -15,8 +15,8 @@ import { createReadStream } from 'node:fs';
 import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join, resolve, sep } from 'node:path';
 import { Readable } from 'node:stream';
-import type { Logger } from '../log.ts';
-import { sanitizeId } from '../screenshot-store.ts';
+import type { Logger } from '../base/log.ts';
+import { sanitizeId } from '../base/screenshot-store.ts';
 
 export const TRAJECTORY_FILE = 'trajectory.jsonl';
 export const SUMMARY_FILE = 'summary.json';

@@ -13,7 +13,7 @@
  *   the quantiser, a keyframe every 10 s, one thread, constant frame rate.
  *   Measured choices, see the comment there.
  * - ffmpeg never outlives this process: it is started as every child is
- *   (src/child-process.ts: setpriv's pdeathsig and an exit hook).
+ *   (src/base/child-process.ts: setpriv's pdeathsig and an exit hook).
  * - Its argv is built only from validated values: the display name matches
  *   `:N` or `:N.S`, sizes and rates are bounded numbers, and the output path
  *   goes through ffmpeg's `file:` protocol, so no name is read as an option or
@@ -38,8 +38,8 @@ import {
   stopChild,
   type ChildProcess,
   type StartErrorCode,
-} from '../child-process.ts';
-import type { Logger } from '../log.ts';
+} from '../base/child-process.ts';
+import type { Logger } from '../base/log.ts';
 
 /**
  * How the video is encoded. The recorder leaves it at DEFAULT_ENCODING; the

@@ -7,7 +7,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
-import { PROTOCOL_VERSION, TOKEN_SUBPROTOCOL_PREFIX } from '../protocol.ts';
+import { PROTOCOL_VERSION, TOKEN_SUBPROTOCOL_PREFIX } from '../base/protocol.ts';
 
 /** Constant-time comparison: both sides are hashed first, so lengths never leak through timing. */
 export function tokensEqual(presented: string, expected: string): boolean {

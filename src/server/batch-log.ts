@@ -3,8 +3,8 @@
  * id, the members it asked for, how many failed and with which error types,
  * how many were not run, and how long it took.
  */
-import type { Logger } from '../log.ts';
-import type { BatchResult, ToolUse } from '../protocol.ts';
+import type { Logger } from '../base/log.ts';
+import type { BatchResult, ToolUse } from '../base/protocol.ts';
 
 /** At most this many distinct member names, and failures, are named in the line. */
 const MAX_NAMED_MEMBERS = 12;

@@ -8,8 +8,8 @@
  */
 import type { Duplex } from 'node:stream';
 import type { RawData, WebSocket } from 'ws';
-import type { DaemonConfig } from '../config.ts';
-import type { Logger } from '../log.ts';
+import type { DaemonConfig } from '../base/config.ts';
+import type { Logger } from '../base/log.ts';
 import {
   CLOSE_SEND_BUFFER_FULL,
   CLOSE_SESSION_RESUMED,
@@ -23,8 +23,8 @@ import {
   type ServerMessage,
   type TakeoverMessage,
   type Welcome,
-} from '../protocol.ts';
-import { describeZodError } from '../zod-text.ts';
+} from '../base/protocol.ts';
+import { describeZodError } from '../base/zod-text.ts';
 import { Session } from './session.ts';
 import { TokenBucket } from './rate-limit.ts';
 

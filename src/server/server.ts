@@ -7,9 +7,9 @@ import { createServer, type IncomingMessage, type Server as HttpServer, type Ser
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
-import type { DaemonConfig } from '../config.ts';
+import type { DaemonConfig } from '../base/config.ts';
 import type { Executor } from '../executor/executor.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../base/log.ts';
 import {
   PROTOCOL_PATH,
   PROTOCOL_VERSION,
@@ -18,16 +18,16 @@ import {
   type TakeoverMessage,
   type ToolsetInfo,
   type Welcome,
-} from '../protocol.ts';
+} from '../base/protocol.ts';
 import { isAuthorized, isHostAllowed, isOriginAllowed, isSameOrigin } from './auth.ts';
 import { Connection, type OpenRequest, type SessionRefusal, type WelcomeOptions } from './connection.ts';
-import type { DesktopResources } from '../desktops/desktop.ts';
-import { NoDesktopError, type DesktopLease, type Desktops } from '../desktops/pool.ts';
+import type { DesktopResources } from '../desktop-pool/desktop.ts';
+import { NoDesktopError, type DesktopLease, type Desktops } from '../desktop-pool/pool.ts';
 import { newSessionId, ResultBudget, Session } from './session.ts';
 import { HandshakeLimiter } from './rate-limit.ts';
 import { RepeatTracker } from '../executor/repeats.ts';
-import type { Geometry, Size } from '../geometry.ts';
-import { ActivityHub } from '../activity.ts';
+import type { Geometry, Size } from '../base/geometry.ts';
+import { ActivityHub } from '../base/activity.ts';
 import { logBatch } from './batch-log.ts';
 import type { TakeoverPort } from './takeover-port.ts';
 
@@ -69,7 +69,7 @@ export interface ServerStatus {
 export interface ServerDeps {
   config: DaemonConfig;
   executor: Executor;
-  /** Where each new session gets its desktop (src/desktops/pool.ts). */
+  /** Where each new session gets its desktop (src/desktop-pool/pool.ts). */
   desktops: Desktops;
   log: Logger;
   /** A desktop's display and screenshot sizes now, or undefined while its display is unreachable. */

@@ -5,10 +5,10 @@
  * the client can resume it (docs/PROTOCOL.md "Idempotency and reconnects").
  */
 import { createHash, randomBytes } from 'node:crypto';
-import type { BatchResult, TakeoverMessage, ToolEvent, ToolUse } from '../protocol.ts';
-import { canonicalJson } from '../text.ts';
+import type { BatchResult, TakeoverMessage, ToolEvent, ToolUse } from '../base/protocol.ts';
+import { canonicalJson } from '../base/text.ts';
 import type { AgentOffer } from '../executor/executor.ts';
-import type { DesktopLease } from '../desktops/pool.ts';
+import type { DesktopLease } from '../desktop-pool/pool.ts';
 
 export interface SessionLimits {
   maxQueuedBatches: number;
@@ -109,7 +109,7 @@ export class Session {
   notify: ((message: TakeoverMessage) => void) | undefined;
   /** What the agent's own tools[] offers its model (hello.tools); everything served when unset. */
   offer: AgentOffer | undefined;
-  /** The session's desktop, held until the session ends (src/desktops/pool.ts). */
+  /** The session's desktop, held until the session ends (src/desktop-pool/pool.ts). */
   desktop: DesktopLease | undefined;
   /** Whether the session is recorded (docs/RECORDING.md). */
   recorded = false;

@@ -3,8 +3,8 @@
  * lives above it (src/takeover/) and is handed in by the daemon: whether a
  * person holds a desktop, and the agent's request for one.
  */
-import type { DesktopResources } from '../desktops/desktop.ts';
-import type { TakeoverMessage } from '../protocol.ts';
+import type { DesktopResources } from '../desktop-pool/desktop.ts';
+import type { TakeoverMessage } from '../base/protocol.ts';
 
 export interface TakeoverPort {
   /** Whether a person holds this desktop (or is about to): then how long until trying again is worth it, in ms. */

@@ -7,7 +7,7 @@
  *   gave, their control socket) and an expiry. A second take is refused
  *   while one holds; other viewers may watch the VNC stream, read-only.
  * - **The agent waits**: a take asks the desktop's hold
- *   (src/desktops/hold.ts); it begins once the agent's running batch has
+ *   (src/desktop-pool/hold.ts); it begins once the agent's running batch has
  *   finished, and from then on none of the desktop's batches runs until the
  *   person hands back, the lease expires, or the holder's viewer stays away
  *   longer than the grace period.
@@ -24,16 +24,16 @@ import { rm } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
 import type { WebSocket } from 'ws';
 import { z } from 'zod';
-import type { Activity, ActivityHub } from '../activity.ts';
-import type { TakeoverSettings } from '../config.ts';
-import { KeymapWatch } from '../desktop/keymap-watch.ts';
-import type { DesktopResources } from '../desktops/desktop.ts';
-import type { HoldTicket } from '../desktops/hold.ts';
-import type { Logger } from '../log.ts';
-import { personText, type TakeoverMessage, type TakeoverOutcome } from '../protocol.ts';
+import type { Activity, ActivityHub } from '../base/activity.ts';
+import type { TakeoverSettings } from '../base/config.ts';
+import { KeymapWatch } from '../desktop-driver/keymap-watch.ts';
+import type { DesktopResources } from '../desktop-pool/desktop.ts';
+import type { HoldTicket } from '../desktop-pool/hold.ts';
+import type { Logger } from '../base/log.ts';
+import { personText, type TakeoverMessage, type TakeoverOutcome } from '../base/protocol.ts';
 import type { SocketRoute } from '../server/server.ts';
 import type { TakeoverPort } from '../server/takeover-port.ts';
-import { ownedTempFolder } from '../temp-folder.ts';
+import { ownedTempFolder } from '../base/temp-folder.ts';
 import { bridgeVnc, type InputTally, type VncBridge } from './vnc-bridge.ts';
 import { startVncServer, type VncServer } from './vnc-server.ts';
 

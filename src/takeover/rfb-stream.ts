@@ -37,7 +37,7 @@ export const WS_TOO_BIG = 1009;
 
 /**
  * The viewer's stream broke the protocol (or a limit); `wsCode` is the WebSocket close code to answer
- * with. `code` is stable, as the daemon's errors' are (src/errors.ts).
+ * with. `code` is stable, as the daemon's errors' are (src/base/errors.ts).
  */
 export class RfbProtocolError extends Error {
   override readonly name = 'RfbProtocolError';

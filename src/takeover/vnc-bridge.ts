@@ -13,7 +13,7 @@
  */
 import { connect } from 'node:net';
 import type { RawData, WebSocket } from 'ws';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../base/log.ts';
 import { RfbClientStream, RfbProtocolError, WS_TOO_BIG, type RfbClientMessage, type RfbSegment } from './rfb-stream.ts';
 import type { VncServer } from './vnc-server.ts';
 
@@ -169,7 +169,7 @@ const WS_CLOSE_GRACE_MS = 2_000;
 /** WebSocket readyState OPEN (the `ws` constant). */
 const WS_OPEN = 1;
 
-/** What the bridge asks before a holder's key press reaches x11vnc; src/desktop/keymap-watch.ts is the real one. */
+/** What the bridge asks before a holder's key press reaches x11vnc; src/desktop-driver/keymap-watch.ts is the real one. */
 export interface KeymapGuard {
   /** Whether the desktop's keymap lacks `keysym`: x11vnc would bind it to a spare keycode and press it at once. */
   lacks(keysym: number): boolean;

@@ -4,7 +4,7 @@
  * reaches that socket through the bridge (src/takeover/vnc-bridge.ts).
  *
  * The server (startVncServer):
- * - x11vnc is started as every child is (src/child-process.ts: an argv, no
+ * - x11vnc is started as every child is (src/base/child-process.ts: an argv, no
  *   shell, setpriv's pdeathsig and an exit hook), in a process group of its
  *   own; it runs only while a person holds the desktop, and stop() ends it.
  * - It listens on `<dir>/vnc.sock` and on nothing else: `-rfbport 0` closes
@@ -24,7 +24,7 @@
  *   paste reached CUT_BUFFER0 only. Even so it does that step late when a
  *   viewer connects early, so start-up waits for it (SELECTION_WINDOW_LINE).
  * - The pointer: the desktop worker hides the X cursor (XFIXES HideCursor,
- *   src/desktop/worker/screen.ts), which hides it from x11vnc's screen reads
+ *   src/desktop-driver/worker/screen.ts), which hides it from x11vnc's screen reads
  *   too, but XFIXES still gives x11vnc the cursor's image: with `-cursor most`
  *   it sends the exact shape as a Cursor pseudo-rectangle and noVNC draws it
  *   locally, at the viewer's own pointer, with no round trip.
@@ -50,8 +50,8 @@ import {
   stopChild,
   type ChildProcess,
   type StartErrorCode,
-} from '../child-process.ts';
-import type { Logger } from '../log.ts';
+} from '../base/child-process.ts';
+import type { Logger } from '../base/log.ts';
 
 export interface VncServerOptions {
   /** The X display, e.g. `:5`. */

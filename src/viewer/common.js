@@ -127,7 +127,7 @@ const ERROR_FLAGS = ['type', 'message', 'timed_out', 'retryable', 'repeated', 'a
  * A failed call's block (docs/VIEWER.md "Failures, expanded"): its type, its whole message and its flags.
  * `messageChars` and `fieldChars` bound the message and each other field's text: unbounded by default (the
  * live page shows what the feed sent, which the feed bounds); the replay page bounds what it read.
- * @param {Record<string, any>} error the daemon's ErrorInfo, as received (src/protocol.ts)
+ * @param {Record<string, any>} error the daemon's ErrorInfo, as received (src/base/protocol.ts)
  * @param {{ messageChars?: number, fieldChars?: number }} [bounds]
  */
 export function renderError(error, { messageChars = Infinity, fieldChars = Infinity } = {}) {

@@ -17,9 +17,9 @@
 import type { IncomingMessage } from 'node:http';
 import sharp from 'sharp';
 import type { WebSocket } from 'ws';
-import type { Activity, ActivityHub } from '../activity.ts';
-import type { Logger } from '../log.ts';
-import type { BatchResult, ErrorInfo, ToolEvent, ToolEventPhase, ToolUse } from '../protocol.ts';
+import type { Activity, ActivityHub } from '../base/activity.ts';
+import type { Logger } from '../base/log.ts';
+import type { BatchResult, ErrorInfo, ToolEvent, ToolEventPhase, ToolUse } from '../base/protocol.ts';
 
 export const VIEWER_SUBPROTOCOL = 'deskbatch.viewer.v1';
 export const VIEWER_FEED_PATH = '/viewer/feed';

@@ -22,8 +22,8 @@
  */
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { ActivityHub } from '../activity.ts';
-import type { Logger } from '../log.ts';
+import type { ActivityHub } from '../base/activity.ts';
+import type { Logger } from '../base/log.ts';
 import type { HttpRoute, SocketRoute } from '../server/server.ts';
 import { VIEWER_FEED_PATH, VIEWER_SUBPROTOCOL, ViewerFeed, type ViewerLimits } from './feed.ts';
 import { DEFAULT_NOVNC_DIR, loadNovnc, type NovncFiles } from './novnc.ts';

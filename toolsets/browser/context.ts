@@ -9,11 +9,11 @@ import type { BrowserManager } from '../../src/browser/manager.ts';
 import type { BrowserSession } from '../../src/browser/session.ts';
 import type { UrlPolicy } from '../../src/browser/url-policy.ts';
 import type { EgressFilter } from '../../src/browser/egress.ts';
-import type { Point } from '../../src/geometry.ts';
-import { ToolInputError } from '../../src/errors.ts';
+import type { Point } from '../../src/base/geometry.ts';
+import { ToolInputError } from '../../src/base/errors.ts';
 import { BrowserUnavailableError } from '../../src/browser/failures.ts';
-import { fitSize, isInside, toDisplay, type Geometry } from '../../src/geometry.ts';
-import type { CallContext, Member, ScreenshotSettings } from '../types.ts';
+import { fitSize, isInside, toDisplay, type Geometry } from '../../src/base/geometry.ts';
+import type { CallContext, Member, ScreenshotSettings } from '../../src/toolset-api/types.ts';
 
 export interface BrowserDeps {
   screenshots: ScreenshotSettings;

@@ -6,7 +6,7 @@
  * add one when the tabs changed or there are state changes to report.
  */
 import type { z } from 'zod';
-import { EMPTY_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../text.ts';
+import { EMPTY_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../../src/toolset-api/text.ts';
 import {
   defineToolset,
   memberNames,
@@ -15,7 +15,7 @@ import {
   type Member,
   type MemberOutput,
   type Toolset,
-} from '../types.ts';
+} from '../../src/toolset-api/types.ts';
 import { createBrowserContext, type BrowserCallContext, type BrowserDeps } from './context.ts';
 import {
   doubleClick,

@@ -14,9 +14,9 @@ import { z } from 'zod';
 import { parseKeyChords, parsePlaywrightModifiers, type Modifier } from '../../src/browser/keys.ts';
 import { focusedIsPassword, setFormValue } from '../../src/browser/forms.ts';
 import { refCenter } from '../../src/browser/frame-worlds.ts';
-import type { Point } from '../../src/geometry.ts';
-import { ToolInputError } from '../../src/errors.ts';
-import { echo } from '../../src/text.ts';
+import type { Point } from '../../src/base/geometry.ts';
+import { ToolInputError } from '../../src/base/errors.ts';
+import { echo } from '../../src/base/text.ts';
 import {
   browserMember,
   clickTarget,
@@ -30,7 +30,7 @@ import {
 
 /**
  * The browser toolset's `scroll.scroll_amount` range (DBU, T:1559); the computer toolset's is
- * COMPUTER_SCROLL_AMOUNT_MAX (src/desktop/driver.ts).
+ * COMPUTER_SCROLL_AMOUNT_MAX (src/desktop-driver/driver.ts).
  */
 export const BROWSER_SCROLL_AMOUNT_MAX = 10;
 export const BROWSER_SCROLL_AMOUNT_DEFAULT = 3;

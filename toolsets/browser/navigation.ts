@@ -7,9 +7,9 @@
 import type { Page, Response } from 'playwright';
 import { z } from 'zod';
 import type { BrowserSession } from '../../src/browser/session.ts';
-import { oneLine } from '../../src/text.ts';
+import { oneLine } from '../../src/base/text.ts';
 import { isAllowedUrl, resolveNavigationUrl } from '../../src/browser/url-policy.ts';
-import { ModelFacingError, ToolInputError, ToolRefusedError } from '../../src/errors.ts';
+import { ModelFacingError, ToolInputError, ToolRefusedError } from '../../src/base/errors.ts';
 import { browserMember, tabId } from './context.ts';
 
 /** Time for the page to reach DOMContentLoaded, then extra time for 'load'; both below the 30 s call limit. */

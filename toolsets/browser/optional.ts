@@ -7,10 +7,10 @@ import { realpath, stat } from 'node:fs/promises';
 import { relative, isAbsolute, sep } from 'node:path';
 import type { Request } from 'playwright';
 import { z } from 'zod';
-import { oneLine } from '../../src/text.ts';
+import { oneLine } from '../../src/base/text.ts';
 import { refElement } from '../../src/browser/frame-worlds.ts';
-import { ToolInputError, ToolRefusedError } from '../../src/errors.ts';
-import { orAfter } from '../../src/resilience.ts';
+import { ToolInputError, ToolRefusedError } from '../../src/base/errors.ts';
+import { orAfter } from '../../src/base/resilience.ts';
 import { browserMember, refTarget, tabId } from './context.ts';
 
 /** Longest text a reading member returns, in UTF-16 code units (the read_page convention). */

@@ -17,15 +17,15 @@
  *   batch get FALLBACK_NOT_EXECUTED_TEXT (the SDK's own for a family with none). The tool is its own family: a failure
  *   of it halts no toolset, and a toolset failure does not halt it.
  */
-import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../text.ts';
+import { FALLBACK_CANCELLED_TEXT, FALLBACK_NOT_EXECUTED_TEXT } from '../../src/toolset-api/text.ts';
 import { z } from 'zod';
-import type { Size } from '../../src/geometry.ts';
-import { ToolInputError, ToolRefusedError } from '../../src/errors.ts';
-import { describeZodError } from '../../src/zod-text.ts';
-import type { LegacyComputerTools } from '../../src/protocol.ts';
+import type { Size } from '../../src/base/geometry.ts';
+import { ToolInputError, ToolRefusedError } from '../../src/base/errors.ts';
+import { describeZodError } from '../../src/base/zod-text.ts';
+import type { LegacyComputerTools } from '../../src/base/protocol.ts';
 import { COMPUTER_TOOLSET_TYPE } from '../computer/index.ts';
-import { foldName } from '../../src/text.ts';
-import type { MemberOutput, PlainTool, RunnableMember, Toolset } from '../types.ts';
+import { foldName } from '../../src/base/text.ts';
+import type { MemberOutput, PlainTool, RunnableMember, Toolset } from '../../src/toolset-api/types.ts';
 import {
   LEGACY_ACTION_SCHEMAS,
   LEGACY_ACTIONS,

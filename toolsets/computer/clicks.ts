@@ -1,6 +1,6 @@
 /** Click members: one definition each, sharing the input shape the API gives them all. */
 import { z } from 'zod';
-import type { MouseButton } from '../../src/desktop/driver.ts';
+import type { MouseButton } from '../../src/desktop-driver/driver.ts';
 import { computerMember, coordinate, modifierText } from './context.ts';
 
 const clickInput = z.object({

@@ -4,12 +4,12 @@
  * display pixels with the bounds check (docs/TOOLSETS.md B3: never clamp).
  */
 import { z } from 'zod';
-import type { DesktopDriver } from '../../src/desktop/driver.ts';
-import type { Point } from '../../src/geometry.ts';
-import { parseModifierKeys } from '../../src/desktop/keys.ts';
-import { DisplayUnavailableError, ToolInputError } from '../../src/errors.ts';
-import { fitSize, isInside, toDisplay, type Geometry } from '../../src/geometry.ts';
-import type { CallContext, Member, ScreenshotSettings } from '../types.ts';
+import type { DesktopDriver } from '../../src/desktop-driver/driver.ts';
+import type { Point } from '../../src/base/geometry.ts';
+import { parseModifierKeys } from '../../src/desktop-driver/keys.ts';
+import { DisplayUnavailableError, ToolInputError } from '../../src/base/errors.ts';
+import { fitSize, isInside, toDisplay, type Geometry } from '../../src/base/geometry.ts';
+import type { CallContext, Member, ScreenshotSettings } from '../../src/toolset-api/types.ts';
 
 export interface ComputerDeps {
   screenshots: ScreenshotSettings;

@@ -4,7 +4,13 @@
  * calls that did not run; the executor copies them, never rewrites them.
  */
 import type { z } from 'zod';
-import { defineToolset, memberNames, type CallContext, type Member, type Toolset } from '../types.ts';
+import {
+  defineToolset,
+  memberNames,
+  type CallContext,
+  type Member,
+  type Toolset,
+} from '../../src/toolset-api/types.ts';
 import { leftClick, rightClick, middleClick, doubleClick, tripleClick } from './clicks.ts';
 import { createComputerContext, type ComputerContext, type ComputerDeps } from './context.ts';
 import { holdKey, key, type } from './keyboard.ts';

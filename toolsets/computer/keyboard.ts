@@ -1,9 +1,9 @@
 /** Keyboard members: `key`, `hold_key`, `type` (docs/TOOLSETS.md B2, B4). */
 import { z } from 'zod';
-import { parseChord } from '../../src/desktop/keys.ts';
-import { COMPUTER_KEY_REPEAT_MAX, HOLD_MAX_MS, type DriverKey } from '../../src/desktop/driver.ts';
-import { ToolInputError } from '../../src/errors.ts';
-import { echo } from '../../src/text.ts';
+import { parseChord } from '../../src/desktop-driver/keys.ts';
+import { COMPUTER_KEY_REPEAT_MAX, HOLD_MAX_MS, type DriverKey } from '../../src/desktop-driver/driver.ts';
+import { ToolInputError } from '../../src/base/errors.ts';
+import { echo } from '../../src/base/text.ts';
 import { computerMember } from './context.ts';
 
 /** `hold_key.duration` upper bound in seconds (DCU: "up to 300"). */

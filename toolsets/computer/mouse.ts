@@ -3,8 +3,8 @@
  * `left_mouse_up`, `cursor_position`, `left_click_drag`, `scroll`.
  */
 import { z } from 'zod';
-import { COMPUTER_SCROLL_AMOUNT_MAX } from '../../src/desktop/driver.ts';
-import { toScreenshot } from '../../src/geometry.ts';
+import { COMPUTER_SCROLL_AMOUNT_MAX } from '../../src/desktop-driver/driver.ts';
+import { toScreenshot } from '../../src/base/geometry.ts';
 import { computerMember, coordinate, modifierText } from './context.ts';
 
 const empty = z.object({});

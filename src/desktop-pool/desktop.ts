@@ -1,0 +1,115 @@
+/**
+ * A desktop: one X display with its window manager, the desktop worker that
+ * drives it, the browser that runs on it, and the lane that keeps its input
+ * one batch at a time. Calls reach their session's desktop through
+ * `CallContext.desktop` (src/toolset-api/types.ts); where desktops come from is
+ * src/desktop-pool/pool.ts (one per session) or a single shared one (`DISPLAY`
+ * given).
+ */
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { BrowserManager } from '../browser/manager.ts';
+import type { DesktopDriver } from '../desktop-driver/driver.ts';
+import type { WorkerDesktopDriver } from '../desktop-driver/worker-driver.ts';
+import { FRAMEBUFFER_ENV } from '../desktop-driver/worker-protocol.ts';
+import { startVirtualDisplay, type VirtualDisplay } from '../desktop-driver/xvfb.ts';
+import type { Hold } from './hold.ts';
+import type { Lane } from './lane.ts';
+import type { Size } from '../base/geometry.ts';
+import type { Logger } from '../base/log.ts';
+import { ownedTempFolder } from '../base/temp-folder.ts';
+
+/** What a call acts on: its session's desktop. */
+export interface DesktopResources {
+  /** `shared`, or `d<N>` for a pooled desktop (N counts every desktop this daemon built). */
+  readonly id: string;
+  readonly driver: DesktopDriver;
+  /** Undefined when the daemon serves no browser. */
+  readonly browser: BrowserManager | undefined;
+  /** Batches that touch the display run one at a time on it, first come first served. */
+  readonly lane: Lane;
+  /** A person's hold (docs/VIEWER.md "Takeover"): while someone controls the desktop, its batches wait. */
+  readonly hold?: Hold;
+  /** Its X display and the cookie file that admits a client there, when known (a recording's video). */
+  readonly screen?: { display: string; xauthority?: string };
+}
+
+/** The processes of a desktop the daemon started itself, and what it must remove when the desktop goes. */
+export interface DesktopParts {
+  driver: WorkerDesktopDriver;
+  browser: BrowserManager | undefined;
+  display: VirtualDisplay;
+  /** The desktop's own HOME (Chromium's and the worker's), removed with it. */
+  home: string;
+  /** Its browser downloads folder, removed with it. */
+  downloads: string;
+}
+
+/** Builds a worker driver and a browser manager for one display; the daemon knows their settings. */
+export type PartsFactory = (spec: {
+  id: string;
+  display: string;
+  env: Readonly<Record<string, string>>;
+  downloadsDir: string;
+}) => { driver: WorkerDesktopDriver; browser: BrowserManager | undefined };
+
+export interface BuildOptions {
+  id: string;
+  size: Size;
+  /** Root of the desktops' downloads folders: each desktop gets `<root>/<id>`. */
+  downloadsRoot: string;
+  makeParts: PartsFactory;
+  /** Start the worker and launch the browser now, so the first calls do not wait for them. */
+  warm: boolean;
+  log: Logger;
+}
+
+/**
+ * Starts a desktop of its own: Xvfb (own display number and X cookie),
+ * openbox, the worker, and (when `warm`) the browser, with a HOME of its own.
+ * On failure everything started is stopped again before it throws.
+ */
+export async function buildDesktop(options: BuildOptions): Promise<DesktopParts> {
+  const { id, size, log } = options;
+  const home = await ownedTempFolder(`${id}-home`);
+  const downloads = join(options.downloadsRoot, id);
+  let display: VirtualDisplay | undefined;
+  let made: ReturnType<PartsFactory> | undefined;
+  try {
+    display = await startVirtualDisplay({
+      ...size,
+      windowManager: true,
+      log: (level, msg, fields) => log[level](msg, { desktop: id, ...fields }),
+    });
+    made = options.makeParts({
+      id,
+      display: display.display,
+      env: {
+        XAUTHORITY: display.xauthority,
+        // Always set, also when empty: a value in the daemon's own environment names another display's screen.
+        [FRAMEBUFFER_ENV]: display.framebuffer ?? '',
+        HOME: home,
+        XDG_CONFIG_HOME: join(home, '.config'),
+      },
+      downloadsDir: downloads,
+    });
+    if (options.warm) {
+      await made.driver.displaySize();
+      await made.browser?.browserNow();
+    }
+    return { ...made, display, home, downloads };
+  } catch (err) {
+    await destroyParts({ driver: made?.driver, browser: made?.browser, display, home, downloads });
+    throw err;
+  }
+}
+
+/** Ends every process of a desktop and removes its folders. Never throws. */
+export async function destroyParts(parts: Partial<DesktopParts>): Promise<void> {
+  await parts.browser?.close().catch(() => undefined);
+  await parts.driver?.close().catch(() => undefined);
+  await parts.display?.stop().catch(() => undefined);
+  for (const dir of [parts.home, parts.downloads]) {
+    if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  }
+}

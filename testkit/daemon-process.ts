@@ -1,0 +1,148 @@
+/**
+ * Runs the daemon the way an operator does, as its own process
+ * (`node bin/deskbatch.js serve …`), for the soak (bench/soak.ts) and the bench
+ * (bench/daemon-process.ts): its event loop is not the caller's and its RSS is
+ * its own. DISPLAY is the caller's display, so the daemon starts none of its
+ * own; the token comes from DESKBATCH_TOKEN, so nothing is written under
+ * ~/.deskbatch.
+ *
+ * The listening URL is read from the daemon's log line
+ * "deskbatch listening on ws://…" (JSON lines). Every line can go to a log
+ * file; lines are counted by level and warnings and errors by text; with
+ * `echo`, warnings, errors and lines that are not JSON are also printed on our
+ * stderr until `stop()`. `stop()` sends SIGTERM to the pid we started, and
+ * SIGKILL if it has not exited in time; never anything by name.
+ */
+import { spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
+import { setTimeout as delay } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+
+const CLI = fileURLToPath(new URL('../bin/deskbatch.js', import.meta.url));
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const START_TIMEOUT_MS = 60_000;
+
+export interface DaemonProcessOptions {
+  /** The X display the daemon drives (DISPLAY). */
+  display: string;
+  /** Its token (DESKBATCH_TOKEN). */
+  token: string;
+  /** The flags after `serve`. */
+  args: readonly string[];
+  /** More environment, over ours. */
+  env?: Record<string, string>;
+  /** Every line the daemon prints goes here. */
+  logFile?: string;
+  /** Print its warnings and errors, and lines that are not JSON, on our stderr (until `stop()`). */
+  echo?: boolean;
+}
+
+export interface ProcessExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface DaemonProcess {
+  pid: number;
+  /** ws://…/v1 from its "listening on" line. */
+  url: string;
+  exited: Promise<ProcessExit>;
+  hasExited(): boolean;
+  /** Log lines by level. */
+  logCounts: Record<string, number>;
+  /** `level: msg` of its warnings and errors, with how often each came. */
+  warnings: Map<string, number>;
+  /**
+   * SIGTERM, then SIGKILL after `graceMs`; resolves with how it exited and whether it had to be
+   * killed. Once: later calls get the same answer.
+   */
+  stop(graceMs: number): Promise<ProcessExit & { killed: boolean }>;
+}
+
+export async function startDaemonProcess(options: DaemonProcessOptions): Promise<DaemonProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', ...options.args], {
+    cwd: ROOT,
+    env: { ...process.env, DISPLAY: options.display, DESKBATCH_TOKEN: options.token, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const log = options.logFile === undefined ? undefined : createWriteStream(options.logFile);
+  log?.on('error', () => undefined); // a full disk must not end the run it logs for
+  const logCounts: Record<string, number> = {};
+  const warnings = new Map<string, number>();
+  let echo = options.echo === true;
+  let exitedFlag = false;
+  const exited = new Promise<ProcessExit>((resolve) =>
+    child.once('exit', (code, signal) => {
+      exitedFlag = true;
+      log?.end();
+      resolve({ code, signal });
+    }),
+  );
+  let resolveUrl!: (url: string) => void;
+  const url = new Promise<string>((resolve) => (resolveUrl = resolve));
+  const onLine = (line: string): void => {
+    let entry: { level?: string; msg?: string } | undefined;
+    try {
+      entry = JSON.parse(line) as { level?: string; msg?: string };
+    } catch {
+      entry = undefined;
+    }
+    if (echo && (!entry || entry.level === 'warn' || entry.level === 'error')) {
+      process.stderr.write(`[daemon ${child.pid}] ${line}\n`);
+    }
+    if (!entry) return;
+    const level = entry.level ?? '?';
+    logCounts[level] = (logCounts[level] ?? 0) + 1;
+    const m = /^deskbatch listening on (ws:\/\/\S+)$/.exec(entry.msg ?? '');
+    if (m) resolveUrl(m[1]!);
+    if (level === 'warn' || level === 'error') {
+      const key = `${level}: ${entry.msg}`;
+      warnings.set(key, (warnings.get(key) ?? 0) + 1);
+    }
+  };
+  for (const stream of [child.stdout, child.stderr]) {
+    let pending = '';
+    stream.on('data', (chunk: Buffer) => {
+      if (log && !log.writableEnded) log.write(chunk);
+      pending += chunk.toString();
+      const lines = pending.split('\n');
+      pending = lines.pop() ?? '';
+      for (const line of lines) if (line) onLine(line);
+    });
+  }
+
+  let stopping: Promise<ProcessExit & { killed: boolean }> | undefined;
+  const stop = (graceMs: number): Promise<ProcessExit & { killed: boolean }> =>
+    (stopping ??= (async () => {
+      echo = false; // its shutdown warnings (the browser going away) are expected
+      if (!exitedFlag) child.kill('SIGTERM');
+      let killed = false;
+      const timer = setTimeout(() => {
+        killed = true;
+        child.kill('SIGKILL');
+      }, graceMs);
+      const e = await exited;
+      clearTimeout(timer);
+      return { ...e, killed };
+    })());
+
+  const where = options.logFile === undefined ? '' : `; see ${options.logFile}`;
+  const startTimeout = new AbortController();
+  try {
+    const started = await Promise.race([
+      url,
+      exited.then((e) => {
+        throw new Error(`the daemon exited at start (${e.code ?? e.signal})${where}`);
+      }),
+      delay(START_TIMEOUT_MS, undefined, { signal: startTimeout.signal }).then(() => {
+        throw new Error(`the daemon did not report its address within ${START_TIMEOUT_MS / 1000} s${where}`);
+      }),
+    ]);
+    return { pid: child.pid!, url: started, exited, hasExited: () => exitedFlag, logCounts, warnings, stop };
+  } catch (err) {
+    await stop(15_000);
+    throw err;
+  } finally {
+    startTimeout.abort();
+  }
+}
