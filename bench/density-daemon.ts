@@ -114,11 +114,11 @@ export async function waitUntil(what: string, probe: () => Promise<boolean>, tim
   }
 }
 
+/** Whether `d` holds at least `n` warm desktops (started, ready, leased to no one). */
+export async function hasWarm(d: Daemon, n: number): Promise<boolean> {
+  return metric(await metrics(d), 'deskbatch_desktops{state="warm"}') >= n;
+}
+
 export async function waitWarm(d: Daemon, n: number): Promise<void> {
-  await waitUntil(
-    `${n} warm desktops on ${d.label}`,
-    async () => metric(await metrics(d), 'deskbatch_desktops{state="warm"}') >= n,
-    WARM_TIMEOUT_MS,
-    200,
-  );
+  await waitUntil(`${n} warm desktops on ${d.label}`, () => hasWarm(d, n), WARM_TIMEOUT_MS, 200);
 }

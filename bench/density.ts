@@ -65,6 +65,7 @@ import {
   stopAll,
   waitUntil,
   waitWarm,
+  hasWarm,
   WARM_TIMEOUT_MS,
   type Daemon,
 } from './density-daemon.ts';
@@ -167,10 +168,15 @@ async function leaseRun(): Promise<LeaseReport> {
         await client.batch(nextId('used'), [computer('screenshot')]);
         const closed = performance.now();
         client.close();
-        // Not free while the session's desktop is leased or torn down (max 1): free again means a fresh
-        // warm desktop (warm pool), or the room to start one (cold pool).
+        // Not free while the session's desktop is leased or torn down (max 1). The warm pool is waited
+        // for until its fresh desktop is warm: /readyz already counts a desktop still starting as free
+        // (room for a session, which then waits for it), so it says too little here. The cold pool is
+        // free again once there is room to start one.
         await sleep(POLL_MS);
-        const free = await waitUntil(`${d.label} to be free again`, () => ready(d), WARM_TIMEOUT_MS);
+        const free =
+          kind === 'warm'
+            ? await waitUntil(`${d.label} to hold a warm desktop again`, () => hasWarm(d, 1), WARM_TIMEOUT_MS)
+            : await waitUntil(`${d.label} to be free again`, () => ready(d), WARM_TIMEOUT_MS);
         const h1 = await histograms(d);
         if (h1.recycles - h0.recycles !== 1) throw new Error(`${d.label}: expected one teardown per sample`);
         s.teardown.push(h1.recycle - h0.recycle);

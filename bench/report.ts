@@ -146,7 +146,7 @@ export function densityTable(r: DensityReport): string {
     series("  the daemon's lease wait", l.cold_lease_daemon),
     series('recycle: teardown (deskbatch_desktop_recycle_seconds)', l.teardown),
     series('recycle: a fresh desktop started (deskbatch_desktop_start_seconds)', l.start),
-    series('recycle: session end → a fresh warm desktop (/readyz, observed)', l.end_to_warm),
+    series('recycle: session end → a fresh warm desktop (its warm count, observed)', l.end_to_warm),
   );
   lines.push(
     '',
