@@ -337,7 +337,7 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
   });
 
   test('a desktop worker that dies at every start: each computer batch is answered whole, fast, and fails retryably; the browser is unaffected; once workers live, computer calls work again', async () => {
-    const loop = await killLoop(() => childPids(/src\/desktop\/worker\.ts(\s|$)/));
+    const loop = await killLoop(() => childPids(/src\/desktop-driver\/worker\.ts(\s|$)/));
     const seen: string[] = [];
     try {
       for (let i = 0; i < 5; i++) {

@@ -45,7 +45,7 @@ export async function descendants(root: number): Promise<ProcInfo[]> {
 /** The desktop worker (nut-js child) processes under `root`. */
 export async function desktopWorkerPids(root = process.pid): Promise<number[]> {
   return (await descendants(root))
-    .filter((p) => p.argv.some((a) => /src\/desktop\/worker\.ts$/.test(a)))
+    .filter((p) => p.argv.some((a) => /src\/desktop-driver\/worker\.ts$/.test(a)))
     .map((p) => p.pid);
 }
 
