@@ -198,7 +198,7 @@ export class BrowserSession {
     this.call.contextLost();
     const browser = await this.manager.browserNow();
     // The steps a call can wait on Chromium in are logged as they begin: a call stuck there shows
-    // where (test/faults.test.ts kills Chromium in them).
+    // where (test/faults-browser-setup.test.ts kills Chromium in them).
     this.log.debug('browser context opening', { session: this.id });
     const context = await browser.newContext({
       viewport: this.manager.options.viewport,
