@@ -63,7 +63,7 @@ export async function startTestDesktop(
     opened.push(browser);
     const daemon = await startTestDaemon({
       display: display.display,
-      // Screenshots read the framebuffer, as with the daemon's own Xvfb (test/desktop-driver.test.ts covers libnut's grab).
+      // Screenshots read the framebuffer, as with the daemon's own Xvfb (test/desktop-capture.test.ts covers libnut's grab).
       displayFramebuffer: display.framebuffer,
       ...daemonOverrides,
     });

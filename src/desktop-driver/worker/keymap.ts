@@ -20,7 +20,7 @@ const BIND_SETTLE_MS = 50;
  * client translates a key when it handles the event, which a loaded client
  * does late. 50 ms let Chromium, under the load of the pool tests beside it,
  * type a later chunk's characters in place of the ones pressed before (a
- * fresh-clone run of test/desktop-driver.test.ts "typing more distinct
+ * fresh-clone run of test/desktop-keyboard.test.ts "typing more distinct
  * characters than spare keycodes"). Only texts with more distinct unusual
  * characters than spare keycodes pay it, once per extra chunk.
  */
