@@ -9,7 +9,7 @@
  *
  * Prints `[measure]` lines with median latencies.
  */
-import { test, describe, before } from 'node:test';
+import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
 import sharp from 'sharp';
@@ -19,6 +19,10 @@ import { ToolInputError } from '../src/base/errors.ts';
 import type { CapturedImage, ImageFormat } from '../src/base/image.ts';
 import type { Size } from '../src/base/geometry.ts';
 import { HEIGHT, WIDTH, assertColor, measure, pixelAt, timeIt, useDriverPage } from '../testkit/driver-page.ts';
+
+// A rejection nobody handled (a driver call left dangling) fails the file, as in the other driver tests.
+const unhandled: unknown[] = [];
+process.on('unhandledRejection', (err) => unhandled.push(err));
 
 describe('WorkerDesktopDriver on Xvfb', () => {
   describe('with chromium', () => {
@@ -199,4 +203,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       console.log(`[measure] sizes 1280x800: ${sizes.join(', ')}`);
     });
   });
+});
+
+test('no unhandled rejections', () => {
+  assert.deepEqual(unhandled, []);
 });

@@ -18,7 +18,7 @@
  * (testkit/input-fence.ts): once the page reports the fence's marker, every X
  * input event sent before it is in the page's record.
  */
-import { test, describe, before } from 'node:test';
+import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Page } from 'playwright';
 import { parseChord } from '../src/desktop-driver/keys.ts';
@@ -26,6 +26,10 @@ import type { WorkerDesktopDriver } from '../src/desktop-driver/worker-driver.ts
 import { CancelledError, DriverCrashedError, ToolInputError } from '../src/base/errors.ts';
 import { failsWith } from '../testkit/errors.ts';
 import { measure, median, useDriverPage, waitFor } from '../testkit/driver-page.ts';
+
+// A rejection nobody handled (a driver call left dangling) fails the file, as in the other driver tests.
+const unhandled: unknown[] = [];
+process.on('unhandledRejection', (err) => unhandled.push(err));
 
 describe('WorkerDesktopDriver on Xvfb', () => {
   describe('with chromium', () => {
@@ -306,4 +310,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       await expectValue('ok');
     });
   });
+});
+
+test('no unhandled rejections', () => {
+  assert.deepEqual(unhandled, []);
 });

@@ -15,12 +15,16 @@
  * input event sent before it is in the page's record.
  * Wheel events have their own fence (`drainWheel`).
  */
-import { test, describe, before } from 'node:test';
+import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { WorkerDesktopDriver } from '../src/desktop-driver/worker-driver.ts';
 import type { DriverKey } from '../src/desktop-driver/driver.ts';
 import type { Point } from '../src/base/geometry.ts';
 import { WHEEL_CLICK_PX, isMarker, useDriverPage, waitFor, type PageEvent } from '../testkit/driver-page.ts';
+
+// A rejection nobody handled (a driver call left dangling) fails the file, as in the other driver tests.
+const unhandled: unknown[] = [];
+process.on('unhandledRejection', (err) => unhandled.push(err));
 
 describe('WorkerDesktopDriver on Xvfb', () => {
   describe('with chromium', () => {
@@ -245,4 +249,8 @@ describe('WorkerDesktopDriver on Xvfb', () => {
       assert.ok(evs2.filter((e) => e.type.startsWith('mouse')).every((e) => e.shiftKey));
     });
   });
+});
+
+test('no unhandled rejections', () => {
+  assert.deepEqual(unhandled, []);
 });
