@@ -153,8 +153,12 @@ export default defineConfig(
     'client',
   ),
   // Human takeover (src/takeover/): the server's seams (routes, TakeoverPort), the desktops' hold, and of the
-  // desktop driver only keymap-watch.ts (the keymap a person's keys need).
-  onlyFromDesktop(layer('takeover', ['src/takeover/**'], 'server', 'desktops'), 'src/desktop-driver/keymap-watch.ts'),
+  // desktop driver only keymap-watch.ts (the keymap a person's keys need) and display.ts (a display's name).
+  onlyFromDesktop(
+    layer('takeover', ['src/takeover/**'], 'server', 'desktops'),
+    'src/desktop-driver/keymap-watch.ts',
+    'src/desktop-driver/display.ts',
+  ),
   layer(
     'ops and viewer',
     ['src/ops/**', 'src/viewer/**'],

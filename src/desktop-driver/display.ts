@@ -1,5 +1,12 @@
 import { connect } from 'node:net';
 
+/**
+ * A local X display name as the daemon passes it on a child's command line
+ * (ffmpeg's x11grab, x11vnc): `:N` or `:N.S`, checked before it goes into an
+ * argv, so no name is read as an option.
+ */
+export const LOCAL_DISPLAY_NAME = /^:\d{1,5}(\.\d{1,3})?$/;
+
 /** How long a reachability probe of the X socket may take. */
 const X_SOCKET_PROBE_TIMEOUT_MS = 500;
 

@@ -39,6 +39,7 @@ import {
   type ChildProcess,
   type StartErrorCode,
 } from '../base/child-process.ts';
+import { LOCAL_DISPLAY_NAME } from '../desktop-driver/display.ts';
 import type { Logger } from '../base/log.ts';
 
 /**
@@ -143,7 +144,6 @@ const MAX_CLOCK_SKEW_MS = 60_000;
 const PROBE_TIMEOUT_MS = 30_000;
 const FFMPEG_NOT_FOUND = 'ffmpeg not found: run `bash scripts/setup.sh` (Debian package ffmpeg)';
 
-const DISPLAY_NAME = /^:\d{1,5}(\.\d{1,3})?$/;
 /** A line of `-loglevel level+info` output: `[x11grab @ 0x…] [error] Cannot open display…`. */
 const LOG_LINE = /^(?:\[[^\]]*\] )?\[(trace|debug|verbose|info|warning|error|fatal|panic)\] ?(.*)$/;
 
@@ -218,7 +218,7 @@ function checkOptions(options: VideoOptions, encoding: VideoEncoding): void {
   const bad = (msg: string): never => {
     throw new VideoError('bad_options', msg);
   };
-  if (typeof options.display !== 'string' || !DISPLAY_NAME.test(options.display)) {
+  if (typeof options.display !== 'string' || !LOCAL_DISPLAY_NAME.test(options.display)) {
     bad(`display must look like :N or :N.S, got ${JSON.stringify(String(options.display).slice(0, 40))}`);
   }
   for (const side of ['width', 'height'] as const) {

@@ -51,6 +51,7 @@ import {
   type ChildProcess,
   type StartErrorCode,
 } from '../base/child-process.ts';
+import { LOCAL_DISPLAY_NAME } from '../desktop-driver/display.ts';
 import type { Logger } from '../base/log.ts';
 
 export interface VncServerOptions {
@@ -93,7 +94,6 @@ const PROBE_INTERVAL_MS = 20;
 const X11VNC_STOP_DEADLINE_MS = 3_000;
 /** x11vnc's lines logged per server (it writes ~20 per connection); later ones are counted only. */
 const X11VNC_LOGGED_LINES_MAX = 2_000;
-const DISPLAY_NAME = /^:\d{1,5}(\.\d{1,3})?$/;
 /**
  * What x11vnc writes once it owns a window for the selections, set up in
  * the same step as XFIXES (its cursor shapes): about 0.1 s after it starts
@@ -282,7 +282,7 @@ function checkServerOptions(o: VncServerOptions): string {
   const bad = (msg: string): never => {
     throw new VncError('bad_options', msg);
   };
-  if (typeof o.display !== 'string' || !DISPLAY_NAME.test(o.display)) {
+  if (typeof o.display !== 'string' || !LOCAL_DISPLAY_NAME.test(o.display)) {
     bad(`display must look like :N or :N.S, got ${JSON.stringify(String(o.display).slice(0, 40))}`);
   }
   if (typeof o.dir !== 'string' || !isAbsolute(o.dir)) bad('dir must be an absolute path');
