@@ -146,11 +146,14 @@ function onOff(name: string, v: string | undefined): boolean | undefined {
   return v === 'on';
 }
 
+/** Only plain decimal integers: Number('') would be 0, a silent port 0. */
+const num = (v: string | undefined): number | undefined =>
+  v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
+
 /** The `--record*` flags as `recording` settings (docs/RECORDING.md). */
-function recordingOptions(
-  values: Record<string, string | boolean | string[] | undefined>,
-  num: (v: string | undefined) => number | undefined,
-): Partial<Omit<RecordingSettings, 'retention' | 'redact'>> & {
+function recordingOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<
+  Omit<RecordingSettings, 'retention' | 'redact'>
+> & {
   retention: Partial<RecordingSettings['retention']>;
   redact?: RecordingSettings['redact'];
 } {
@@ -238,10 +241,6 @@ const SERVE_OPTIONS = {
 type ServeValues = ReturnType<
   typeof parseArgs<{ args: string[]; strict: true; options: typeof SERVE_OPTIONS }>
 >['values'];
-
-/** Only plain decimal integers: Number('') would be 0, a silent port 0. */
-const num = (v: string | undefined): number | undefined =>
-  v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
 
 /** What `--log-level` and `--log-format` ask for, checked before anything else is done. */
 function logSettings(values: ServeValues): { level: LogLevel; format: LogFormat } {
@@ -332,7 +331,7 @@ function configFrom(
       maxDownloadBytes: num(values['max-download-bytes']),
       exposeDownloadPaths: values['expose-download-paths'],
     },
-    recording: recordingOptions(values, num),
+    recording: recordingOptions(values),
     takeover: {
       enabled: values['allow-takeover'],
       leaseMs: num(values['takeover-lease-ms']),

@@ -81,8 +81,9 @@ let exitHookInstalled = false;
 
 /** SIGKILLs `child` if this process exits while it still runs, then runs `afterKill` (synchronously: nothing runs after). */
 export function trackChild(child: ChildProcess, afterKill: () => void = () => {}): void {
+  // Called again for a child already tracked, it only sets what to do after the kill.
+  if (!liveChildren.has(child)) child.once('exit', () => liveChildren.delete(child));
   liveChildren.set(child, afterKill);
-  child.once('exit', () => liveChildren.delete(child));
   if (exitHookInstalled) return;
   exitHookInstalled = true;
   process.on('exit', () => {
@@ -171,9 +172,10 @@ export async function fileTail(path: string, chars = 2_000): Promise<string> {
 
 /**
  * A child's output read line by line, bounded: a line is cut at `lineChars`
- * (and a stream without newlines cannot grow the buffer), the last `lines`
- * lines that `keep` accepts are kept for error messages, and `onLine` sees
- * every line (a program's own parser: readiness, progress, logging).
+ * (and a stream without newlines cannot grow the buffer), and the last `lines`
+ * lines are kept for error messages. `onLine` sees every line first (a
+ * program's own parser: readiness, progress, logging) and can leave it out of
+ * the tail by returning false.
  */
 export class OutputLines {
   private pending = '';

@@ -93,7 +93,7 @@ export interface VirtualDisplay {
    * (killed, crashed): the desktop is then broken and its owner rebuilds it.
    */
   onUnexpectedExit(listener: (what: 'Xvfb' | 'openbox') => void): void;
-  /** Stops openbox and Xvfb (SIGTERM, SIGKILL after STOP_DEADLINE_MS) and waits for both to exit. Idempotent. */
+  /** Stops openbox and Xvfb (SIGTERM, SIGKILL after stopChild's deadline) and waits for both to exit. Idempotent. */
   stop(): Promise<void>;
 }
 
