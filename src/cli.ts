@@ -96,6 +96,13 @@ Options:
                            (default ${DEFAULT_CONFIG.takeover.leaseMs}, 10 minutes)
   --takeover-grace-ms MS   how long a holder's viewer may be gone before control goes back
                            to the agent (default ${DEFAULT_CONFIG.takeover.graceMs})
+  --sandbox MODE           auto | off (default auto): each desktop in a sandbox of its own, as
+                           a uid of its own (root) or in user namespaces (not root); the daemon
+                           refuses to start where that is impossible unless this is off
+                           (docs/SECURITY.md "A sandbox per desktop")
+  --sandbox-uids FIRST-LAST
+                           the uids desktops get as root, one each (default
+                           ${DEFAULT_CONFIG.sandbox.uids.first}-${DEFAULT_CONFIG.sandbox.uids.first + DEFAULT_CONFIG.sandbox.uids.count - 1})
   --log-format FORMAT      json | pretty (default: pretty when stderr is a terminal, else json)
 
 Environment:
@@ -149,6 +156,15 @@ function onOff(name: string, v: string | undefined): boolean | undefined {
 /** Only plain decimal integers: Number('') would be 0, a silent port 0. */
 const num = (v: string | undefined): number | undefined =>
   v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
+
+/** `--sandbox-uids FIRST-LAST` as a range; undefined when not given. */
+function idRange(v: string | undefined): { first: number; count: number } | undefined {
+  if (v === undefined) return undefined;
+  const m = /^(\d{1,10})-(\d{1,10})$/.exec(v);
+  if (!m || Number(m[2]) < Number(m[1]))
+    throw new ConfigError(`--sandbox-uids must be FIRST-LAST, got ${JSON.stringify(v)}`);
+  return { first: Number(m[1]), count: Number(m[2]) - Number(m[1]) + 1 };
+}
 
 /** The `--record*` flags as `recording` settings (docs/RECORDING.md). */
 function recordingOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<
@@ -231,6 +247,8 @@ const SERVE_OPTIONS = {
   'record-max-bytes': { type: 'string' },
   'record-max-age-ms': { type: 'string' },
   'allow-takeover': { type: 'boolean' },
+  sandbox: { type: 'string' },
+  'sandbox-uids': { type: 'string' },
   'takeover-lease-ms': { type: 'string' },
   'takeover-grace-ms': { type: 'string' },
   'log-level': { type: 'string' },
@@ -336,6 +354,10 @@ function configFrom(
       enabled: values['allow-takeover'],
       leaseMs: num(values['takeover-lease-ms']),
       graceMs: num(values['takeover-grace-ms']),
+    },
+    sandbox: {
+      mode: values.sandbox as 'auto' | 'off' | undefined,
+      uids: idRange(values['sandbox-uids']),
     },
     logLevel: values['log-level'] as LogLevel | undefined,
     token: token.token,

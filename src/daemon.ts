@@ -27,7 +27,8 @@ import { browserPolicyState, type PolicyState } from './browser/policy.ts';
 import type { Containment } from './ops/health.ts';
 import { DisplayUnavailableError } from './base/errors.ts';
 import { orAfter, ResourceBreaker } from './base/resilience.ts';
-import type { DesktopResources, PartsFactory } from './desktop-pool/desktop.ts';
+import type { DesktopResources, PartsFactory, SandboxSettings } from './desktop-pool/desktop.ts';
+import { chooseSandboxMode, IdAllocator, type DesktopSandbox, type SandboxMode } from './desktop-pool/sandbox.ts';
 import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktop-pool/pool.ts';
 import type { Ops } from './ops/index.ts';
 import { resolve } from 'node:path';
@@ -119,6 +120,35 @@ async function checkContainment(config: DaemonConfig, log: Logger): Promise<Poli
 }
 
 /**
+ * How the pool's desktops are sandboxed (src/desktop-pool/sandbox.ts): the
+ * host is tried now, and a daemon whose desktops cannot be sandboxed does
+ * not start unless the operator turned the sandbox off. Shared mode runs on
+ * the operator's own display, which no sandbox of ours holds: `off`.
+ */
+async function chooseDesktopSandbox(
+  config: DaemonConfig,
+  log: Logger,
+): Promise<{ mode: SandboxMode; settings: SandboxSettings | undefined }> {
+  if (config.desktops.mode !== 'pool') return { mode: 'off', settings: undefined };
+  let mode: SandboxMode;
+  try {
+    mode = await chooseSandboxMode(config.sandbox.mode, config.sandbox.uids);
+  } catch (err) {
+    throw new ConfigError(
+      `desktops cannot be sandboxed on this host: ${err instanceof Error ? err.message : String(err)}. ` +
+        'Install what is missing (`npm run setup`), allow unprivileged user namespaces, or start with `--sandbox off` ' +
+        'to run desktops without a sandbox (docs/SECURITY.md "A sandbox per desktop")',
+    );
+  }
+  if (mode === 'off')
+    log.warn('desktops run without a sandbox (--sandbox off): a compromised page reaches the whole host');
+  else log.info('desktops are sandboxed', { mode, ...(mode === 'uid' ? { uids: config.sandbox.uids } : {}) });
+  return mode === 'off'
+    ? { mode, settings: undefined }
+    : { mode, settings: { mode, ids: new IdAllocator(config.sandbox.uids) } };
+}
+
+/**
  * What each desktop is made of: a desktop worker and (unless the browser is
  * off) a browser, each behind a circuit breaker of its own, so a desktop
  * whose worker or browser keeps failing to start fails only its own
@@ -128,7 +158,7 @@ async function checkContainment(config: DaemonConfig, log: Logger): Promise<Poli
 function desktopParts(
   config: DaemonConfig,
   log: Logger,
-  proxyUrl: string | undefined,
+  proxy: EgressProxy | undefined,
 ): { makeParts: PartsFactory; sandbox: () => Containment['browser_sandbox'] } {
   const breaker = (what: string, component: string, error: (message: string) => Error): ResourceBreaker =>
     new ResourceBreaker(what, config.resilience.breaker, error, log.child({ component }));
@@ -139,11 +169,14 @@ function desktopParts(
     display: string,
     env: Record<string, string>,
     downloadsDir: string,
+    sandbox: DesktopSandbox | undefined,
+    proxyServer: string | undefined,
   ): BrowserManager =>
     new BrowserManager({
       mode,
       display,
       env,
+      ...(sandbox ? { sandbox } : {}),
       executablePath: config.browserSettings.executablePath,
       downloadsDir,
       maxDownloads: config.browserSettings.maxDownloads,
@@ -152,14 +185,20 @@ function desktopParts(
       viewport: config.browserSettings.viewport,
       launchTimeoutMs: config.browserSettings.launchTimeoutMs,
       launchGuard: breaker('browser', 'browser', (message) => new BrowserUnavailableError(message)),
-      proxyServer: proxyUrl!,
+      proxyServer: proxyServer!,
       urlPolicy: { allowHosts: config.browserSettings.allowHosts, denyHosts: config.browserSettings.denyHosts },
       log: log.child({ component: 'browser', desktop: id }),
     });
-  const makeParts: PartsFactory = ({ id, display, env, downloadsDir }) => {
+  const makeParts: PartsFactory = ({ id, display, env, downloadsDir, sandbox }) => {
     const known = lastBrowser;
     const mode = config.browser;
-    const browser = mode === 'off' ? undefined : (lastBrowser = newBrowser(mode, id, display, env, downloadsDir));
+    // A sandboxed desktop's Chromium reaches the proxy through the listener on its own loopback.
+    if (sandbox?.egress) proxy?.adopt(sandbox.egress.server);
+    const proxyServer = sandbox?.egress ? `http://127.0.0.1:${sandbox.egress.port}` : proxy?.url;
+    const browser =
+      mode === 'off'
+        ? undefined
+        : (lastBrowser = newBrowser(mode, id, display, env, downloadsDir, sandbox?.box, proxyServer));
     // Where the kernel refused Chromium its sandbox once, it will again: later desktops launch without trying.
     if (browser && known?.sandbox === false) {
       browser.sandbox = false;
@@ -169,6 +208,7 @@ function desktopParts(
       driver: new WorkerDesktopDriver({
         display,
         env,
+        ...(sandbox ? { within: sandbox.box } : {}),
         log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>
           log[level](msg, { component: 'desktop', desktop: id, ...fields }),
         // The driver's own deadline is a backstop that replaces a hung worker; the executor's timeout,
@@ -254,10 +294,13 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const listening: { port?: number } = {}; // set once the server listens
   const egress = await startEgress(config, log, () => listening.port);
   const policy = await checkContainment(config, log);
-  const parts = desktopParts(config, log, egress.proxy?.url);
+  const parts = desktopParts(config, log, egress.proxy);
+  const sandbox = await chooseDesktopSandbox(config, log);
   // The pool reports to the metrics, which are made further down.
   const reportTo: { metrics?: Ops['metrics'] } = {};
-  const desktops = createDesktops(config, parts.makeParts, log, (event) => reportTo.metrics?.desktopEvent(event));
+  const desktops = createDesktops(config, parts.makeParts, sandbox.settings, log, (event) =>
+    reportTo.metrics?.desktopEvent(event),
+  );
   const executor = createExecutor(config, store, egress.filter, log);
   const activity = new ActivityHub((err) =>
     log.error('activity observer failed; unsubscribed', { error: String(err) }),
@@ -309,6 +352,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
           ? 'private_networks_allowed'
           : 'filtered',
       browser_sandbox: parts.sandbox(),
+      desktop_sandbox: sandbox.mode,
       display_auth: config.displayAuth,
     }),
     ...(recorder ? { recordings: () => recorder.store.usage } : {}),
@@ -430,6 +474,7 @@ async function videoStarter(fps: number, log: Logger): Promise<VideoStarter | un
 function createDesktops(
   config: DaemonConfig,
   makeParts: PartsFactory,
+  sandbox: SandboxSettings | undefined,
   log: Logger,
   onEvent: (event: PoolEvent) => void,
 ): Desktops {
@@ -441,6 +486,7 @@ function createDesktops(
       downloadsRoot,
       makeParts,
       servesBrowser: config.browser !== 'off',
+      ...(sandbox ? { sandbox } : {}),
       log: log.child({ component: 'desktops' }),
       onEvent,
     });

@@ -165,6 +165,7 @@ describe('readiness logic', () => {
     browser_egress: 'off',
     browser_sandbox: 'off_no_browser',
     display_auth: 'external',
+    desktop_sandbox: 'off',
   };
 
   // The shared display's desktop, with a driver that answers only displaySize(): all readiness asks of it.
@@ -285,6 +286,7 @@ describe('metrics and readiness on a daemon with a display', () => {
         browser_egress: 'off',
         browser_sandbox: 'off_no_browser',
         display_auth: 'external',
+        desktop_sandbox: 'off',
       },
       // One session (this test's client) on the one shared display.
       desktops: { mode: 'shared', max: 1, free: 1, leased: 1, waiting: 0 },

@@ -29,11 +29,75 @@ import {
   type ForkOptions,
   type SpawnOptions,
 } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 
 export type { ChildProcess };
+
+/**
+ * A sandbox a child runs in (a desktop's: src/desktop-pool/sandbox.ts). A
+ * confined child is the leader of a process group of its own: the command
+ * line `wrap` gives may fork on its way in (entering a pid namespace does),
+ * so signals go to the whole group (signalChild), never to the first
+ * process alone.
+ */
+export interface Confinement {
+  /** The command line that runs `command args` inside (it keeps the stdio, fds and IPC channel it is given). */
+  wrap(command: string, args: readonly string[]): [string, string[]];
+  /** The part of `env` a confined program may see: nothing of the daemon's own (its token, its paths). */
+  environment(env: NodeJS.ProcessEnv | undefined): NodeJS.ProcessEnv;
+}
+
+/** Children started in a Confinement: signalled as a process group. */
+const groupLeaders = new WeakSet<ChildProcess>();
+
+/**
+ * Sends `signal` to a child: to its whole process group when it was started
+ * confined (the program itself may be the child of the first process).
+ * Returns whether the signal was sent.
+ */
+export function signalChild(child: ChildProcess, signal: NodeJS.Signals): boolean {
+  if (!groupLeaders.has(child) || child.pid === undefined) return child.kill(signal);
+  try {
+    process.kill(-child.pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Spawns an already wrapped command line: detached (a process group of its own) and with the confined environment. */
+/**
+ * The pid of the program a child runs: its own, or for a confined child the
+ * process its wrapper started (the first child of the group's leader), once
+ * that exists.
+ */
+export function programPid(child: ChildProcess): number | undefined {
+  if (!groupLeaders.has(child) || child.pid === undefined) return child.pid;
+  try {
+    const first = readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').trim().split(' ')[0];
+    return first ? Number(first) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function spawnConfined(
+  command: string,
+  args: readonly string[],
+  options: SpawnOptions,
+  within: Confinement | undefined,
+): ChildProcess {
+  if (!within) return spawn(command, args, options);
+  const child = spawn(command, args, {
+    ...options,
+    env: within.environment(options.env ?? process.env),
+    detached: true,
+  });
+  groupLeaders.add(child);
+  return child;
+}
 
 /** Why a child process did not start. */
 export type StartErrorCode = 'not_installed' | 'bad_options' | 'start_failed' | 'start_timeout';
@@ -89,7 +153,7 @@ export function trackChild(child: ChildProcess, afterKill: () => void = () => {}
   process.on('exit', () => {
     for (const [c, after] of liveChildren) {
       try {
-        c.kill('SIGKILL');
+        signalChild(c, 'SIGKILL');
         after();
       } catch {
         // already gone, or nothing left to clean
@@ -152,9 +216,9 @@ export async function stopChild(
     return 'not running';
   }
   child.ref(); // keep the loop alive until it is seen to go
-  child.kill(options.signal ?? 'SIGTERM');
+  signalChild(child, options.signal ?? 'SIGTERM');
   if ((await raceDeadline(gone, options.deadlineMs ?? DEFAULT_STOP_DEADLINE_MS)) === 'done') return 'stopped';
-  child.kill('SIGKILL');
+  signalChild(child, 'SIGKILL');
   await raceDeadline(gone, KILL_DEADLINE_MS);
   return 'killed';
 }
@@ -249,6 +313,8 @@ export interface StartOptions<T> {
   tail: () => string | Promise<string>;
   /** How a child that failed to start is ended: its first signal (default SIGTERM, then SIGKILL). */
   abortSignal?: NodeJS.Signals;
+  /** The sandbox it runs in, if any. */
+  within?: Confinement;
 }
 
 /**
@@ -257,8 +323,10 @@ export interface StartOptions<T> {
  * stopping what it started.
  */
 export async function startChild<T>(o: StartOptions<T>): Promise<{ child: ChildProcess; ready: T }> {
-  const [command, args] = dieWithParent(o.command, o.args);
-  const child = spawn(command, args, o.spawn);
+  const [command, args] = dieWithParent(
+    ...(o.within ? o.within.wrap(o.command, o.args) : ([o.command, o.args] as const)),
+  );
+  const child = spawnConfined(command, args, o.spawn, o.within);
   trackChild(child);
   const aborted = new AbortController();
   const quote = async (): Promise<string> => {
@@ -311,9 +379,26 @@ export async function startChild<T>(o: StartOptions<T>): Promise<{ child: ChildP
   }
 }
 
-/** Forks a Node.js module (the desktop worker) with an IPC channel; the exit hook SIGKILLs it if the daemon exits first. */
-export function forkChild(modulePath: string, options: ForkOptions): ChildProcess {
-  const child = fork(modulePath, [], options);
+/**
+ * Forks a Node.js module (the desktop worker) with an IPC channel, in
+ * `within` when given; the exit hook SIGKILLs it if the daemon exits first.
+ */
+export function forkChild(modulePath: string, options: ForkOptions, within?: Confinement): ChildProcess {
+  let child: ChildProcess;
+  if (within) {
+    // fork runs `execPath …execArgv modulePath`: the sandbox's command line goes in front of node's.
+    const [command, args] = dieWithParent(...within.wrap(process.execPath, options.execArgv ?? []));
+    child = fork(modulePath, [], {
+      ...options,
+      execPath: command,
+      execArgv: args,
+      env: within.environment(options.env ?? process.env),
+      detached: true,
+    });
+    groupLeaders.add(child);
+  } else {
+    child = fork(modulePath, [], options);
+  }
   trackChild(child);
   return child;
 }

@@ -96,6 +96,16 @@ export interface DaemonConfig {
   recording: RecordingSettings;
   /** Human takeover from the viewer (docs/VIEWER.md "Takeover"). */
   takeover: TakeoverSettings;
+  /**
+   * Each desktop's sandbox (docs/SECURITY.md "A sandbox per desktop"):
+   * `auto` picks `uid` as root and `userns` otherwise, and the daemon refuses
+   * to start when the host cannot give it; `off` runs desktops unsandboxed.
+   */
+  sandbox: {
+    mode: 'auto' | 'off';
+    /** `uid` mode: the uids (and gids) desktops get, one each. */
+    uids: { first: number; count: number };
+  };
   limits: {
     /** Largest WebSocket frame, in bytes; a larger one closes the socket with 1009. */
     maxPayloadBytes: number;
@@ -285,6 +295,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     retention: { maxSessions: 200, maxBytes: 2 * 1024 ** 3, maxAgeMs: 7 * 24 * 3_600_000 },
   },
   takeover: { enabled: false, leaseMs: 10 * 60_000, graceMs: 15_000, novncDir: '/usr/share/novnc' },
+  sandbox: { mode: 'auto', uids: { first: 2_000_000_000, count: 1000 } },
   limits: {
     maxPayloadBytes: 1024 * 1024,
     maxToolUsesPerBatch: 100,
@@ -418,6 +429,21 @@ export function resolveConfig(
   }
   if (!['headless', 'headful', 'off'].includes(config.browser)) {
     throw new ConfigError(`--browser must be headless, headful or off, got ${String(config.browser)}`);
+  }
+  if (config.sandbox.mode !== 'auto' && config.sandbox.mode !== 'off') {
+    throw new ConfigError(`--sandbox must be auto or off, got ${String(config.sandbox.mode)}`);
+  }
+  const { first, count } = config.sandbox.uids;
+  if (
+    !Number.isInteger(first) ||
+    !Number.isInteger(count) ||
+    first < 1000 ||
+    count < 1 ||
+    first + count > 2 ** 32 - 2
+  ) {
+    throw new ConfigError(
+      `--sandbox-uids must be FIRST-LAST with 1000 <= FIRST <= LAST < 4294967294, got ${first}+${count}`,
+    );
   }
   const positive: [string, number][] = [
     ['callTimeoutMs', config.callTimeoutMs],

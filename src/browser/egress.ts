@@ -21,7 +21,7 @@
  */
 import { lookup } from 'node:dns/promises';
 import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
-import { BlockList, connect, isIP, type AddressInfo, type Socket } from 'node:net';
+import { BlockList, connect, isIP, type AddressInfo, type Server, type Socket } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
 import type { Logger } from '../base/log.ts';
@@ -231,6 +231,12 @@ export interface EgressProxy {
   port: number;
   /** Requests refused since start, by reason. */
   readonly refused: Record<string, number>;
+  /**
+   * Serves the connections of another listening socket too: a desktop
+   * sandbox's, on its own loopback (src/desktop-pool/sandbox.ts), where its
+   * Chromium's `--proxy-server` points.
+   */
+  adopt(listener: Server): void;
   close(): Promise<void>;
 }
 
@@ -353,6 +359,7 @@ export async function startEgressProxy(filter: EgressFilter, log: Logger): Promi
     url: `http://127.0.0.1:${port}`,
     port,
     refused,
+    adopt: (listener) => listener.on('connection', (socket: Socket) => server.emit('connection', socket)),
     close: () =>
       (closing ??= new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -47,7 +47,24 @@ export interface BrowserOptions {
   launchGuard?: StartGuard;
   /** Variables Chromium gets on top of the daemon's own (a pooled desktop's XAUTHORITY and HOME). */
   env?: Readonly<Record<string, string>>;
+  /**
+   * The desktop's sandbox Chromium runs in (src/desktop-pool/sandbox.ts):
+   * then Chromium's own sandbox is always on, and it gets only the
+   * sandbox's environment.
+   */
+  sandbox?: BrowserSandbox;
   log: Logger;
+}
+
+/** What the browser needs of its desktop's sandbox. */
+export interface BrowserSandbox {
+  /** An executable that runs `command` inside, with the arguments it is given. */
+  launcher(command: string): Promise<string>;
+  environment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv;
+  /** The host's pid of a process as the sandbox numbers it. */
+  hostPid(innerPid: number): number | undefined;
+  /** Where Chromium writes downloads (a folder both sides see). */
+  folders: { downloads: string };
 }
 
 /** Chromium switches that matter on a VM with no outside network (docs/MEASURED.md). */
@@ -178,11 +195,15 @@ export class BrowserManager implements SessionHost {
       log.warn('no folder for browser traces', { error: String(err) });
       return undefined;
     });
+    const confined = this.options.sandbox;
+    const executable = confined ? await confined.launcher(executablePath) : executablePath;
+    const env = { ...process.env, ...this.options.env, ...(display ? { DISPLAY: display } : {}) };
     const start = (sandbox: boolean): Promise<Browser> =>
       chromium.launch({
-        executablePath,
+        executablePath: executable,
         headless,
         chromiumSandbox: sandbox,
+        ...(confined ? { downloadsPath: confined.folders.downloads } : {}),
         args: [
           ...CHROMIUM_ARGS,
           ...(this.options.proxyServer
@@ -191,12 +212,16 @@ export class BrowserManager implements SessionHost {
         ],
         timeout: launchTimeoutMs,
         ...(traces ? { tracesDir: traces.dir } : {}),
-        env: { ...process.env, ...this.options.env, ...(display ? { DISPLAY: display } : {}) },
+        env: confined ? confined.environment(env) : env,
       });
     const asRoot = process.getuid?.() === 0;
     let browser: Browser;
     try {
-      if (this.sandbox === false) {
+      if (confined) {
+        // In a desktop's sandbox Chromium's own runs too, as an unprivileged user: never without it.
+        browser = await start(true);
+        this.sandbox = true;
+      } else if (this.sandbox === false) {
         browser = await start(false);
       } else if (asRoot) {
         this.sandboxOffReason = 'the daemon runs as root, and Chromium will not sandbox itself as root';
@@ -249,7 +274,9 @@ export class BrowserManager implements SessionHost {
       const info = (await cdp.send('SystemInfo.getProcessInfo')) as {
         processInfo: { type: string; id: number }[];
       };
-      this.browserPid = info.processInfo.find((p) => p.type === 'browser')?.id;
+      const reported = info.processInfo.find((p) => p.type === 'browser')?.id;
+      // A sandboxed Chromium numbers itself in its own pid namespace.
+      this.browserPid = reported !== undefined && confined ? confined.hostPid(reported) : reported;
       await cdp.detach();
     } catch (err) {
       log.warn('no browser CDP session', { error: String(err) });

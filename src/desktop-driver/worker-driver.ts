@@ -28,7 +28,7 @@ import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { forkChild, type ChildProcess } from '../base/child-process.ts';
+import { forkChild, programPid, signalChild, type ChildProcess, type Confinement } from '../base/child-process.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../base/errors.ts';
 import type { StartGuard } from '../base/resilience.ts';
 import { displaySocketPath, isDisplayReachable } from './display.ts';
@@ -57,6 +57,8 @@ export interface WorkerDesktopDriverOptions {
   startGuard?: StartGuard;
   /** Variables the worker gets on top of the daemon's own (a pooled desktop's XAUTHORITY and HOME). */
   env?: Readonly<Record<string, string>>;
+  /** The desktop's sandbox the worker runs in (src/desktop-pool/sandbox.ts), if any. */
+  within?: Confinement;
 }
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
@@ -113,6 +115,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
   private readonly callTimeoutMs: number;
   private readonly startGuard: StartGuard | undefined;
   private readonly env: Readonly<Record<string, string>>;
+  private readonly within: Confinement | undefined;
   private child: Child | undefined;
   /** Serialises ops: each waits for the previous op's slot to be freed. */
   private tail: Promise<void> = Promise.resolve();
@@ -131,12 +134,13 @@ export class WorkerDesktopDriver implements DesktopDriver {
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.startGuard = options.startGuard;
     this.env = options.env ?? {};
+    this.within = options.within;
   }
 
   /** The running worker's pid, if one runs (memory accounting, fault tests). */
   get pid(): number | undefined {
     const child = this.child;
-    return child && !child.dead ? child.proc.pid : undefined;
+    return child && !child.dead ? programPid(child.proc) : undefined;
   }
 
   /**
@@ -444,7 +448,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
       child.pending = undefined;
       p.reject(new DriverCrashedError(`desktop worker killed: ${reason}`));
     }
-    child.proc.kill('SIGKILL');
+    signalChild(child.proc, 'SIGKILL');
   }
 
   /** Returns a ready child for the current X server, starting one if needed, unless the start guard refuses. */
@@ -491,14 +495,18 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   private spawn(socketId: string | undefined): Child {
-    const proc = forkChild(WORKER_PATH, {
-      execArgv: ['--import', tsxLoader()],
-      serialization: 'advanced',
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-      // No compile cache: the worker is started again after a crash, and code it would load from a
-      // writable cache folder (/tmp/tsx-<uid>) is code anyone who can write there chooses (docs/SECURITY.md).
-      env: { ...process.env, ...this.env, DISPLAY: this.display, TSX_DISABLE_CACHE: '1' },
-    });
+    const proc = forkChild(
+      WORKER_PATH,
+      {
+        execArgv: ['--import', tsxLoader()],
+        serialization: 'advanced',
+        stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+        // No compile cache: the worker is started again after a crash, and code it would load from a
+        // writable cache folder (/tmp/tsx-<uid>) is code anyone who can write there chooses (docs/SECURITY.md).
+        env: { ...process.env, ...this.env, DISPLAY: this.display, TSX_DISABLE_CACHE: '1' },
+      },
+      this.within,
+    );
     this.log('info', 'desktop worker started', { pid: proc.pid, display: this.display });
     let markReady!: () => void;
     let failReady!: (err: Error) => void;
@@ -556,7 +564,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
       this.log('error', 'desktop worker error', { error: err.message });
       // Never spawned (EAGAIN, EMFILE): no 'exit' will come, so settle as if it had exited.
       if (proc.pid === undefined) gone(null, null);
-      else if (!proc.connected && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+      else if (!proc.connected && proc.exitCode === null && proc.signalCode === null) signalChild(proc, 'SIGKILL');
     });
 
     const gone = (code: number | null, signal: NodeJS.Signals | null): void => {

@@ -16,20 +16,36 @@
  */
 import { rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdtemp, open, readdir, readFile, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  lstat,
+  mkdir,
+  mkdtemp,
+  open,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  stat,
+  statfs,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import {
   fileTail,
+  programPid,
   runTool,
   startChild,
   StartError,
   stopChild,
   trackChild,
   type ChildProcess,
+  type Confinement,
   type StartErrorCode,
 } from '../base/child-process.ts';
-import { ownedTempFolder } from '../base/temp-folder.ts';
+import { ownedTempFolder, processRuns } from '../base/temp-folder.ts';
 import { isDisplayReachable } from './display.ts';
 
 export type VirtualDisplayLogLevel = 'debug' | 'info' | 'warn' | 'error';
@@ -63,6 +79,21 @@ export interface VirtualDisplayOptions {
    * one. By default a file of the display's own, removed by stop().
    */
   xauthority?: string;
+  /**
+   * Runs Xvfb and openbox in a desktop's sandbox (src/desktop-pool/sandbox.ts),
+   * with their files in its folders. The display's number is then reserved
+   * on the host (its lock file), and the host's `/tmp/.X11-unix/X<n>` is a
+   * link to the socket in the sandbox's folder, so clients outside (the
+   * daemon) reach it by the same name as clients inside.
+   */
+  sandbox?: DisplaySandbox;
+}
+
+/** What startVirtualDisplay needs of a sandbox: to run programs in it, and its folders. */
+export interface DisplaySandbox extends Confinement {
+  folders: { display: string; x11: string; framebuffer: string };
+  /** Makes a file the daemon wrote readable by the programs inside. */
+  give(path: string): Promise<void>;
 }
 
 export interface VirtualDisplay {
@@ -235,6 +266,43 @@ export async function sweepStaleFramebuffers(minAgeMs = SWEEP_MIN_AGE_MS): Promi
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** The host's X socket folder and lock files (the X convention every X server follows). */
+const X11_UNIX = '/tmp/.X11-unix';
+const lockPath = (n: number): string => `/tmp/.X${n}-lock`;
+const socketPath = (n: number): string => `${X11_UNIX}/X${n}`;
+/** Display numbers a sandboxed display takes from: above the ones people and CI start by hand. */
+const SANDBOX_FIRST_DISPLAY = 100;
+const SANDBOX_DISPLAYS = 5_000;
+
+/**
+ * Reserves a display number on the host for a sandboxed Xvfb (whose own
+ * lock files are in its private /tmp): its lock file, created exclusively
+ * with this process's pid as X servers write it; a lock whose process is
+ * gone is taken over, as X servers do.
+ */
+async function reserveDisplayNumber(): Promise<number> {
+  await mkdir(X11_UNIX, { recursive: true, mode: 0o1777 });
+  for (let n = SANDBOX_FIRST_DISPLAY; n < SANDBOX_FIRST_DISPLAY + SANDBOX_DISPLAYS; n++) {
+    let lock;
+    for (let attempt = 0; !lock && attempt < 2; attempt++) {
+      try {
+        lock = await open(lockPath(n), 'wx', 0o444);
+      } catch {
+        const owner = Number((await readFile(lockPath(n), 'utf8').catch(() => '')).trim());
+        if (!Number.isSafeInteger(owner) || owner <= 0 || processRuns(owner)) break;
+        await rm(lockPath(n), { force: true });
+        await rm(socketPath(n), { force: true });
+      }
+    }
+    if (!lock) continue;
+    await lock.writeFile(`${String(process.pid).padStart(10)}\n`);
+    await lock.close();
+    if (!(await lstat(socketPath(n)).catch(() => undefined))) return n;
+    await rm(lockPath(n), { force: true });
+  }
+  throw new VirtualDisplayError('start_failed', `no free display number from ${SANDBOX_FIRST_DISPLAY}`);
+}
+
 /**
  * Spawns Xvfb with `-displayfd 3` and resolves with the display number it
  * writes to fd 3 once it accepts connections.
@@ -246,11 +314,15 @@ async function spawnXvfb(
   logFd: number,
   logPath: string,
   timeoutMs: number,
+  reserved: number | undefined,
+  within: Confinement | undefined,
 ): Promise<{ child: ChildProcess; displayNumber: number }> {
   const { child, ready } = await startChild({
     name: 'Xvfb',
     command: 'Xvfb',
+    ...(within ? { within } : {}),
     args: [
+      ...(reserved !== undefined ? [`:${reserved}`] : []),
       ...(fbDir ? ['-fbdir', fbDir] : []),
       '-displayfd',
       '3',
@@ -389,9 +461,11 @@ async function startOpenbox(
   logFd: number,
   logPath: string,
   timeoutMs: number,
+  within: Confinement | undefined,
 ): Promise<ChildProcess> {
   const { child } = await startChild({
     name: 'openbox',
+    ...(within ? { within } : {}),
     command: 'openbox',
     args: ['--sm-disable', '--config-file', rcPath],
     spawn: { stdio: ['ignore', logFd, logFd], env: { ...process.env, DISPLAY: display, XAUTHORITY: xauthority } },
@@ -431,7 +505,9 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
   }
 
   const startedAt = performance.now();
-  const workDir = await ownedTempFolder('xvfb');
+  const sandbox = options.sandbox;
+  const within: Confinement | undefined = sandbox;
+  const workDir = sandbox ? sandbox.folders.display : await ownedTempFolder('xvfb');
   if (!sweptOnce) {
     sweptOnce = true;
     void sweepStaleFramebuffers().then(
@@ -440,21 +516,33 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     );
   }
   ownDir(workDir);
-  const fbDir = depth === 24 ? await framebufferDir(width * height * 4, workDir) : undefined;
+  const fbDir =
+    depth !== 24
+      ? undefined
+      : sandbox
+        ? sandbox.folders.framebuffer
+        : await framebufferDir(width * height * 4, workDir);
   if (fbDir) ownDir(fbDir);
   // The server's cookie: only clients that hold it can connect (no other local user or process).
   const cookie = randomBytes(16);
   const serverAuthPath = join(workDir, 'server-auth');
   await writeFile(serverAuthPath, xauthEntry('', cookie), { mode: 0o600 });
+  await sandbox?.give(serverAuthPath);
   const xauthority = options.xauthority ?? join(workDir, 'Xauthority');
-  const xvfbLogPath = join(options.logDir ?? workDir, 'xvfb.log');
-  const openboxLogPath = join(options.logDir ?? workDir, 'openbox.log');
+  // A sandboxed display's logs stay out of its programs' reach: the daemon quotes them.
+  const privateLogs = sandbox && !options.logDir ? await ownedTempFolder('xvfb-logs') : undefined;
+  if (privateLogs) ownDir(privateLogs);
+  const logDir = options.logDir ?? privateLogs ?? workDir;
+  const xvfbLogPath = join(logDir, 'xvfb.log');
+  const openboxLogPath = join(logDir, 'openbox.log');
   const rcPath = join(workDir, 'openbox-rc.xml');
   // Logs go to files, not pipes: nothing has to drain them, and the error messages quote their tails.
   const xvfbLog = await open(xvfbLogPath, 'a');
   const openboxLog = windowManager ? await open(openboxLogPath, 'a') : undefined;
   let xvfb: ChildProcess | undefined;
   let openbox: ChildProcess | undefined;
+  // A sandboxed display's number, reserved on the host (its lock file and, once it runs, the link to its socket).
+  let reserved: number | undefined;
 
   const cleanUp = async (): Promise<void> => {
     if (openbox) await stopChild(openbox);
@@ -465,10 +553,17 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     if (fbDir) await rm(fbDir, { recursive: true, force: true });
     ownedDirs.delete(workDir);
     if (fbDir) ownedDirs.delete(fbDir);
+    if (privateLogs) {
+      await rm(privateLogs, { recursive: true, force: true });
+      ownedDirs.delete(privateLogs);
+    }
+    if (reserved !== undefined)
+      for (const path of [socketPath(reserved), lockPath(reserved)]) await rm(path, { force: true });
   };
 
   let display: string;
   try {
+    if (sandbox) reserved = await reserveDisplayNumber();
     const started = await spawnXvfb(
       `${width}x${height}x${depth}`,
       serverAuthPath,
@@ -476,10 +571,16 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
       xvfbLog.fd,
       xvfbLogPath,
       startTimeoutMs,
+      reserved,
+      within,
     );
     xvfb = started.child;
     display = `:${started.displayNumber}`;
     await setXauthEntry(xauthority, String(started.displayNumber), cookie);
+    await sandbox?.give(xauthority);
+    // The daemon's side reaches the sandboxed server's socket by its usual name.
+    if (sandbox)
+      await symlink(join(sandbox.folders.x11, `X${started.displayNumber}`), socketPath(started.displayNumber));
     // -displayfd is written once the server listens; the probe double-checks the socket path we hand out.
     const deadline = Date.now() + startTimeoutMs;
     while (!(await isDisplayReachable(display))) {
@@ -492,7 +593,8 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
 
     if (windowManager && openboxLog) {
       await writeFile(rcPath, OPENBOX_RC);
-      openbox = await startOpenbox(display, xauthority, rcPath, openboxLog.fd, openboxLogPath, startTimeoutMs);
+      await sandbox?.give(rcPath);
+      openbox = await startOpenbox(display, xauthority, rcPath, openboxLog.fd, openboxLogPath, startTimeoutMs, within);
       log('debug', 'openbox ready', { display, pid: openbox.pid, ms: Math.round(performance.now() - startedAt) });
     }
   } catch (err) {
@@ -550,10 +652,10 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     display,
     width,
     height,
-    pid: xvfbChild.pid as number,
+    pid: programPid(xvfbChild) ?? (xvfbChild.pid as number),
     xauthority,
     env: { DISPLAY: display, XAUTHORITY: xauthority },
-    ...(openboxChild?.pid !== undefined ? { windowManagerPid: openboxChild.pid } : {}),
+    ...(openboxChild?.pid !== undefined ? { windowManagerPid: programPid(openboxChild) ?? openboxChild.pid } : {}),
     ...(fbDir ? { framebuffer: join(fbDir, XVFB_FRAMEBUFFER_FILE) } : {}),
     onUnexpectedExit: (listener) => void exitListeners.push(listener),
     stop,

@@ -18,6 +18,8 @@ import type { Lane } from './lane.ts';
 import type { Size } from '../base/geometry.ts';
 import type { Logger } from '../base/log.ts';
 import { ownedTempFolder } from '../base/temp-folder.ts';
+import type { Server } from 'node:net';
+import { DesktopSandbox, type IdAllocator, type SandboxMode } from './sandbox.ts';
 
 /** What a call acts on: its session's desktop. */
 export interface DesktopResources {
@@ -43,6 +45,11 @@ export interface DesktopParts {
   home: string;
   /** Its browser downloads folder, removed with it. */
   downloads: string;
+  /** Its sandbox (stopped last), and the uid it was given back to the allocator. */
+  sandbox?: DesktopSandbox;
+  sandboxIds?: IdAllocator;
+  /** The egress proxy's listener on the sandbox's loopback (closed with it). */
+  egress?: Server;
 }
 
 /** Builds a worker driver and a browser manager for one display; the daemon knows their settings. */
@@ -51,7 +58,16 @@ export type PartsFactory = (spec: {
   display: string;
   env: Readonly<Record<string, string>>;
   downloadsDir: string;
+  /** The desktop's sandbox, and the egress proxy's listener inside it, when desktops are sandboxed. */
+  sandbox?: { box: DesktopSandbox; egress?: { server: Server; port: number } };
 }) => { driver: WorkerDesktopDriver; browser: BrowserManager | undefined };
+
+/** How the pool's desktops are sandboxed (src/desktop-pool/sandbox.ts); absent: `--sandbox off`. */
+export interface SandboxSettings {
+  mode: Exclude<SandboxMode, 'off'>;
+  /** `uid` mode: where each desktop's uid comes from. */
+  ids: IdAllocator;
+}
 
 export interface BuildOptions {
   id: string;
@@ -61,6 +77,9 @@ export interface BuildOptions {
   makeParts: PartsFactory;
   /** Start the worker and launch the browser now, so the first calls do not wait for them. */
   warm: boolean;
+  sandbox?: SandboxSettings;
+  /** Whether the browser runs (its egress listener is then made in the sandbox). */
+  browser: boolean;
   log: Logger;
 }
 
@@ -71,16 +90,39 @@ export interface BuildOptions {
  */
 export async function buildDesktop(options: BuildOptions): Promise<DesktopParts> {
   const { id, size, log } = options;
-  const home = await ownedTempFolder(`${id}-home`);
   const downloads = join(options.downloadsRoot, id);
+  const settings = options.sandbox;
+  let home: string | undefined;
   let display: VirtualDisplay | undefined;
   let made: ReturnType<PartsFactory> | undefined;
+  let sandbox: DesktopSandbox | undefined;
+  let uid: number | undefined;
+  let egress: { server: Server; port: number } | undefined;
   try {
+    if (settings) {
+      uid = settings.mode === 'uid' ? settings.ids.take() : undefined;
+      const t0 = performance.now();
+      sandbox = await DesktopSandbox.start({
+        id,
+        mode: settings.mode,
+        ...(uid !== undefined ? { uid } : {}),
+        framebufferBytes: size.width * size.height * 4,
+      });
+      log.debug('sandbox ready', {
+        desktop: id,
+        mode: settings.mode,
+        uid: sandbox.uid,
+        ms: Math.round(performance.now() - t0),
+      });
+    }
+    home = sandbox ? sandbox.folders.home : await ownedTempFolder(`${id}-home`);
     display = await startVirtualDisplay({
       ...size,
       windowManager: true,
+      ...(sandbox ? { sandbox } : {}),
       log: (level, msg, fields) => log[level](msg, { desktop: id, ...fields }),
     });
+    if (sandbox && options.browser) egress = await sandbox.proxyListener();
     made = options.makeParts({
       id,
       display: display.display,
@@ -92,14 +134,32 @@ export async function buildDesktop(options: BuildOptions): Promise<DesktopParts>
         XDG_CONFIG_HOME: join(home, '.config'),
       },
       downloadsDir: downloads,
+      ...(sandbox ? { sandbox: { box: sandbox, ...(egress ? { egress } : {}) } } : {}),
     });
     if (options.warm) {
       await made.driver.displaySize();
       await made.browser?.browserNow();
     }
-    return { ...made, display, home, downloads };
+    return {
+      ...made,
+      display,
+      home,
+      downloads,
+      ...(sandbox ? { sandbox } : {}),
+      ...(settings && uid !== undefined ? { sandboxIds: settings.ids } : {}),
+      ...(egress ? { egress: egress.server } : {}),
+    };
   } catch (err) {
-    await destroyParts({ driver: made?.driver, browser: made?.browser, display, home, downloads });
+    await destroyParts({
+      driver: made?.driver,
+      browser: made?.browser,
+      display,
+      ...(home ? { home } : {}),
+      downloads,
+      ...(sandbox ? { sandbox } : {}),
+      ...(egress ? { egress: egress.server } : {}),
+    });
+    if (uid !== undefined) settings?.ids.give(uid);
     throw err;
   }
 }
@@ -109,6 +169,9 @@ export async function destroyParts(parts: Partial<DesktopParts>): Promise<void> 
   await parts.browser?.close().catch(() => undefined);
   await parts.driver?.close().catch(() => undefined);
   await parts.display?.stop().catch(() => undefined);
+  parts.egress?.close();
+  await parts.sandbox?.stop().catch(() => undefined);
+  if (parts.sandbox && parts.sandboxIds && parts.sandbox.mode === 'uid') parts.sandboxIds.give(parts.sandbox.uid);
   for (const dir of [parts.home, parts.downloads]) {
     if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
   }

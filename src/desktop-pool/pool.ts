@@ -23,7 +23,14 @@ import { Hold } from './hold.ts';
 import { Lane } from './lane.ts';
 import type { Size } from '../base/geometry.ts';
 import type { Logger } from '../base/log.ts';
-import { buildDesktop, destroyParts, type DesktopParts, type DesktopResources, type PartsFactory } from './desktop.ts';
+import {
+  buildDesktop,
+  destroyParts,
+  type DesktopParts,
+  type DesktopResources,
+  type PartsFactory,
+  type SandboxSettings,
+} from './desktop.ts';
 
 export type DesktopMode = 'pool' | 'shared';
 /** `broken`: a start failed (cooling down before the next try), or its display died and it is being rebuilt. */
@@ -115,6 +122,8 @@ export interface PoolOptions {
   downloadsRoot: string;
   makeParts: PartsFactory;
   servesBrowser: boolean;
+  /** How each desktop is sandboxed; absent: not at all (`--sandbox off`). */
+  sandbox?: SandboxSettings;
   log: Logger;
   onEvent?: (event: PoolEvent) => void;
 }
@@ -435,8 +444,17 @@ export class DesktopPool implements Desktops {
 
   /** Starts the processes of `d` (first start, or a rebuild), warm: worker and browser running. */
   private build(d: PooledDesktop): Promise<DesktopParts> {
-    const { downloadsRoot, makeParts, log } = this.options;
-    return buildDesktop({ id: d.id, size: d.size, downloadsRoot, makeParts, warm: true, log });
+    const { downloadsRoot, makeParts, log, servesBrowser, sandbox } = this.options;
+    return buildDesktop({
+      id: d.id,
+      size: d.size,
+      downloadsRoot,
+      makeParts,
+      warm: true,
+      browser: servesBrowser,
+      ...(sandbox ? { sandbox } : {}),
+      log,
+    });
   }
 
   /** Tears a desktop down and frees its place; the queue and the warm set are then refilled. */

@@ -43,6 +43,8 @@ export interface Containment {
   browser_egress: 'filtered' | 'private_networks_allowed' | 'off';
   /** Chromium's renderer sandbox; `not_started` until the browser's first launch tells. */
   browser_sandbox: 'on' | 'off' | 'not_started' | 'off_no_browser';
+  /** Each desktop's sandbox (docs/SECURITY.md "A sandbox per desktop"): its own uid, its own user namespace, or none. */
+  desktop_sandbox: 'uid' | 'userns' | 'off';
   /** The X display: our own Xvfb, which admits only cookie holders, or a display the operator gave. */
   display_auth: 'cookie' | 'external';
 }

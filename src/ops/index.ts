@@ -33,6 +33,7 @@ export function createOps(deps: OpsDeps): Ops {
     status: deps.status,
     desktops: deps.desktops,
     ...(deps.recordings ? { recordings: deps.recordings } : {}),
+    sandbox: () => deps.containment().desktop_sandbox,
   });
   const readiness = createReadiness({
     status: deps.status,

@@ -63,6 +63,8 @@ export interface MetricsDeps {
   desktops?: Pick<Desktops, 'capacity' | 'list'>;
   /** The recordings on disk (docs/RECORDING.md), read at scrape time; absent when recording is off. */
   recordings?: () => { recordings: number; live: number; bytes: number };
+  /** Each desktop's sandbox mode (docs/SECURITY.md "A sandbox per desktop"), read at scrape time. */
+  sandbox?: () => 'uid' | 'userns' | 'off';
 }
 
 export interface Metrics {
@@ -426,6 +428,19 @@ export function createMetrics(deps: MetricsDeps): Metrics {
   });
   const calls = callMetrics(registers, boundedLabels(deps.served, deps.plainToolName), deps.plainToolName);
   serverGauges(registers, deps.status);
+  const sandbox = deps.sandbox;
+  if (sandbox) {
+    new Gauge({
+      name: 'deskbatch_desktop_sandbox',
+      help: "1 for the mode each desktop's sandbox runs in: uid (a uid of its own), userns (user namespaces), off.",
+      labelNames: ['mode'],
+      registers,
+      collect() {
+        const mode = sandbox();
+        for (const m of ['uid', 'userns', 'off'] as const) this.set({ mode: m }, m === mode ? 1 : 0);
+      },
+    });
+  }
   const desktopEvent = desktopMetrics(registers, deps.desktops);
   const takeover = takeoverMetrics(registers);
   const recording = recordingMetrics(registers, deps.recordings);

@@ -33,6 +33,7 @@ import {
   OutputLines,
   runTool,
   running,
+  signalChild,
   startChild,
   StartError,
   stopChild,
@@ -506,13 +507,13 @@ export class DesktopVideo {
    */
   pause(): void {
     if (this.paused || !this.running() || this.stopping) return;
-    this.paused = this.child.kill('SIGSTOP');
+    this.paused = signalChild(this.child, 'SIGSTOP');
   }
 
   resume(): void {
     if (!this.paused) return;
     this.paused = false;
-    if (this.running()) this.child.kill('SIGCONT');
+    if (this.running()) signalChild(this.child, 'SIGCONT');
   }
 
   /**

@@ -44,6 +44,7 @@ import {
   raceDeadline,
   runTool,
   runToolSync,
+  signalChild,
   running,
   startChild,
   StartError,
@@ -387,7 +388,7 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
   // memory must go too, synchronously, as nothing runs after.
   const onProcessExit = (): void => {
     try {
-      child.kill('SIGKILL');
+      signalChild(child, 'SIGKILL');
       const ids = sharedMemoryOf(pid, spawnedAtEpochSeconds);
       if (ids.length)
         runToolSync(

@@ -1,0 +1,445 @@
+/**
+ * A desktop's sandbox (docs/SECURITY.md "A sandbox per desktop"): every
+ * process of one desktop (Xvfb, openbox, the desktop worker, Chromium) runs
+ *
+ * - as an identity of its own: in `uid` mode (the daemon runs as root) a
+ *   uid and gid from the operator's range, one per desktop; in `userns` mode
+ *   (the daemon is an unprivileged user) an unprivileged uid inside a user
+ *   namespace of the desktop's own; never root, no capabilities, and
+ *   `no_new_privs`;
+ * - in namespaces of its own: mount (the system read-only, a private /tmp
+ *   and /dev/shm, the desktop's own folders and nothing else of the daemon:
+ *   no data folder, token, recordings, or other desktop), pid (it sees and
+ *   signals only its own desktop's processes), network (loopback only: the
+ *   one way out is the egress proxy's listener, which the daemon holds,
+ *   below), IPC and UTS.
+ *
+ * The mechanism: bubblewrap (Debian's `bubblewrap`, the sandbox Flatpak
+ * uses) builds the namespaces once per desktop around a holder process that
+ * only waits; each program then joins them with util-linux's `nsenter` and
+ * drops to the desktop's identity with `setpriv` (wrap). Ending the holder
+ * ends every process in the sandbox (it is the pid namespace's init).
+ *
+ * The egress proxy: a short-lived Node.js process inside the sandbox opens
+ * a listening socket on the sandbox's own loopback and hands it to the
+ * daemon over its IPC channel; the daemon's proxy serves connections on it.
+ * Chromium's `--proxy-server` names that address. A request that ignores
+ * the proxy setting has no route anywhere.
+ */
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
+import { chmod, chown, mkdir, mkdtemp, rm, statfs, writeFile } from 'node:fs/promises';
+import type { Server } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Readable } from 'node:stream';
+import {
+  OutputLines,
+  startChild,
+  StartError,
+  stopChild,
+  type ChildProcess,
+  type Confinement,
+} from '../base/child-process.ts';
+import { ownedTempFolder } from '../base/temp-folder.ts';
+
+/** How desktops are sandboxed: `uid` (root daemon), `userns` (unprivileged daemon), `off` (the operator's `--sandbox off`). */
+export type SandboxMode = 'uid' | 'userns' | 'off';
+
+/** A sandbox could not be made; the message says why. */
+export class SandboxError extends StartError {
+  override readonly name = 'SandboxError';
+}
+
+/** The operator's range of uids (and gids: the same numbers) for `uid` mode. */
+export interface IdRange {
+  first: number;
+  count: number;
+}
+
+/** The default range: far above login users and the usual subordinate-id ranges (docs/SECURITY.md). */
+export const DEFAULT_ID_RANGE: IdRange = { first: 2_000_000_000, count: 1000 };
+
+/** The uid a desktop's programs have inside their own user namespace (`userns` mode): not root, so Chromium sandboxes itself. */
+const USERNS_INNER_ID = 1000;
+
+const BWRAP = '/usr/bin/bwrap';
+const NSENTER = '/usr/bin/nsenter';
+const SETPRIV = '/usr/bin/setpriv';
+const HOLDER = '/usr/bin/sleep';
+const BWRAP_NOT_FOUND = 'bubblewrap not found: run `npm run setup` (Debian package bubblewrap)';
+const HOLDER_START_MS = 10_000;
+const PROXY_LISTENER_START_MS = 15_000;
+/** Bytes of the sandbox's private /tmp and /dev/shm (memory): Chromium's profile and shared memory live there. */
+const TMPFS_BYTES = 1024 * 1024 * 1024;
+/** The repository's files a desktop's programs need (the worker's code): read-only, and nothing else of it. */
+const CODE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const CODE_PATHS = ['package.json', 'src', 'node_modules'];
+
+/**
+ * Variables a confined program may get from what its caller passes: the
+ * daemon's own environment may hold its token (DESKBATCH_TOKEN) or paths,
+ * and a desktop's processes can read each other's environment.
+ */
+const ENV_KEPT = new Set([
+  'PATH',
+  'HOME',
+  'LANG',
+  'LANGUAGE',
+  'TZ',
+  'DISPLAY',
+  'XAUTHORITY',
+  'TSX_DISABLE_CACHE',
+  'DESKBATCH_FRAMEBUFFER',
+  'FONTCONFIG_PATH',
+]);
+const ENV_KEPT_PREFIXES = ['LC_', 'XDG_'];
+
+/** Hands out the uids of `uid` mode: the lowest free one of the range, never two desktops the same. */
+export class IdAllocator {
+  private readonly taken = new Set<number>();
+  constructor(private readonly range: IdRange) {}
+
+  take(): number {
+    for (let i = 0; i < this.range.count; i++) {
+      const id = this.range.first + i;
+      if (!this.taken.has(id)) {
+        this.taken.add(id);
+        return id;
+      }
+    }
+    throw new SandboxError('start_failed', `every uid of the sandbox range is in use (${this.range.count} desktops)`);
+  }
+
+  give(id: number): void {
+    this.taken.delete(id);
+  }
+}
+
+/** Where a desktop's folders are: all of them on the host, bound at the same paths inside. */
+export interface SandboxFolders {
+  /** The root (0711, the daemon's): everything below belongs to the desktop. */
+  root: string;
+  /** The desktop's HOME. */
+  home: string;
+  /** Its display's files (X cookie, window manager config). */
+  display: string;
+  /** Its X socket folder: /tmp/.X11-unix inside. */
+  x11: string;
+  /** Where its Xvfb keeps the screen (/dev/shm when there is room). */
+  framebuffer: string;
+  /** Where Chromium saves downloads before the daemon moves them (Playwright's downloadsPath). */
+  downloads: string;
+}
+
+export interface SandboxOptions {
+  id: string;
+  mode: Exclude<SandboxMode, 'off'>;
+  /** `uid` mode: the desktop's uid and gid. */
+  uid?: number;
+  /**
+   * Host paths the programs need besides the system (an operator's X socket
+   * and cookie, in shared mode): bound read-only (`rw` to write) at the same
+   * path inside.
+   */
+  extraBinds?: { path: string; rw?: boolean; at?: string }[];
+  /** Bytes the framebuffer needs: on /dev/shm when it has room for it four times over. */
+  framebufferBytes: number;
+}
+
+/** A running sandbox of one desktop. */
+export class DesktopSandbox implements Confinement {
+  /** The programs' identity as the host sees it. */
+  readonly uid: number;
+  private stopping: Promise<void> | undefined;
+  private launcherDir: string | undefined;
+
+  private constructor(
+    readonly mode: Exclude<SandboxMode, 'off'>,
+    readonly folders: SandboxFolders,
+    private readonly holder: ChildProcess,
+    /** The holder's pid on the host: the pid namespace's init. */
+    readonly holderPid: number,
+    private readonly innerId: number,
+    private readonly removeOnStop: string[],
+  ) {
+    this.uid = mode === 'uid' ? innerId : (process.getuid?.() ?? innerId);
+  }
+
+  /** Makes the desktop's folders and namespaces; rejects with SandboxError, leaving nothing behind. */
+  static async start(o: SandboxOptions): Promise<DesktopSandbox> {
+    if (!existsSync(BWRAP)) throw new SandboxError('not_installed', BWRAP_NOT_FOUND);
+    const innerId = o.mode === 'uid' ? o.uid! : USERNS_INNER_ID;
+    const hostOwner = o.mode === 'uid' ? innerId : process.getuid!();
+    const root = await ownedTempFolder(`${o.id}-sandbox`);
+    const removeOnStop = [root];
+    try {
+      await chmod(root, 0o711);
+      const sub = async (name: string, mode = 0o700): Promise<string> => {
+        const path = join(root, name);
+        await mkdir(path, { mode });
+        await chmod(path, mode);
+        await chown(path, hostOwner, hostOwner);
+        return path;
+      };
+      let framebuffer: string;
+      try {
+        const fs = await statfs('/dev/shm');
+        if (fs.bavail * fs.bsize < 4 * o.framebufferBytes) throw new Error('no room');
+        framebuffer = await mkdtemp('/dev/shm/deskbatch-fb-');
+        removeOnStop.push(framebuffer);
+        await chown(framebuffer, hostOwner, hostOwner);
+      } catch {
+        framebuffer = await sub('framebuffer');
+      }
+      const folders: SandboxFolders = {
+        root,
+        home: await sub('home'),
+        display: await sub('display'),
+        x11: await sub('x11', 0o1777),
+        framebuffer,
+        downloads: await sub('downloads'),
+      };
+      const args = bwrapArgs(o, folders, innerId);
+      const { child, ready } = await startChild({
+        name: 'bubblewrap',
+        command: BWRAP,
+        args,
+        spawn: { stdio: ['ignore', 'ignore', 'pipe', 'pipe'] },
+        error: SandboxError,
+        notInstalled: BWRAP_NOT_FOUND,
+        timeoutMs: HOLDER_START_MS,
+        exitedBefore: 'before the sandbox was ready',
+        notReady: 'did not make the sandbox',
+        tail: () => output.quoted(),
+        ready: async (started, aborted) => {
+          const pid = await readInfo(started.stdio[3] as Readable);
+          // bubblewrap reports its init before the mounts are made: ready once the holder itself runs.
+          while (!aborted.aborted && !holderRuns(pid)) await new Promise((r) => setTimeout(r, 5));
+          return pid;
+        },
+      });
+      const output = new OutputLines().read(child.stderr);
+      child.unref();
+      return new DesktopSandbox(o.mode, folders, child, ready, innerId, removeOnStop);
+    } catch (err) {
+      for (const dir of removeOnStop) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      throw err instanceof StartError
+        ? err
+        : new SandboxError('start_failed', `cannot make the sandbox: ${String(err)}`);
+    }
+  }
+
+  /** `nsenter` into the holder's namespaces, then `setpriv` down to the desktop's identity, then the program. */
+  wrap(command: string, args: readonly string[]): [string, string[]] {
+    const enter =
+      this.mode === 'uid'
+        ? ['-t', String(this.holderPid), '-m', '-p', '-n', '-i', '-u', '-r', '-w']
+        : ['-t', String(this.holderPid), '-U', '--preserve-credentials', '-m', '-p', '-n', '-i', '-u', '-r', '-w'];
+    const drop =
+      this.mode === 'uid'
+        ? ['--reuid', String(this.innerId), '--regid', String(this.innerId), '--clear-groups', '--bounding-set', '-all']
+        : [];
+    // The inner setpriv's pdeathsig: the program dies with nsenter, which waits for it outside.
+    return [
+      NSENTER,
+      [...enter, '--', SETPRIV, '--pdeathsig', 'KILL', ...drop, '--no-new-privs', '--', command, ...args],
+    ];
+  }
+
+  environment(env: NodeJS.ProcessEnv | undefined): NodeJS.ProcessEnv {
+    const kept: NodeJS.ProcessEnv = {};
+    for (const [k, v] of Object.entries(env ?? {})) {
+      if (v !== undefined && (ENV_KEPT.has(k) || ENV_KEPT_PREFIXES.some((p) => k.startsWith(p)))) kept[k] = v;
+    }
+    kept.HOME = this.folders.home;
+    kept.TMPDIR = '/tmp';
+    return kept;
+  }
+
+  /** Makes a file the daemon wrote readable by the desktop's programs (its owner becomes theirs). */
+  async give(path: string): Promise<void> {
+    if (this.mode === 'uid') await chown(path, this.innerId, this.innerId);
+  }
+
+  /**
+   * An executable file that runs `command` in this sandbox with the
+   * arguments it is given (Playwright starts Chromium by a path). It lives
+   * in a folder of the daemon's own that the sandbox cannot see or write:
+   * the daemon runs it.
+   */
+  async launcher(command: string): Promise<string> {
+    this.launcherDir ??= await ownedTempFolder('launcher');
+    const [cmd, args] = this.wrap(command, []);
+    const words = [SETPRIV, '--pdeathsig', 'KILL', '--', cmd, ...args];
+    for (const w of words)
+      if (!/^[A-Za-z0-9_./=:,+-]+$/.test(w)) throw new SandboxError('bad_options', `cannot quote ${w}`);
+    const path = join(this.launcherDir, 'run');
+    await writeFile(path, `#!/bin/sh\nexec ${words.join(' ')} "$@"\n`, { mode: 0o700 });
+    return path;
+  }
+
+  /** The host's pid of the process the sandbox knows as `innerPid` (CDP reports pids as its pid namespace sees them). */
+  hostPid(innerPid: number): number | undefined {
+    let ns: string;
+    try {
+      ns = readlinkSync(`/proc/${this.holderPid}/ns/pid`);
+    } catch {
+      return undefined;
+    }
+    for (const name of readdirSync('/proc')) {
+      if (!/^\d+$/.test(name)) continue;
+      try {
+        if (readlinkSync(`/proc/${name}/ns/pid`) !== ns) continue;
+        const nspid = /^NSpid:\s+(.+)$/m
+          .exec(readFileSync(`/proc/${name}/status`, 'utf8'))?.[1]
+          ?.trim()
+          .split(/\s+/);
+        if (nspid && Number(nspid[nspid.length - 1]) === innerPid) return Number(name);
+      } catch {
+        // gone meanwhile
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * A listening socket on the sandbox's own loopback, handed to the daemon:
+   * the egress proxy serves it. A process inside opens it and passes it over
+   * its IPC channel, then exits.
+   */
+  async proxyListener(): Promise<{ server: Server; port: number }> {
+    const code =
+      "const s=require('node:net').createServer();s.listen(0,'127.0.0.1',()=>" +
+      'process.send({port:s.address().port},s,()=>{s.close();process.disconnect()}))';
+    const { ready } = await startChild({
+      name: 'the egress listener',
+      command: process.execPath,
+      args: ['-e', code],
+      spawn: { stdio: ['ignore', 'ignore', 'pipe', 'ipc'] },
+      within: this,
+      error: SandboxError,
+      notInstalled: `${process.execPath} not found`,
+      timeoutMs: PROXY_LISTENER_START_MS,
+      exitedBefore: 'before it handed over its socket',
+      notReady: 'did not hand over its socket',
+      tail: () => '',
+      ready: (child) =>
+        new Promise<{ server: Server; port: number }>((resolve) => {
+          child.once('message', (msg: { port: number }, handle: unknown) =>
+            resolve({ server: handle as Server, port: msg.port }),
+          );
+        }),
+    });
+    return ready;
+  }
+
+  /** Ends every process in the sandbox and removes its folders. Idempotent. */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      // The init first (the kernel then kills every process of its pid namespace), so that bubblewrap
+      // outside reaps it and exits; then bubblewrap, if it has not.
+      try {
+        process.kill(this.holderPid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      await stopChild(this.holder, { signal: 'SIGKILL' });
+      for (const dir of [...this.removeOnStop, ...(this.launcherDir ? [this.launcherDir] : [])]) {
+        await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      }
+    })();
+    return this.stopping;
+  }
+}
+
+/** The holder's bubblewrap command line. */
+function bwrapArgs(o: SandboxOptions, folders: SandboxFolders, innerId: number): string[] {
+  const args = ['--die-with-parent', '--unshare-pid', '--unshare-net', '--unshare-ipc', '--unshare-uts'];
+  if (o.mode === 'userns') args.push('--unshare-user', '--uid', String(innerId), '--gid', String(innerId));
+  args.push('--hostname', 'desktop');
+  // The system, read-only: /usr and /etc (merged /usr: /bin, /lib… are links into it).
+  args.push('--ro-bind', '/usr', '/usr', '--ro-bind', '/etc', '/etc', '--ro-bind-try', '/sys', '/sys');
+  for (const top of ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32']) {
+    let st;
+    try {
+      st = lstatSync(top);
+    } catch {
+      continue;
+    }
+    if (st.isSymbolicLink()) args.push('--symlink', readlinkSync(top), top);
+    else args.push('--ro-bind', top, top);
+  }
+  // Node.js itself, where it is not under /usr (nvm, /opt).
+  const nodeRoot = dirname(dirname(realpathSync(process.execPath)));
+  if (!nodeRoot.startsWith('/usr/') && nodeRoot !== '/usr' && nodeRoot !== '/')
+    args.push('--ro-bind', nodeRoot, nodeRoot);
+  args.push('--proc', '/proc', '--dev', '/dev');
+  args.push('--size', String(TMPFS_BYTES), '--perms', '1777', '--tmpfs', '/tmp');
+  args.push('--size', String(TMPFS_BYTES), '--perms', '1777', '--tmpfs', '/dev/shm');
+  // The code's folders: their parents made searchable (bubblewrap makes them 0700 as root).
+  const parents: string[] = [];
+  for (let dir = CODE_ROOT; dir !== '/' && dir !== '/tmp'; dir = dirname(dir)) parents.unshift(dir);
+  for (const dir of parents) args.push('--perms', '0755', '--dir', dir);
+  for (const p of CODE_PATHS) {
+    const path = join(CODE_ROOT, p);
+    if (existsSync(path)) args.push('--ro-bind', realpathSync(path), path);
+  }
+  args.push('--bind', folders.root, folders.root);
+  if (!folders.framebuffer.startsWith(`${folders.root}/`))
+    args.push('--bind', folders.framebuffer, folders.framebuffer);
+  args.push('--bind', folders.x11, '/tmp/.X11-unix');
+  for (const b of o.extraBinds ?? []) args.push(b.rw ? '--bind' : '--ro-bind', b.path, b.at ?? b.path);
+  args.push('--chdir', folders.home, '--setenv', 'HOME', folders.home, '--info-fd', '3', '--');
+  if (o.mode === 'uid') {
+    args.push(SETPRIV, '--reuid', String(innerId), '--regid', String(innerId), '--clear-groups');
+    args.push('--bounding-set', '-all', '--no-new-privs', '--');
+  }
+  args.push(HOLDER, 'infinity');
+  return args;
+}
+
+/**
+ * Whether the sandbox's init (`pid`) runs the holder program: bubblewrap
+ * executes it once every mount and namespace is in place.
+ */
+function holderRuns(pid: number): boolean {
+  try {
+    const child = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ')[0];
+    return (
+      child !== undefined && child !== '' && readFileSync(`/proc/${child}/cmdline`, 'utf8') === `${HOLDER}\0infinity\0`
+    );
+  } catch {
+    return false;
+  }
+}
+
+/** Reads bubblewrap's `--info-fd` JSON: the pid (on the host) of the sandbox's init. */
+function readInfo(fd3: Readable): Promise<number> {
+  return new Promise<number>((resolve) => {
+    let text = '';
+    fd3.setEncoding('utf8');
+    fd3.on('data', (chunk: string) => {
+      text += chunk;
+      const m = /"child-pid":\s*(\d+)/.exec(text);
+      if (m) resolve(Number(m[1]));
+    });
+  }).finally(() => fd3.destroy());
+}
+
+/**
+ * The mode this host gives desktops: `off` when the operator asked for it;
+ * else `uid` as root and `userns` otherwise, proven by making (and ending) a
+ * sandbox now. Rejects with SandboxError saying why when it cannot.
+ */
+export async function chooseSandboxMode(requested: 'auto' | 'off', range: IdRange): Promise<SandboxMode> {
+  if (requested === 'off') return 'off';
+  const mode = process.getuid?.() === 0 ? 'uid' : 'userns';
+  const probe = await DesktopSandbox.start({ id: 'probe', mode, uid: range.first, framebufferBytes: 0 });
+  try {
+    // A program must run in it as the desktop's identity, not only the holder.
+    await probe.proxyListener().then(({ server }) => server.close());
+  } finally {
+    await probe.stop();
+  }
+  return mode;
+}
