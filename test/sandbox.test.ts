@@ -7,15 +7,22 @@
  * which shows the probes can tell.
  */
 import assert from 'node:assert/strict';
-import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
 import { existsSync, readlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { computerUse, startTestDaemon, TEST_TOKEN, type TestDaemon } from '../testkit/daemon.ts';
+import { computerUse, startTestDaemon, TEST_TOKEN, TestClient } from '../testkit/daemon.ts';
+import { startDaemonProcess } from '../testkit/daemon-process.ts';
 import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 import { chromiumBrowsers, identityOf, runProbes, type Probe } from '../testkit/sandbox-probes.ts';
 import { until } from '../testkit/wait.ts';
+import { newLogDir } from '../testkit/artifacts.ts';
+
+/** The repository (the unprivileged daemon runs its code) and the user it runs as. */
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const NOBODY = 65534;
 
 const POOL = {
   mode: 'pool',
@@ -34,10 +41,16 @@ interface Desktop {
 }
 
 /** Two sessions, each on its own desktop with its browser running; their desktops' Chromium processes. */
-async function twoDesktops(d: TestDaemon, web: WebServer): Promise<[Desktop, Desktop]> {
-  const ours = (env: Record<string, string>): boolean => (env.HOME ?? '').includes(`-p${process.pid}-`);
+async function twoDesktops(
+  url: string,
+  daemonPid: number,
+  web: WebServer,
+  clients: TestClient[],
+): Promise<[Desktop, Desktop]> {
+  const ours = (env: Record<string, string>): boolean => (env.HOME ?? '').includes(`-p${daemonPid}-`);
   for (const [i, session] of ['a', 'b'].entries()) {
-    const c = await d.connect();
+    const c = await TestClient.open(url);
+    clients.push(c);
     await c.hello();
     const { result } = await c.batch(`${session}1`, [
       browserUse('navigate', { url: `${web.origin}/` }),
@@ -65,6 +78,7 @@ function attacks(
   b: Desktop,
   secrets: { token: string; readable: string },
   ports: { daemon: number; web: number },
+  daemonHome: string,
 ): [string, Probe][] {
   return [
     ['read the daemon token file', { kind: 'read', path: secrets.token }],
@@ -80,7 +94,7 @@ function attacks(
     ['connect to a loopback server', { kind: 'connect', host: '127.0.0.1', port: ports.web }],
     ['connect to an internet address without the proxy', { kind: 'connect', host: '1.1.1.1', port: 80 }],
     ['write into /etc', { kind: 'write', path: '/etc/deskbatch-probe' }],
-    ["write into the daemon's HOME", { kind: 'write', path: join(process.env.HOME ?? '/root', 'deskbatch-probe') }],
+    ["write into the daemon's HOME", { kind: 'write', path: join(daemonHome, 'deskbatch-probe') }],
   ];
 }
 
@@ -104,93 +118,131 @@ describe('a sandbox per desktop', { timeout: 300_000 }, () => {
     await rm(secretsDir, { recursive: true, force: true });
   });
 
+  /**
+   * Starts nothing itself: `daemon` is a running daemon with two warm pool desktops. Runs every
+   * attack from A, then checks that A's own desktop and the proxy still work from inside and what
+   * /readyz and /metrics say. Returns each attack's outcome.
+   */
+  async function attackFrom(daemon: {
+    url: string;
+    port: number;
+    pid: number;
+    home: string;
+    mode: 'uid' | 'userns' | 'off';
+  }): Promise<Record<string, { ok: boolean; error?: string }>> {
+    const base = `http://127.0.0.1:${daemon.port}`;
+    // Before any session: /readyz states the sandbox's mode.
+    const ready = await until('/readyz to answer ready', async () => {
+      const body = (await (await fetch(`${base}/readyz`)).json()) as { containment?: { desktop_sandbox: string } };
+      return body.containment ? body : undefined;
+    });
+    assert.equal(ready.containment?.desktop_sandbox, daemon.mode);
+    const metrics = await (
+      await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${TEST_TOKEN}` } })
+    ).text();
+    assert.match(metrics, new RegExp(`^deskbatch_desktop_sandbox\\{mode="${daemon.mode}"\\} 1$`, 'm'));
+    const clients: TestClient[] = [];
+    try {
+      const [a, b] = await twoDesktops(daemon.url, daemon.pid, web, clients);
+      const probes = attacks(
+        a,
+        b,
+        secrets,
+        { daemon: daemon.port, web: Number(new URL(web.origin).port) },
+        daemon.home,
+      );
+      const results = await runProbes(
+        a.pid,
+        probes.map(([, p]) => p),
+      );
+      // A write counts only if it reached the host's file (inside, a parent folder may be the sandbox's own tmpfs).
+      const outcome = Object.fromEntries(
+        probes.map(([name, p], i) => {
+          const r = results[i]!;
+          return [
+            name,
+            p.kind === 'write' && r.ok && !existsSync(p.path) ? { ok: false, error: 'not on the host' } : r,
+          ];
+        }),
+      );
+      if (daemon.mode === 'off') return outcome;
+      // Its own desktop still works from inside: its screen, its cookie, and the proxy (the one way out).
+      const cmdline = (await readFile(`/proc/${a.pid}/cmdline`, 'utf8')).replaceAll('\0', ' ');
+      const proxy = /--proxy-server=http:\/\/(\S+)/.exec(cmdline)![1]!;
+      const own = await runProbes(a.pid, [
+        { kind: 'read', path: a.env.DESKBATCH_FRAMEBUFFER! },
+        { kind: 'read', path: a.env.XAUTHORITY! },
+        { kind: 'proxy-get', proxy, url: `${web.origin}/` },
+      ]);
+      assert.deepEqual(
+        own.map((r) => r.ok),
+        [true, true, true],
+        `its own desktop and the proxy: ${JSON.stringify(own)}`,
+      );
+      // A write to /tmp lands in its own /tmp, never the host's.
+      const marker = `deskbatch-probe-${process.pid}`;
+      const wrote = await runProbes(a.pid, [{ kind: 'write', path: `/tmp/${marker}` }]);
+      assert.equal(wrote[0]!.ok, true);
+      assert.equal(existsSync(join('/tmp', marker)), false, "a desktop's /tmp is its own");
+      // Identities: never root, never the daemon's, never the other desktop's; no capabilities, no_new_privs.
+      const ia = identityOf(a.pid);
+      const ib = identityOf(b.pid);
+      if (daemon.mode === 'userns') {
+        assert.equal(ia.ownUserNamespace, true);
+        assert.notEqual(readlinkSync(`/proc/${a.pid}/ns/user`), readlinkSync(`/proc/${b.pid}/ns/user`));
+      } else {
+        assert.notEqual(ia.uid, 0);
+        assert.notEqual(ia.uid, identityOf(daemon.pid).uid);
+        assert.notEqual(ia.uid, ib.uid);
+      }
+      for (const pid of [a.pid, b.pid]) {
+        const status = await readFile(`/proc/${pid}/status`, 'utf8');
+        assert.match(status, /^CapEff:\s+0+$/m);
+        assert.match(status, /^CapPrm:\s+0+$/m);
+        assert.match(status, /^NoNewPrivs:\s+1$/m);
+        assert.doesNotMatch(
+          await readFile(`/proc/${pid}/cmdline`, 'utf8'),
+          /--no-sandbox/,
+          "Chromium's own sandbox is on",
+        );
+      }
+      return outcome;
+    } finally {
+      for (const c of clients) c.close();
+    }
+  }
+
+  function report(title: string, table: Record<string, { off?: boolean; on?: boolean; error?: string }>): void {
+    console.log(`${title}\nprobe | --sandbox off | sandbox on (error)`);
+    for (const [name, r] of Object.entries(table)) {
+      console.log(`${name} | ${r.off ? 'got through' : 'failed'} | ${r.on ? 'GOT THROUGH' : `failed (${r.error})`}`);
+    }
+  }
+
   test('desktop A reaches nothing of B, the daemon or the network; --sandbox off let every probe through', async () => {
     const table: Record<string, { off?: boolean; on?: boolean; error?: string }> = {};
     for (const mode of ['off', 'auto'] as const) {
       const d = await startTestDaemon({ desktops: POOL, browser: 'headful', sandbox: { mode } } as never);
       try {
-        // Before any session: /readyz states the sandbox's mode.
-        const ready = (await (await fetch(`http://127.0.0.1:${d.daemon.address.port}/readyz`)).json()) as {
-          containment?: { desktop_sandbox: string };
-        };
-        const me = process.getuid!();
-        assert.equal(
-          ready.containment?.desktop_sandbox,
-          mode === 'off' ? 'off' : me === 0 ? 'uid' : 'userns',
-          JSON.stringify(ready),
-        );
-        const [a, b] = await twoDesktops(d, web);
-        const probes = attacks(a, b, secrets, { daemon: d.daemon.address.port, web: Number(new URL(web.origin).port) });
-        const results = await runProbes(
-          a.pid,
-          probes.map(([, p]) => p),
-        );
-        probes.forEach(([name], i) => {
-          table[name] = {
-            ...table[name],
-            [mode === 'off' ? 'off' : 'on']: results[i]!.ok,
-            ...(mode === 'auto' ? { error: results[i]!.error } : {}),
-          };
+        const outcome = await attackFrom({
+          url: d.url,
+          port: d.daemon.address.port,
+          pid: process.pid,
+          home: process.env.HOME ?? '/root',
+          mode: mode === 'off' ? 'off' : process.getuid?.() === 0 ? 'uid' : 'userns',
         });
-        if (mode === 'auto') {
-          // Its own desktop still works from inside: its screen, its cookie, and the proxy (the one way out).
-          const own = await runProbes(a.pid, [
-            { kind: 'read', path: a.env.DESKBATCH_FRAMEBUFFER! },
-            { kind: 'read', path: a.env.XAUTHORITY! },
-            {
-              kind: 'proxy-get',
-              proxy: /--proxy-server=http:\/\/([^ ]+)/.exec(
-                await readFile(`/proc/${a.pid}/cmdline`, 'utf8').then((s) => s.replaceAll('\0', ' ')),
-              )![1]!,
-              url: `${web.origin}/`,
-            },
-          ]);
-          assert.deepEqual(
-            own.map((r) => r.ok),
-            [true, true, true],
-            `its own desktop and the proxy: ${JSON.stringify(own)}`,
-          );
-          // A write to /tmp lands in its own /tmp, never the host's.
-          const marker = `deskbatch-probe-${process.pid}`;
-          const wrote = await runProbes(a.pid, [{ kind: 'write', path: `/tmp/${marker}` }]);
-          assert.equal(wrote[0]!.ok, true);
-          assert.equal(existsSync(join('/tmp', marker)), false, "a desktop's /tmp is its own");
-          // Identities: never root, never the daemon's, never the other desktop's; no capabilities, no_new_privs.
-          const ia = identityOf(a.pid);
-          const ib = identityOf(b.pid);
-          if (ia.ownUserNamespace)
-            assert.notEqual(readlinkSync(`/proc/${a.pid}/ns/user`), readlinkSync(`/proc/${b.pid}/ns/user`));
-          else {
-            assert.notEqual(ia.uid, 0);
-            assert.notEqual(ia.uid, me);
-            assert.notEqual(ia.uid, ib.uid);
-          }
-          for (const pid of [a.pid, b.pid]) {
-            const status = await readFile(`/proc/${pid}/status`, 'utf8');
-            assert.match(status, /^CapEff:\s+0+$/m);
-            assert.match(status, /^CapPrm:\s+0+$/m);
-            assert.match(status, /^NoNewPrivs:\s+1$/m);
-            const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8');
-            assert.doesNotMatch(cmdline, /--no-sandbox/, "Chromium's own sandbox is on");
-          }
-          const metrics = await (
-            await fetch(`http://127.0.0.1:${d.daemon.address.port}/metrics`, {
-              headers: { authorization: `Bearer ${TEST_TOKEN}` },
-            })
-          ).text();
-          const expected = me === 0 ? 'uid' : 'userns';
-          assert.match(metrics, new RegExp(`^deskbatch_desktop_sandbox\\{mode="${expected}"\\} 1$`, 'm'));
+        for (const [name, r] of Object.entries(outcome)) {
+          table[name] = { ...table[name], ...(mode === 'off' ? { off: r.ok } : { on: r.ok, error: r.error }) };
         }
       } finally {
         await d.close();
         // What the unsandboxed run wrote where it could (root may write /etc).
-        for (const path of ['/etc/deskbatch-probe', join(process.env.HOME ?? '/root', 'deskbatch-probe')])
+        for (const path of ['/etc/deskbatch-probe', join(process.env.HOME ?? '/root', 'deskbatch-probe')]) {
           await rm(path, { force: true });
+        }
       }
     }
-    console.log('probe | --sandbox off | sandbox on (error)');
-    for (const [name, r] of Object.entries(table))
-      console.log(`${name} | ${r.off ? 'got through' : 'failed'} | ${r.on ? 'GOT THROUGH' : `failed (${r.error})`}`);
+    report(process.getuid?.() === 0 ? 'uid mode (the daemon runs as root)' : 'userns mode', table);
     const through = Object.entries(table).filter(([, r]) => r.on);
     assert.deepEqual(
       through.map(([n]) => n),
@@ -202,10 +254,75 @@ describe('a sandbox per desktop', { timeout: 300_000 }, () => {
       .filter(([, r]) => !r.off)
       .map(([n]) => n);
     assert.deepEqual(
-      blockedAnyway.filter((n) => !/internet/.test(n)),
+      // Without root, /etc was never writable.
+      blockedAnyway.filter((n) => !/internet/.test(n) && !(process.getuid?.() !== 0 && /\/etc/.test(n))),
       [],
       `without the sandbox these failed anyway: ${blockedAnyway}`,
     );
-    await stat(secrets.token);
+  });
+
+  test('as an unprivileged user: the same attacks fail in userns mode', async () => {
+    const asRoot = process.getuid?.() === 0;
+    const uid = asRoot ? NOBODY : process.getuid!();
+    const home = await mkdtemp(join(tmpdir(), 'deskbatch-nobody-'));
+    const temp = join(home, 'tmp');
+    // The daemon's user must reach the repository: folders above it that others may not enter get o+x meanwhile.
+    const opened: [string, number][] = [];
+    let proc: Awaited<ReturnType<typeof startDaemonProcess>> | undefined;
+    try {
+      await mkdir(temp);
+      if (asRoot) {
+        await chown(home, uid, uid);
+        await chown(temp, uid, uid);
+        for (let dir = ROOT; dir !== '/'; dir = dirname(dir)) {
+          const mode = (await stat(dir)).mode & 0o7777;
+          if (!(mode & 0o001)) {
+            opened.push([dir, mode]);
+            await chmod(dir, mode | 0o001);
+          }
+        }
+      }
+      proc = await startDaemonProcess({
+        display: '',
+        token: TEST_TOKEN,
+        args: [
+          '--port',
+          '0',
+          '--desktops',
+          '2',
+          '--warm',
+          '2',
+          '--display-size',
+          '1024x640',
+          '--browser',
+          'headful',
+          '--allow-private-networks',
+        ],
+        env: { HOME: home, TMPDIR: temp, XAUTHORITY: '' },
+        logFile: join(newLogDir('daemon-unprivileged'), 'daemon.log'),
+        ...(asRoot ? { runAs: uid } : {}),
+      });
+      const table: Record<string, { on?: boolean; error?: string }> = {};
+      const outcome = await attackFrom({
+        url: proc.url,
+        port: Number(new URL(proc.url).port),
+        pid: proc.pid,
+        home,
+        mode: 'userns',
+      });
+      for (const [name, r] of Object.entries(outcome)) table[name] = { on: r.ok, error: r.error ?? '' };
+      report('userns mode (the daemon runs as an unprivileged user)', table);
+      assert.deepEqual(
+        Object.entries(table)
+          .filter(([, r]) => r.on)
+          .map(([n]) => n),
+        [],
+        'no attack gets out of the sandbox',
+      );
+    } finally {
+      await proc?.stop(10_000);
+      for (const [dir, mode] of opened.reverse()) await chmod(dir, mode);
+      await rm(home, { recursive: true, force: true });
+    }
   });
 });

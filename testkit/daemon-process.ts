@@ -35,6 +35,8 @@ export interface DaemonProcessOptions {
   logFile?: string;
   /** Print its warnings and errors, and lines that are not JSON, on our stderr (until `stop()`). */
   echo?: boolean;
+  /** Run it as this uid (and gid), an unprivileged user, through setpriv (as root only). */
+  runAs?: number;
 }
 
 export interface ProcessExit {
@@ -60,7 +62,13 @@ export interface DaemonProcess {
 }
 
 export async function startDaemonProcess(options: DaemonProcessOptions): Promise<DaemonProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', ...options.args], {
+  const argv = [CLI, 'serve', ...options.args];
+  const u = options.runAs === undefined ? undefined : String(options.runAs);
+  // setpriv execs node: the pid is the daemon's.
+  const [command, args] = u
+    ? ['setpriv', ['--reuid', u, '--regid', u, '--clear-groups', '--', process.execPath, ...argv]]
+    : [process.execPath, argv];
+  const child = spawn(command, args, {
     cwd: ROOT,
     env: { ...process.env, DISPLAY: options.display, DESKBATCH_TOKEN: options.token, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -69,11 +69,15 @@ export function runProbes(pid: number, probes: Probe[]): Promise<ProbeResult[]> 
   const enter = ownUserNamespace
     ? ['-t', String(pid), '-U', '--preserve-credentials', '-m', '-p', '-n', '-i', '-u', '-r', '-w']
     : ['-t', String(pid), '-m', '-p', '-n', '-i', '-u', '-r', '-w'];
-  // In its own user namespace the process's uid is already the one nsenter keeps.
-  const drop = ownUserNamespace ? [] : ['--reuid', String(uid), '--regid', String(uid), '--clear-groups'];
-  const args = [...enter, '--', 'setpriv', ...drop, '--', process.execPath, '-e', RUNNER, JSON.stringify(probes)];
+  const drop = ['--reuid', String(uid), '--regid', String(uid), '--clear-groups'];
+  const run = [process.execPath, '-e', RUNNER, JSON.stringify(probes)];
+  // A user namespace is entered as its owner (the uid outside), which keeps its uid inside; else the
+  // namespaces are entered as root, then the uid is dropped to the process's.
+  const [command, args] = ownUserNamespace
+    ? ['setpriv', [...drop, '--', 'nsenter', ...enter, '--', ...run]]
+    : ['nsenter', [...enter, '--', 'setpriv', ...drop, '--', ...run]];
   return new Promise((resolve, reject) => {
-    execFile('nsenter', args, { encoding: 'utf8', timeout: 30_000, env: {} }, (err, stdout, stderr) => {
+    execFile(command, args, { encoding: 'utf8', timeout: 30_000, env: {} }, (err, stdout, stderr) => {
       if (err && !stdout) reject(new Error(`the probes did not run: ${stderr || err.message}`));
       else resolve(JSON.parse(stdout) as ProbeResult[]);
     });

@@ -59,9 +59,6 @@ export interface IdRange {
 /** The default range: far above login users and the usual subordinate-id ranges (docs/SECURITY.md). */
 export const DEFAULT_ID_RANGE: IdRange = { first: 2_000_000_000, count: 1000 };
 
-/** The uid a desktop's programs have inside their own user namespace (`userns` mode): not root, so Chromium sandboxes itself. */
-const USERNS_INNER_ID = 1000;
-
 const BWRAP = '/usr/bin/bwrap';
 const NSENTER = '/usr/bin/nsenter';
 const SETPRIV = '/usr/bin/setpriv';
@@ -162,14 +159,15 @@ export class DesktopSandbox implements Confinement {
     private readonly innerId: number,
     private readonly removeOnStop: string[],
   ) {
-    this.uid = mode === 'uid' ? innerId : (process.getuid?.() ?? innerId);
+    this.uid = innerId;
   }
 
   /** Makes the desktop's folders and namespaces; rejects with SandboxError, leaving nothing behind. */
   static async start(o: SandboxOptions): Promise<DesktopSandbox> {
     if (!existsSync(BWRAP)) throw new SandboxError('not_installed', BWRAP_NOT_FOUND);
-    const innerId = o.mode === 'uid' ? o.uid! : USERNS_INNER_ID;
-    const hostOwner = o.mode === 'uid' ? innerId : process.getuid!();
+    // userns: the daemon's own uid, mapped to itself in the desktop's user namespace.
+    const innerId = o.mode === 'uid' ? o.uid! : process.getuid!();
+    const hostOwner = innerId;
     const root = await ownedTempFolder(`${o.id}-sandbox`);
     const removeOnStop = [root];
     try {
@@ -355,7 +353,10 @@ export class DesktopSandbox implements Confinement {
 /** The holder's bubblewrap command line. */
 function bwrapArgs(o: SandboxOptions, folders: SandboxFolders, innerId: number): string[] {
   const args = ['--die-with-parent', '--unshare-pid', '--unshare-net', '--unshare-ipc', '--unshare-uts'];
-  if (o.mode === 'userns') args.push('--unshare-user', '--uid', String(innerId), '--gid', String(innerId));
+  // userns: one user namespace, the daemon's uid mapped to itself (not root inside, so Chromium
+  // sandboxes itself). No --uid and no --dev: either makes bubblewrap nest a second user namespace,
+  // whose owner could not join the others (nsenter: ns/ipc, EPERM).
+  if (o.mode === 'userns') args.push('--unshare-user');
   args.push('--hostname', 'desktop');
   // The system, read-only: /usr and /etc (merged /usr: /bin, /lib… are links into it).
   args.push('--ro-bind', '/usr', '/usr', '--ro-bind', '/etc', '/etc', '--ro-bind-try', '/sys', '/sys');
@@ -373,7 +374,13 @@ function bwrapArgs(o: SandboxOptions, folders: SandboxFolders, innerId: number):
   const nodeRoot = dirname(dirname(realpathSync(process.execPath)));
   if (!nodeRoot.startsWith('/usr/') && nodeRoot !== '/usr' && nodeRoot !== '/')
     args.push('--ro-bind', nodeRoot, nodeRoot);
-  args.push('--proc', '/proc', '--dev', '/dev');
+  args.push('--proc', '/proc');
+  if (o.mode === 'uid') args.push('--dev', '/dev');
+  else {
+    args.push('--perms', '0755', '--tmpfs', '/dev', '--symlink', '/proc/self/fd', '/dev/fd');
+    for (const dev of ['null', 'zero', 'full', 'random', 'urandom'])
+      args.push('--dev-bind', `/dev/${dev}`, `/dev/${dev}`);
+  }
   args.push('--size', String(TMPFS_BYTES), '--perms', '1777', '--tmpfs', '/tmp');
   args.push('--size', String(TMPFS_BYTES), '--perms', '1777', '--tmpfs', '/dev/shm');
   // The code's folders: their parents made searchable (bubblewrap makes them 0700 as root).
