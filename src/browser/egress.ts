@@ -265,6 +265,9 @@ export async function startEgressProxy(filter: EgressFilter, log: Logger): Promi
     refused[reason] = (refused[reason] ?? 0) + 1;
     log.info('browser request refused', { target: what.slice(0, 300), reason });
   };
+  // Every request let through, at debug level: with the refusals, what the browser reached
+  // (test/browser-quiet.test.ts reads both to show an idle browser reaches nothing).
+  const allow = (what: string): void => log.debug('browser request allowed', { target: what.slice(0, 300) });
 
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     void forward(req, res);
@@ -288,6 +291,7 @@ export async function startEgressProxy(filter: EgressFilter, log: Logger): Promi
         .end(`This browser may not connect to ${url.hostname.slice(0, 253)}: it is not on the public internet.\n`);
       return;
     }
+    allow(`${url.hostname}:${port}`);
     const headers: Record<string, string | string[]> = {};
     for (const [name, value] of Object.entries(req.headers)) {
       if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value;
@@ -327,6 +331,7 @@ export async function startEgressProxy(filter: EgressFilter, log: Logger): Promi
         client.end('HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
         return;
       }
+      allow(target);
       const upstream = connect(Number(m![2]), decision.address!);
       track(upstream);
       upstream.once('connect', () => {

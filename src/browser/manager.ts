@@ -67,6 +67,15 @@ export interface BrowserSandbox {
   folders: { downloads: string };
 }
 
+/**
+ * Where Chromium's own background services are sent instead of Google: loopback port 1, which
+ * Chromium refuses to contact (`ERR_UNSAFE_PORT`, decided on the URL before a proxy is chosen or
+ * a socket opened), so the request fails inside the browser and never reaches the egress proxy.
+ * Should a later Chromium allow the port, the request reaches the proxy, which logs it (and
+ * refuses loopback unless private networks are allowed): test/browser-quiet.test.ts then fails.
+ */
+const NOWHERE = 'http://127.0.0.1:1/';
+
 /** Chromium switches that matter on a VM with no outside network (docs/MEASURED.md). */
 const CHROMIUM_ARGS = [
   '--disable-gpu',
@@ -75,6 +84,19 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
   '--no-first-run',
   '--disable-quic',
+  // Chromium 156 still calls Google from an idle browser, measured through the egress proxy (one
+  // pool desktop, a minute after one navigate): `update.googleapis.com` (ports 443 and 80) at
+  // start and a minute later, the component updater asking for the on-device AI model's manifest
+  // (`ceofaddefefcbblgcgnibnonglccbfja`, registered on demand, which `--disable-component-update`
+  // does not stop); and `accounts.google.com/ListAccounts` at start, retried at 1, 4, 12 and 38 s
+  // (the sign-in code lists the profile's Google accounts although `BrowserSignin` is 0). Nothing
+  // tried turns either off: the policy `ComponentUpdatesEnabled` only marks the check
+  // `updatedisabled`, the listing is still sent at start with `AvoidAutoTriggerListAccountsOnStale`
+  // enabled, and disabling `OptimizationGuideManifestBroker` or `DIPS` changed nothing. So their
+  // servers are pointed nowhere (docs/SECURITY.md, "Chromium calling home"). No `--disable-features`
+  // here: Chromium keeps only the last one, which would drop Playwright's own list.
+  `--component-updater=url-source=${NOWHERE}`,
+  `--gaia-url=${NOWHERE}`,
   // WebRTC is kept inside the egress proxy by the managed policy's `WebRtcIPHandling`
   // (src/browser/policy.ts); the switch `--force-webrtc-ip-handling-policy` has no effect on
   // this Chromium (measured: STUN and TURN packets left with it), so it is not passed.
