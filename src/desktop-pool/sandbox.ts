@@ -383,10 +383,13 @@ function bwrapArgs(o: SandboxOptions, folders: SandboxFolders, innerId: number):
   }
   args.push('--size', String(TMPFS_BYTES), '--perms', '1777', '--tmpfs', '/tmp');
   args.push('--size', String(TMPFS_BYTES), '--perms', '1777', '--tmpfs', '/dev/shm');
-  // The code's folders: their parents made searchable (bubblewrap makes them 0700 as root).
-  const parents: string[] = [];
-  for (let dir = CODE_ROOT; dir !== '/' && dir !== '/tmp'; dir = dirname(dir)) parents.unshift(dir);
-  for (const dir of parents) args.push('--perms', '0755', '--dir', dir);
+  // Parents of what is bound, made searchable: bubblewrap makes missing ones 0700 as root.
+  const parents = new Set<string>();
+  for (const path of [join(CODE_ROOT, 'src'), folders.root, folders.framebuffer]) {
+    for (let dir = dirname(path); !['/', '/tmp', '/dev/shm', '/dev'].includes(dir); dir = dirname(dir))
+      parents.add(dir);
+  }
+  for (const dir of [...parents].sort((x, y) => x.length - y.length)) args.push('--perms', '0755', '--dir', dir);
   for (const p of CODE_PATHS) {
     const path = join(CODE_ROOT, p);
     if (existsSync(path)) args.push('--ro-bind', realpathSync(path), path);
