@@ -459,6 +459,7 @@ async function videoStarter(fps: number, log: Logger): Promise<VideoStarter | un
     return DesktopVideo.start({
       display: screen.display,
       ...(screen.xauthority ? { xauthority: screen.xauthority } : {}),
+      ...(screen.within ? { within: screen.within } : {}),
       size,
       fps,
       ...paths,

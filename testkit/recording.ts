@@ -84,14 +84,21 @@ export function parseVtt(text: string): Cue[] {
   });
 }
 
-/** The ffmpeg process `parent` started (a recording's video), if one runs. */
+/**
+ * The ffmpeg process `parent` started (a recording's video), if one runs: its
+ * child, or its grandchild when it runs in a desktop's sandbox (nsenter in
+ * between).
+ */
 export async function ffmpegOf(parent: number): Promise<number | undefined> {
+  const stat = async (pid: number | string): Promise<{ comm?: string; ppid: number }> => {
+    const text = await readFile(`/proc/${pid}/stat`, 'latin1').catch(() => '');
+    return { comm: /\(([^)]*)\)/.exec(text)?.[1], ppid: Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]) };
+  };
   for (const name of await readdir('/proc')) {
     if (!/^\d+$/.test(name)) continue;
-    const text = await readFile(`/proc/${name}/stat`, 'latin1').catch(() => '');
-    const comm = /\(([^)]*)\)/.exec(text)?.[1];
-    const ppid = Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]);
-    if (comm === 'ffmpeg' && ppid === parent) return Number(name);
+    const { comm, ppid } = await stat(name);
+    if (comm !== 'ffmpeg') continue;
+    if (ppid === parent || (await stat(ppid)).ppid === parent) return Number(name);
   }
   return undefined;
 }

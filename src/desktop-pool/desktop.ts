@@ -19,6 +19,7 @@ import type { Size } from '../base/geometry.ts';
 import type { Logger } from '../base/log.ts';
 import { ownedTempFolder } from '../base/temp-folder.ts';
 import type { Server } from 'node:net';
+import type { Confinement } from '../base/child-process.ts';
 import { DesktopSandbox, type IdAllocator, type SandboxMode } from './sandbox.ts';
 
 /** What a call acts on: its session's desktop. */
@@ -32,8 +33,18 @@ export interface DesktopResources {
   readonly lane: Lane;
   /** A person's hold (docs/VIEWER.md "Takeover"): while someone controls the desktop, its batches wait. */
   readonly hold?: Hold;
-  /** Its X display and the cookie file that admits a client there, when known (a recording's video). */
-  readonly screen?: { display: string; xauthority?: string };
+  /**
+   * Its X display and the cookie file that admits a client there, when known
+   * (a recording's video, a takeover's VNC server), and the desktop's sandbox
+   * those programs then run in.
+   */
+  readonly screen?: { display: string; xauthority?: string; within?: ScreenSandbox };
+}
+
+/** A desktop's sandbox as the programs that watch its screen need it: to run in it, and a folder of theirs there. */
+export interface ScreenSandbox extends Confinement {
+  /** A new folder (0700, the desktop's) in the sandbox's own, at the same path on both sides. */
+  privateFolder(kind: string): Promise<string>;
 }
 
 /** The processes of a desktop the daemon started itself, and what it must remove when the desktop goes. */

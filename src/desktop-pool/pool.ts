@@ -163,7 +163,8 @@ class PooledDesktop implements DesktopResources {
 
   get screen(): DesktopResources['screen'] {
     const d = this.parts?.display;
-    return d ? { display: d.display, xauthority: d.xauthority } : undefined;
+    const within = this.parts?.sandbox;
+    return d ? { display: d.display, xauthority: d.xauthority, ...(within ? { within } : {}) } : undefined;
   }
 
   private need(): DesktopParts {

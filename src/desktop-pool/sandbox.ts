@@ -254,6 +254,13 @@ export class DesktopSandbox implements Confinement {
     return kept;
   }
 
+  /** A new folder (0700, the desktop's) in the sandbox's own, at the same path on both sides. */
+  async privateFolder(kind: string): Promise<string> {
+    const dir = await mkdtemp(join(this.folders.root, `${kind}-`));
+    await chown(dir, this.innerId, this.innerId);
+    return dir;
+  }
+
   /** Makes a file the daemon wrote readable by the desktop's programs (its owner becomes theirs). */
   async give(path: string): Promise<void> {
     if (this.mode === 'uid') await chown(path, this.innerId, this.innerId);

@@ -33,11 +33,13 @@ import {
   OutputLines,
   runTool,
   running,
+  programPid,
   signalChild,
   startChild,
   StartError,
   stopChild,
   type ChildProcess,
+  type Confinement,
   type StartErrorCode,
 } from '../base/child-process.ts';
 import { LOCAL_DISPLAY_NAME } from '../desktop-driver/display.ts';
@@ -98,6 +100,11 @@ export const DEFAULT_ENCODING: VideoEncoding = {
 export interface VideoOptions {
   /** The X display to record, e.g. `:5`. */
   display: string;
+  /**
+   * The desktop's sandbox (src/desktop-pool/sandbox.ts): ffmpeg then runs in
+   * it, and writes the video to its stdout, a file the daemon opened.
+   */
+  within?: Confinement;
   /** The display's cookie file (pooled desktops have one), passed as `XAUTHORITY`. */
   xauthority?: string;
   /** The area recorded, from the top left corner: the display's size. An odd side is padded by one black line (H.264 4:2:0 needs even sides). */
@@ -154,6 +161,7 @@ let availability: Promise<boolean> | undefined;
 export function videoArgs(
   options: Pick<VideoOptions, 'display' | 'size' | 'fps' | 'path'>,
   encoding: VideoEncoding = DEFAULT_ENCODING,
+  toStdout = false,
 ): string[] {
   const { width, height } = options.size;
   const odd = width % 2 === 1 || height % 2 === 1;
@@ -211,7 +219,7 @@ export function videoArgs(
     '-f',
     'mp4',
     '-y',
-    `file:${resolve(options.path)}`,
+    toStdout ? 'pipe:1' : `file:${resolve(options.path)}`,
   ];
 }
 
@@ -392,13 +400,17 @@ export class DesktopVideo {
 
     const output = new FfmpegOutput();
     let child: ChildProcess;
+    // In a sandbox ffmpeg cannot open the recording's folder: it writes to the file this process opens for it.
+    const within = options.within;
+    const out = within ? openSync(options.path, 'w') : undefined;
     try {
       ({ child } = await startChild({
         name: 'ffmpeg',
         command: FFMPEG,
-        args: videoArgs(options, encoding),
+        args: videoArgs(options, encoding, within !== undefined),
+        ...(within ? { within } : {}),
         spawn: {
-          stdio: ['ignore', 'ignore', 'pipe'],
+          stdio: ['ignore', out ?? 'ignore', 'pipe'],
           // A process group of its own: a Ctrl-C at the daemon's terminal is the
           // daemon's to handle (it stops the video in order), not ffmpeg's.
           detached: true,
@@ -420,12 +432,14 @@ export class DesktopVideo {
       rmSync(options.path, { force: true });
       rmSync(options.chaptersPath, { force: true });
       throw err;
+    } finally {
+      if (out !== undefined) closeSync(out);
     }
     output.log = log;
     const startedAt = output.firstFrameAt ?? output.inputSeenAt ?? spawnedAt;
     log.info('desktop video started', {
       display: options.display,
-      pid: child.pid,
+      pid: programPid(child),
       width: options.size.width,
       height: options.size.height,
       fps: options.fps,
@@ -469,7 +483,7 @@ export class DesktopVideo {
 
   /** ffmpeg's pid while it runs. */
   get pid(): number | undefined {
-    return this.running() ? this.child.pid : undefined;
+    return this.running() ? programPid(this.child) : undefined;
   }
 
   /** Calls `listener` once if ffmpeg exits other than through stop() (the display went, the disk filled). */

@@ -357,12 +357,14 @@ export class TakeoverManager implements TakeoverPort {
     await ticket.ready;
     if (t.ended) return;
     try {
-      t.vncDir = await ownedTempFolder('vnc');
       const screen = desktop.screen;
+      // A sandboxed desktop's VNC server runs in its sandbox, its socket in a folder of the sandbox's own.
+      t.vncDir = screen?.within ? await screen.within.privateFolder('vnc') : await ownedTempFolder('vnc');
       const log = this.deps.log.child({ component: 'vnc', desktop: desktopId });
       t.vnc = await startVncServer({
         display: screen.display,
         ...(screen.xauthority ? { xauthority: screen.xauthority } : {}),
+        ...(screen.within ? { within: screen.within } : {}),
         dir: t.vncDir,
         log,
       });

@@ -43,6 +43,7 @@ import {
   OutputLines,
   raceDeadline,
   runTool,
+  programPid,
   runToolSync,
   signalChild,
   running,
@@ -50,6 +51,7 @@ import {
   StartError,
   stopChild,
   type ChildProcess,
+  type Confinement,
   type StartErrorCode,
 } from '../base/child-process.ts';
 import { LOCAL_DISPLAY_NAME } from '../desktop-driver/display.ts';
@@ -62,6 +64,11 @@ export interface VncServerOptions {
   xauthority?: string;
   /** a 0700 folder made by the caller; the unix socket goes in it */
   dir: string;
+  /**
+   * The desktop's sandbox (src/desktop-pool/sandbox.ts): x11vnc then runs in
+   * it, and `dir` is the sandbox's (its owner is the desktop's).
+   */
+  within?: Confinement;
   log: Logger;
   /** How long x11vnc may take to accept a connection; default 10 000 ms. */
   startTimeoutMs?: number;
@@ -296,7 +303,7 @@ function checkServerOptions(o: VncServerOptions): string {
   if (!st.isDirectory()) bad('dir is not a folder');
   if ((st.mode & 0o077) !== 0) bad(`dir must be private (mode 0700), it is ${(st.mode & 0o777).toString(8)}`);
   const uid = process.getuid?.();
-  if (uid !== undefined && st.uid !== uid) bad("dir must be this process's user's");
+  if (!o.within && uid !== undefined && st.uid !== uid) bad("dir must be this process's user's");
   const socketPath = join(o.dir, SOCKET_NAME);
   if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH_BYTES) {
     bad(`the socket path would be over ${MAX_SOCKET_PATH_BYTES} bytes: choose a shorter dir`);
@@ -339,6 +346,7 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
       name: 'x11vnc',
       command: X11VNC,
       args: vncArgs(o.display, socketPath),
+      ...(o.within ? { within: o.within } : {}),
       spawn: {
         stdio: ['ignore', 'ignore', 'pipe'],
         // A process group of its own: a Ctrl-C at the daemon's terminal is the daemon's to handle.
@@ -378,7 +386,7 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
   }
   const ended: Promise<void> = gone ?? cleanedUp(child);
 
-  const pid = child.pid as number;
+  const pid = programPid(child) ?? (child.pid as number);
   log.info('vnc server started', { display: o.display, pid, ms: Math.round(performance.now() - spawnedAt) });
   // A forgotten stop() must not keep the process alive (the exit hook and pdeathsig end x11vnc).
   child.unref();
