@@ -3,7 +3,8 @@
  * toolsets, the executor and the server. Dependencies point one way:
  * server → executor → toolsets → drivers.
  */
-import type { AddressInfo } from 'node:net';
+import { readFile, writeFile } from 'node:fs/promises';
+import type { AddressInfo, Server } from 'node:net';
 import { ConfigError, configWarnings, type DaemonConfig } from './base/config.ts';
 import { WorkerDesktopDriver } from './desktop-driver/worker-driver.ts';
 import { FRAMEBUFFER_ENV } from './desktop-driver/worker-protocol.ts';
@@ -28,10 +29,10 @@ import type { Containment } from './ops/health.ts';
 import { DisplayUnavailableError } from './base/errors.ts';
 import { orAfter, ResourceBreaker } from './base/resilience.ts';
 import type { DesktopResources, PartsFactory, SandboxSettings } from './desktop-pool/desktop.ts';
-import { chooseSandboxMode, IdAllocator, type DesktopSandbox, type SandboxMode } from './desktop-pool/sandbox.ts';
+import { chooseSandboxMode, DesktopSandbox, IdAllocator, type SandboxMode } from './desktop-pool/sandbox.ts';
 import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktop-pool/pool.ts';
 import type { Ops } from './ops/index.ts';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { createViewer } from './viewer/index.ts';
 import { RecordingStore } from './recording/store.ts';
 import { Recorder, type Artifact, type VideoStarter } from './recording/recorder.ts';
@@ -120,16 +121,17 @@ async function checkContainment(config: DaemonConfig, log: Logger): Promise<Poli
 }
 
 /**
- * How the pool's desktops are sandboxed (src/desktop-pool/sandbox.ts): the
- * host is tried now, and a daemon whose desktops cannot be sandboxed does
- * not start unless the operator turned the sandbox off. Shared mode runs on
- * the operator's own display, which no sandbox of ours holds: `off`.
+ * How desktops are sandboxed (src/desktop-pool/sandbox.ts): the host is
+ * tried now, and a daemon whose desktops cannot be sandboxed does not start
+ * unless the operator turned the sandbox off. In shared mode only the
+ * daemon's Chromium is (the operator's display is the operator's).
  */
 async function chooseDesktopSandbox(
   config: DaemonConfig,
   log: Logger,
 ): Promise<{ mode: SandboxMode; settings: SandboxSettings | undefined }> {
-  if (config.desktops.mode !== 'pool') return { mode: 'off', settings: undefined };
+  // Shared mode with no browser: nothing of ours runs on the operator's display but the worker.
+  if (config.desktops.mode !== 'pool' && config.browser === 'off') return { mode: 'off', settings: undefined };
   let mode: SandboxMode;
   try {
     mode = await chooseSandboxMode(config.sandbox.mode, config.sandbox.uids);
@@ -208,7 +210,7 @@ function desktopParts(
       driver: new WorkerDesktopDriver({
         display,
         env,
-        ...(sandbox ? { within: sandbox.box } : {}),
+        ...(sandbox && !sandbox.browserOnly ? { within: sandbox.box } : {}),
         log: (level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: object) =>
           log[level](msg, { component: 'desktop', desktop: id, ...fields }),
         // The driver's own deadline is a backstop that replaces a hung worker; the executor's timeout,
@@ -298,7 +300,11 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const sandbox = await chooseDesktopSandbox(config, log);
   // The pool reports to the metrics, which are made further down.
   const reportTo: { metrics?: Ops['metrics'] } = {};
-  const desktops = createDesktops(config, parts.makeParts, sandbox.settings, log, (event) =>
+  const shared =
+    config.desktops.mode === 'shared' && sandbox.settings && config.browser !== 'off'
+      ? await startSharedSandbox(config, sandbox.settings)
+      : undefined;
+  const desktops = createDesktops(config, parts.makeParts, sandbox.settings, shared, log, (event) =>
     reportTo.metrics?.desktopEvent(event),
   );
   const executor = createExecutor(config, store, egress.filter, log);
@@ -476,6 +482,7 @@ function createDesktops(
   config: DaemonConfig,
   makeParts: PartsFactory,
   sandbox: SandboxSettings | undefined,
+  shared: SharedSandbox | undefined,
   log: Logger,
   onEvent: (event: PoolEvent) => void,
 ): Desktops {
@@ -500,6 +507,7 @@ function createDesktops(
     // Always set, also when empty: a value in the daemon's own environment may name another display's screen.
     env: { [FRAMEBUFFER_ENV]: config.displayFramebuffer ?? '' },
     downloadsDir: downloadsRoot,
+    ...(shared ? { sandbox: { ...shared, browserOnly: true } } : {}),
   });
   // Start the desktop worker now: its first start (tsx, nut-js) takes 1–3 s, which the first batch should not wait for.
   let size: Size | undefined;
@@ -528,6 +536,52 @@ function createDesktops(
     async () => {
       await browser?.close();
       await driver.close();
+      shared?.egress?.server.close();
+      await shared?.box.stop();
     },
   );
+}
+
+/** The shared desktop's browser sandbox: Chromium alone, on the operator's display. */
+interface SharedSandbox {
+  box: DesktopSandbox;
+  egress?: { server: Server; port: number };
+}
+
+/**
+ * Shared mode: the operator's display cannot be sandboxed, but the daemon's
+ * Chromium on it can. Its sandbox gets the display's socket (bound at its
+ * usual path) and a copy of its cookie; the worker stays outside, driving
+ * the operator's display.
+ */
+async function startSharedSandbox(config: DaemonConfig, settings: SandboxSettings): Promise<SharedSandbox> {
+  const n = /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(config.display ?? '')?.[1];
+  if (n === undefined) {
+    throw new ConfigError(
+      `the browser's sandbox needs a local display (:N), got ${JSON.stringify(config.display ?? '')}; or start with --sandbox off`,
+    );
+  }
+  const uid = settings.mode === 'uid' ? settings.ids.take() : undefined;
+  const box = await DesktopSandbox.start({
+    id: 'shared',
+    mode: settings.mode,
+    ...(uid !== undefined ? { uid } : {}),
+    framebufferBytes: 0,
+    extraBinds: [{ path: `/tmp/.X11-unix/X${n}` }],
+  });
+  try {
+    // The operator's cookie file may be unreadable to the sandbox's uid: a copy of its own.
+    const cookie = process.env.XAUTHORITY ? await readFile(process.env.XAUTHORITY).catch(() => undefined) : undefined;
+    if (cookie) {
+      const path = join(box.folders.display, 'Xauthority');
+      await writeFile(path, cookie, { mode: 0o600 });
+      await box.give(path);
+      box.xauthority = path;
+    }
+    const egress = config.browser === 'off' ? undefined : await box.proxyListener();
+    return { box, ...(egress ? { egress } : {}) };
+  } catch (err) {
+    await box.stop();
+    throw err;
+  }
 }

@@ -66,10 +66,13 @@ async function twoDesktops(
     },
     { timeoutMs: 30_000 },
   );
-  return found.map(({ pid, env }) => ({ pid, env, socket: `/tmp/.X11-unix/X${env.DISPLAY!.slice(1)}` })) as [
-    Desktop,
-    Desktop,
-  ];
+  return found.map(({ pid, env }) => ({
+    pid,
+    env,
+    socket: existsSync(join(dirname(env.HOME!), 'x11'))
+      ? join(dirname(env.HOME!), 'x11', `X${env.DISPLAY!.slice(1)}`)
+      : `/tmp/.X11-unix/X${env.DISPLAY!.slice(1)}`,
+  })) as [Desktop, Desktop];
 }
 
 /** The attacks of desktop A, each on something outside it; named for the table in docs/SECURITY.md. */

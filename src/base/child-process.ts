@@ -407,6 +407,8 @@ export interface ToolOptions {
   env?: NodeJS.ProcessEnv;
   /** It is killed after this long. */
   timeoutMs: number;
+  /** The sandbox it runs in, if any. */
+  within?: Confinement;
 }
 
 /** What a short run of a tool printed, or how it failed (`error.code` is `ENOENT` when it is not installed). */
@@ -418,8 +420,11 @@ export interface ToolRun {
 
 /** Runs a short-lived tool (xprop, xdpyinfo, ipcrm, ffmpeg's listings) and resolves with what it printed; never rejects. */
 export function runTool(command: string, args: readonly string[], options: ToolOptions): Promise<ToolRun> {
+  const within = options.within;
+  const [cmd, argv] = within ? within.wrap(command, args) : [command, args];
+  const env = within ? within.environment(options.env ?? process.env) : options.env;
   return new Promise((resolve) => {
-    execFile(command, args, { env: options.env, timeout: options.timeoutMs, encoding: 'utf8' }, (err, stdout, stderr) =>
+    execFile(cmd, argv, { env, timeout: options.timeoutMs, encoding: 'utf8' }, (err, stdout, stderr) =>
       resolve({ stdout, stderr, ...(err ? { error: err } : {}) }),
     );
   });

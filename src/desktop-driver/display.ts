@@ -11,13 +11,28 @@ export const LOCAL_DISPLAY_NAME = /^:\d{1,5}(\.\d{1,3})?$/;
 const X_SOCKET_PROBE_TIMEOUT_MS = 500;
 
 /**
+ * Sockets of displays that are not in the host's /tmp/.X11-unix, by display
+ * number: a sandboxed desktop's Xvfb listens in its sandbox's own folder
+ * (src/desktop-driver/xvfb.ts), and nothing of it is published where other
+ * X servers, which do not all honour each other's lock files before they
+ * touch a socket path, could replace it.
+ */
+const placedSockets = new Map<string, string>();
+
+/** Says where display `number`'s socket is (undefined: back to /tmp/.X11-unix). */
+export function placeDisplaySocket(number: string, path: string | undefined): void {
+  if (path) placedSockets.set(number, path);
+  else placedSockets.delete(number);
+}
+
+/**
  * Parses an X display name (`:0`, `:99.0`, `unix:5`) into its local socket
  * path. Returns undefined for TCP displays (`host:0`), which deskbatch does not
  * probe: Xvfb runs with `-nolisten tcp` (docs/MEASURED.md).
  */
 export function displaySocketPath(display: string): string | undefined {
   const m = /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(display);
-  return m ? `/tmp/.X11-unix/X${m[1]}` : undefined;
+  return m ? (placedSockets.get(m[1]!) ?? `/tmp/.X11-unix/X${m[1]}`) : undefined;
 }
 
 /**

@@ -46,7 +46,7 @@ import {
   type StartErrorCode,
 } from '../base/child-process.ts';
 import { ownedTempFolder, processRuns } from '../base/temp-folder.ts';
-import { isDisplayReachable } from './display.ts';
+import { isDisplayReachable, placeDisplaySocket } from './display.ts';
 
 export type VirtualDisplayLogLevel = 'debug' | 'info' | 'warn' | 'error';
 export type VirtualDisplayLogger = (
@@ -291,7 +291,6 @@ async function reserveDisplayNumber(): Promise<number> {
         const owner = Number((await readFile(lockPath(n), 'utf8').catch(() => '')).trim());
         if (!Number.isSafeInteger(owner) || owner <= 0 || processRuns(owner)) break;
         await rm(lockPath(n), { force: true });
-        await rm(socketPath(n), { force: true });
       }
     }
     if (!lock) continue;
@@ -428,10 +427,17 @@ function xauthEntry(number: string, cookie: Buffer): Buffer {
 }
 
 /** Runs an X client tool with an argument array; resolves with stdout, rejects on failure. */
-async function runXTool(command: string, args: string[], display: string, xauthority?: string): Promise<string> {
+async function runXTool(
+  command: string,
+  args: string[],
+  display: string,
+  xauthority?: string,
+  within?: Confinement,
+): Promise<string> {
   const run = await runTool(command, args, {
     env: { ...process.env, DISPLAY: display, ...(xauthority ? { XAUTHORITY: xauthority } : {}) },
     timeoutMs: X_TOOL_TIMEOUT_MS,
+    ...(within ? { within } : {}),
   });
   if (!run.error) return run.stdout;
   if (run.error.code === 'ENOENT') {
@@ -444,9 +450,10 @@ async function runXTool(command: string, args: string[], display: string, xautho
 }
 
 /** Whether a window manager has announced itself on the display (EWMH `_NET_SUPPORTING_WM_CHECK`). */
-async function windowManagerRunning(display: string, xauthority: string): Promise<boolean> {
+async function windowManagerRunning(display: string, xauthority: string, within?: Confinement): Promise<boolean> {
   try {
-    const out = await runXTool('xprop', ['-root', '_NET_SUPPORTING_WM_CHECK'], display, xauthority);
+    // A sandboxed display's socket is only in its sandbox (and Xlib knows no other place): xprop runs there too.
+    const out = await runXTool('xprop', ['-root', '_NET_SUPPORTING_WM_CHECK'], display, xauthority, within);
     return /window id # 0x[0-9a-f]+/i.test(out);
   } catch (err) {
     if (err instanceof VirtualDisplayError) throw err;
@@ -476,7 +483,8 @@ async function startOpenbox(
     notReady: `did not come up on ${display}`,
     tail: () => fileTail(logPath),
     ready: async (_child, aborted) => {
-      while (!aborted.aborted && !(await windowManagerRunning(display, xauthority))) await sleep(POLL_INTERVAL_MS);
+      while (!aborted.aborted && !(await windowManagerRunning(display, xauthority, within)))
+        await sleep(POLL_INTERVAL_MS);
     },
   });
   return child;
@@ -603,8 +611,9 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
   }
   const displayNumber = display.slice(1);
   // Its folders go with the exit hook of ownDir; a killed Xvfb leaves its lock and socket behind.
+  // (A sandboxed one's socket is in its own folder: the host's path of that number is not its to remove.)
   trackChild(xvfb, () => {
-    for (const path of [`/tmp/.X${displayNumber}-lock`, `/tmp/.X11-unix/X${displayNumber}`]) {
+    for (const path of [lockPath(Number(displayNumber)), ...(sandbox ? [] : [socketPath(Number(displayNumber))])]) {
       rmSync(path, { recursive: true, force: true });
     }
   });

@@ -70,7 +70,12 @@ export type PartsFactory = (spec: {
   env: Readonly<Record<string, string>>;
   downloadsDir: string;
   /** The desktop's sandbox, and the egress proxy's listener inside it, when desktops are sandboxed. */
-  sandbox?: { box: DesktopSandbox; egress?: { server: Server; port: number } };
+  sandbox?: {
+    box: DesktopSandbox;
+    egress?: { server: Server; port: number };
+    /** Shared mode: only the browser runs in it; the worker drives the operator's display from outside. */
+    browserOnly?: boolean;
+  };
 }) => { driver: WorkerDesktopDriver; browser: BrowserManager | undefined };
 
 /** How the pool's desktops are sandboxed (src/desktop-pool/sandbox.ts); absent: `--sandbox off`. */

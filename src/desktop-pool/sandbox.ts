@@ -147,6 +147,8 @@ export interface SandboxOptions {
 export class DesktopSandbox implements Confinement {
   /** The programs' identity as the host sees it. */
   readonly uid: number;
+  /** The cookie file its programs get as XAUTHORITY, whatever their caller passes (shared mode's copy). */
+  xauthority: string | undefined;
   private stopping: Promise<void> | undefined;
   private launcherDir: string | undefined;
 
@@ -251,6 +253,7 @@ export class DesktopSandbox implements Confinement {
     }
     kept.HOME = this.folders.home;
     kept.TMPDIR = '/tmp';
+    if (this.xauthority) kept.XAUTHORITY = this.xauthority;
     return kept;
   }
 

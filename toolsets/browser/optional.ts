@@ -3,8 +3,8 @@
  * (docs/TOOLSETS.md C1, C3): `javascript_exec`, `read_console`,
  * `read_network`, `file_upload`. index.ts serves them only when enabled.
  */
-import { realpath, stat } from 'node:fs/promises';
-import { relative, isAbsolute, sep } from 'node:path';
+import { readFile, realpath, stat } from 'node:fs/promises';
+import { basename, extname, isAbsolute, relative, sep } from 'node:path';
 import type { Request } from 'playwright';
 import { z } from 'zod';
 import { oneLine } from '../../src/base/text.ts';
@@ -147,6 +147,31 @@ async function insideRoots(path: string, roots: readonly string[]): Promise<stri
   return ok ? real : undefined;
 }
 
+/** Bytes one uploaded file may have: the page is handed them whole (Playwright's limit for that is 50 MiB). */
+const MAX_UPLOAD_BYTES = 50 * 2 ** 20;
+
+/** The media type a file input reports for a file, by its extension, as a browser picking it from disk would. */
+const MEDIA_TYPES: Record<string, string> = {
+  txt: 'text/plain',
+  csv: 'text/csv',
+  html: 'text/html',
+  htm: 'text/html',
+  json: 'application/json',
+  pdf: 'application/pdf',
+  png: 'image/png',
+  jpg: 'image/jpeg',
+  jpeg: 'image/jpeg',
+  gif: 'image/gif',
+  webp: 'image/webp',
+  svg: 'image/svg+xml',
+  zip: 'application/zip',
+  xml: 'application/xml',
+};
+
+function mediaType(path: string): string {
+  return MEDIA_TYPES[extname(path).slice(1).toLowerCase()] ?? 'application/octet-stream';
+}
+
 export const fileUpload = browserMember({
   optional: true,
   name: 'file_upload',
@@ -176,7 +201,7 @@ export const fileUpload = browserMember({
     if (paths.length && !ctx.uploadRoots.length)
       throw new ToolRefusedError('file_upload has no configured upload roots');
     const roots = await Promise.all(ctx.uploadRoots.map((r) => realpath(r).catch(() => r)));
-    const files: string[] = [];
+    const found: string[] = [];
     for (const [i, path] of paths.entries()) {
       const real = await insideRoots(path, roots);
       // The refusal names the index, never the path: the model's path may point at something we keep private.
@@ -185,9 +210,18 @@ export const fileUpload = browserMember({
           `paths[${i}] is not a file inside the folders uploads are allowed from; nothing was uploaded.`,
         );
       }
-      files.push(real);
+      if ((await stat(real)).size > MAX_UPLOAD_BYTES) {
+        throw new ToolRefusedError(
+          `paths[${i}] is larger than ${MAX_UPLOAD_BYTES / 2 ** 20} MiB; nothing was uploaded.`,
+        );
+      }
+      found.push(real);
     }
     if (documents.length) throw new ToolRefusedError('file_upload has no configured document allowlist');
+    // The bytes, not the paths: the browser runs in its desktop's sandbox, which cannot see the upload folders.
+    const files = await Promise.all(
+      found.map(async (path) => ({ name: basename(path), mimeType: mediaType(path), buffer: await readFile(path) })),
+    );
     const { page } = await ctx.tab(input.tab_id);
     const element = await refElement(page, input.target.ref);
     try {
