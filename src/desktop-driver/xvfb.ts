@@ -28,7 +28,6 @@ import {
   rm,
   stat,
   statfs,
-  symlink,
   writeFile,
 } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -565,8 +564,10 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
       await rm(privateLogs, { recursive: true, force: true });
       ownedDirs.delete(privateLogs);
     }
-    if (reserved !== undefined)
-      for (const path of [socketPath(reserved), lockPath(reserved)]) await rm(path, { force: true });
+    if (reserved !== undefined) {
+      placeDisplaySocket(String(reserved), undefined);
+      await rm(lockPath(reserved), { force: true });
+    }
   };
 
   let display: string;
@@ -586,9 +587,9 @@ export async function startVirtualDisplay(options: VirtualDisplayOptions): Promi
     display = `:${started.displayNumber}`;
     await setXauthEntry(xauthority, String(started.displayNumber), cookie);
     await sandbox?.give(xauthority);
-    // The daemon's side reaches the sandboxed server's socket by its usual name.
+    // The daemon's own X connections find the sandboxed server's socket in its folder (display.ts).
     if (sandbox)
-      await symlink(join(sandbox.folders.x11, `X${started.displayNumber}`), socketPath(started.displayNumber));
+      placeDisplaySocket(String(started.displayNumber), join(sandbox.folders.x11, `X${started.displayNumber}`));
     // -displayfd is written once the server listens; the probe double-checks the socket path we hand out.
     const deadline = Date.now() + startTimeoutMs;
     while (!(await isDisplayReachable(display))) {
