@@ -33,6 +33,7 @@ import { chooseSandboxMode, DesktopSandbox, IdAllocator, type SandboxMode } from
 import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktop-pool/pool.ts';
 import type { Ops } from './ops/index.ts';
 import { join, resolve } from 'node:path';
+import { displaySocketPath } from './desktop-driver/display.ts';
 import { createViewer } from './viewer/index.ts';
 import { RecordingStore } from './recording/store.ts';
 import { Recorder, type Artifact, type VideoStarter } from './recording/recorder.ts';
@@ -555,10 +556,11 @@ interface SharedSandbox {
  * the operator's display.
  */
 async function startSharedSandbox(config: DaemonConfig, settings: SandboxSettings): Promise<SharedSandbox> {
-  const n = /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(config.display ?? '')?.[1];
+  // No display: a headless browser, with nothing of X to bring in.
+  const n = config.display ? /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(config.display)?.[1] : '';
   if (n === undefined) {
     throw new ConfigError(
-      `the browser's sandbox needs a local display (:N), got ${JSON.stringify(config.display ?? '')}; or start with --sandbox off`,
+      `the browser's sandbox needs a local display (:N), got ${JSON.stringify(config.display)}; or start with --sandbox off`,
     );
   }
   const uid = settings.mode === 'uid' ? settings.ids.take() : undefined;
@@ -567,7 +569,7 @@ async function startSharedSandbox(config: DaemonConfig, settings: SandboxSetting
     mode: settings.mode,
     ...(uid !== undefined ? { uid } : {}),
     framebufferBytes: 0,
-    extraBinds: [{ path: `/tmp/.X11-unix/X${n}` }],
+    ...(n ? { extraBinds: [{ path: displaySocketPath(`:${n}`)!, at: `/tmp/.X11-unix/X${n}`, rw: true }] } : {}),
   });
   try {
     // The operator's cookie file may be unreadable to the sandbox's uid: a copy of its own.
