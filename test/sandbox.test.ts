@@ -19,6 +19,7 @@ import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 import { chromiumBrowsers, identityOf, runProbes, type Probe } from '../testkit/sandbox-probes.ts';
 import { until } from '../testkit/wait.ts';
 import { newLogDir } from '../testkit/artifacts.ts';
+import { startTestDisplay } from '../testkit/display.ts';
 
 /** The repository (the unprivileged daemon runs its code) and the user it runs as. */
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -326,6 +327,73 @@ describe('a sandbox per desktop', { timeout: 300_000 }, () => {
       await proc?.stop(10_000);
       for (const [dir, mode] of opened.reverse()) await chmod(dir, mode);
       await rm(home, { recursive: true, force: true });
+    }
+  });
+
+  test("shared mode: the daemon's Chromium on the operator's display is sandboxed too", async () => {
+    const display = await startTestDisplay({ width: 800, height: 600 });
+    const d = await startTestDaemon({ display: display.display, browser: 'headful' });
+    const clients: TestClient[] = [];
+    try {
+      const c = await TestClient.open(d.url);
+      clients.push(c);
+      await c.hello();
+      const { result } = await c.batch('s1', [
+        browserUse('navigate', { url: `${web.origin}/` }),
+        computerUse('screenshot'),
+      ]);
+      assert.equal(result.tool_results.filter((r) => r.is_error).length, 0, JSON.stringify(result));
+      const [browser] = await until('the shared Chromium', () => {
+        const b = chromiumBrowsers((env) => (env.HOME ?? '').includes(`deskbatch-shared-sandbox-p${process.pid}-`));
+        return b.length === 1 ? b : undefined;
+      });
+      const pid = browser!.pid;
+      const n = display.display.slice(1);
+      const cmdline = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).replaceAll('\0', ' ');
+      const proxy = /--proxy-server=http:\/\/(\S+)/.exec(cmdline)![1]!;
+      const probes: [string, Probe][] = [
+        ['read the daemon token file', { kind: 'read', path: secrets.token }],
+        ['read a file of the daemon readable by every user', { kind: 'read', path: secrets.readable }],
+        ['connect to the daemon port', { kind: 'connect', host: '127.0.0.1', port: d.daemon.address.port }],
+        [
+          'connect to a loopback server',
+          { kind: 'connect', host: '127.0.0.1', port: Number(new URL(web.origin).port) },
+        ],
+        ['connect to an internet address without the proxy', { kind: 'connect', host: '1.1.1.1', port: 80 }],
+        ['write into /etc', { kind: 'write', path: '/etc/deskbatch-probe' }],
+      ];
+      const results = await runProbes(
+        pid,
+        probes.map(([, p]) => p),
+      );
+      const through = probes.filter(([, p], i) => results[i]!.ok && (p.kind !== 'write' || existsSync(p.path)));
+      assert.deepEqual(
+        through.map(([name]) => name),
+        [],
+        'no attack gets out of the browser sandbox',
+      );
+      // What it needs it has: the operator's display, and the proxy.
+      const own = await runProbes(pid, [
+        { kind: 'connect-unix', path: `/tmp/.X11-unix/X${n}` },
+        { kind: 'proxy-get', proxy, url: `${web.origin}/` },
+      ]);
+      assert.deepEqual(
+        own.map((r) => r.ok),
+        [true, true],
+        JSON.stringify(own),
+      );
+      const status = await readFile(`/proc/${pid}/status`, 'utf8');
+      assert.match(status, /^CapEff:\s+0+$/m);
+      assert.match(status, /^NoNewPrivs:\s+1$/m);
+      assert.doesNotMatch(cmdline, /--no-sandbox/);
+      const id = identityOf(pid);
+      if (process.getuid?.() === 0) assert.notEqual(id.uid, 0);
+      else assert.equal(id.ownUserNamespace, true);
+    } finally {
+      for (const c of clients) c.close();
+      await d.close();
+      await display.stop();
+      await rm('/etc/deskbatch-probe', { force: true });
     }
   });
 });
