@@ -156,7 +156,13 @@ export class DesktopSandbox implements Confinement {
     readonly mode: Exclude<SandboxMode, 'off'>,
     readonly folders: SandboxFolders,
     private readonly holder: ChildProcess,
-    /** The holder's pid on the host: the pid namespace's init. */
+    /** The sandbox's init on the host (its pid namespace's pid 1): ending it ends every process in it. */
+    private readonly initPid: number,
+    /**
+     * The holder's pid on the host: what programs join (nsenter -t). Not the
+     * init: the init's root and working folder may still be the host's (seen:
+     * 1 join in 6 landed in the host's mount tree through nsenter -r -w).
+     */
     readonly holderPid: number,
     private readonly innerId: number,
     private readonly removeOnStop: string[],
@@ -212,15 +218,17 @@ export class DesktopSandbox implements Confinement {
         notReady: 'did not make the sandbox',
         tail: () => output.quoted(),
         ready: async (started, aborted) => {
-          const pid = await readInfo(started.stdio[3] as Readable);
+          const init = await readInfo(started.stdio[3] as Readable);
           // bubblewrap reports its init before the mounts are made: ready once the holder itself runs.
-          while (!aborted.aborted && !holderRuns(pid)) await new Promise((r) => setTimeout(r, 5));
-          return pid;
+          let holder: number | undefined;
+          while (!aborted.aborted && (holder = holderOf(init)) === undefined)
+            await new Promise((r) => setTimeout(r, 5));
+          return { init, holder: holder ?? 0 };
         },
       });
       const output = new OutputLines().read(child.stderr);
       child.unref();
-      return new DesktopSandbox(o.mode, folders, child, ready, innerId, removeOnStop);
+      return new DesktopSandbox(o.mode, folders, child, ready.init, ready.holder, innerId, removeOnStop);
     } catch (err) {
       for (const dir of removeOnStop) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw err instanceof StartError
@@ -347,7 +355,7 @@ export class DesktopSandbox implements Confinement {
       // The init first (the kernel then kills every process of its pid namespace), so that bubblewrap
       // outside reaps it and exits; then bubblewrap, if it has not.
       try {
-        process.kill(this.holderPid, 'SIGKILL');
+        process.kill(this.initPid, 'SIGKILL');
       } catch {
         // already gone
       }
@@ -419,31 +427,37 @@ function bwrapArgs(o: SandboxOptions, folders: SandboxFolders, innerId: number):
 }
 
 /**
- * Whether the sandbox's init (`pid`) runs the holder program: bubblewrap
+ * The holder's pid, once the sandbox's init (`pid`) runs it: bubblewrap
  * executes it once every mount and namespace is in place.
  */
-function holderRuns(pid: number): boolean {
+function holderOf(pid: number): number | undefined {
   try {
     const child = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ')[0];
-    return (
-      child !== undefined && child !== '' && readFileSync(`/proc/${child}/cmdline`, 'utf8') === `${HOLDER}\0infinity\0`
-    );
+    if (!child || readFileSync(`/proc/${child}/cmdline`, 'utf8') !== `${HOLDER}\0infinity\0`) return undefined;
+    return Number(child);
   } catch {
-    return false;
+    return undefined;
   }
 }
 
-/** Reads bubblewrap's `--info-fd` JSON: the pid (on the host) of the sandbox's init. */
+/**
+ * Reads bubblewrap's `--info-fd` JSON: the pid (on the host) of the sandbox's
+ * init. The pipe is read to its end, never closed first: bubblewrap writes
+ * the rest after the pid, and a write to a closed pipe kills it (SIGPIPE,
+ * seen in 1 start in 3 on a busy machine).
+ */
 function readInfo(fd3: Readable): Promise<number> {
   return new Promise<number>((resolve) => {
     let text = '';
     fd3.setEncoding('utf8');
     fd3.on('data', (chunk: string) => {
+      if (text.length > 4096) return;
       text += chunk;
       const m = /"child-pid":\s*(\d+)/.exec(text);
       if (m) resolve(Number(m[1]));
     });
-  }).finally(() => fd3.destroy());
+    fd3.on('error', () => undefined);
+  });
 }
 
 /**
