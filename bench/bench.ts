@@ -29,7 +29,10 @@
  * bench/results.json gets a fresh `browser`; BENCH_ONLY=recording runs what
  * recording costs (bench/recording.ts) alone, into `recording`;
  * BENCH_ONLY=takeover runs what a person's takeover in the viewer waits for
- * and costs (bench/takeover.ts, issue 18) alone, into `takeover`.
+ * and costs (bench/takeover.ts, issue 18) alone, into `takeover`;
+ * BENCH_ONLY=sandbox runs what a desktop's sandbox costs (bench/sandbox.ts,
+ * issue 30: a pool daemon with `--sandbox off` beside one with
+ * `--sandbox auto`, sample by sample) alone, into `sandbox`.
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -67,6 +70,7 @@ import {
 import { recordingSection, recordingTable, type RecordingReport } from './recording.ts';
 import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
+import { sandboxMain, sandboxRun, sandboxTable, type SandboxReport } from './sandbox.ts';
 import { takeoverSection } from './takeover.ts';
 import { takeoverTable, type TakeoverReport } from './takeover-report.ts';
 import { startTestDisplay } from '../testkit/display.ts';
@@ -76,7 +80,7 @@ import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from '
 const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
 /** Sections that run alone with BENCH_ONLY. */
-const SECTIONS = ['density', 'calls', 'browser', 'recording', 'takeover'] as const;
+const SECTIONS = ['density', 'calls', 'browser', 'recording', 'takeover', 'sandbox'] as const;
 /** Timed runs per figure of `BENCH_ONLY=calls`: each is a few ms, so more than the full run's, for steadier medians. */
 const CALLS_ITERATIONS = positiveInt(process.env.BENCH_ITERATIONS, 200);
 
@@ -87,6 +91,7 @@ interface Run {
   density?: DensityReport;
   recording?: RecordingReport;
   takeover?: TakeoverReport;
+  sandbox?: SandboxReport;
 }
 
 /**
@@ -270,6 +275,7 @@ async function main(): Promise<void> {
     if (only === 'calls') return callsMain();
     if (only === 'recording') return recordingMain();
     if (only === 'takeover') return takeoverMain();
+    if (only === 'sandbox') return sandboxMain();
     return only === 'browser' ? browserMain() : densityMain();
   }
   const started = performance.now();
@@ -306,6 +312,10 @@ async function main(): Promise<void> {
     run.takeover = await takeoverSection();
     run.figures.push(...run.takeover.figures);
   }
+  if (!skip.has('sandbox')) {
+    progress('sandbox: a pool with --sandbox off beside one with --sandbox auto');
+    run.sandbox = await sandboxRun();
+  }
   const book = ratios(run.figures, run.memory);
   const duration = round2((performance.now() - started) / 1000);
   const info = machine(load);
@@ -317,6 +327,7 @@ async function main(): Promise<void> {
   if (run.density) console.log(`\n${densityTable(run.density)}`);
   if (run.recording) console.log(`\n${recordingTable(run.recording)}`);
   if (run.takeover) console.log(`\n${takeoverTable(run.takeover)}`);
+  if (run.sandbox) console.log(`\n${sandboxTable(run.sandbox)}`);
   if (source) {
     const dirty = source.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
     console.log(`\nmeasured: commit ${source.commit}${dirty}`);
@@ -337,6 +348,7 @@ async function main(): Promise<void> {
     density: run.density ?? null,
     recording: run.recording ?? null,
     takeover: run.takeover ?? null,
+    sandbox: run.sandbox ?? null,
   };
   await writeFile(new URL('./results.json', import.meta.url), `${JSON.stringify(out, null, 2)}\n`);
 }
