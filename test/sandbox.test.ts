@@ -9,6 +9,7 @@
 import assert from 'node:assert/strict';
 import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
+import { spawn } from 'node:child_process';
 import { existsSync, readlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -395,5 +396,51 @@ describe('a sandbox per desktop', { timeout: 300_000 }, () => {
       await display.stop();
       await rm('/etc/deskbatch-probe', { force: true });
     }
+  });
+
+  test('a host that cannot sandbox: the daemon says why and does not start, unless --sandbox off', async () => {
+    // A user namespace of the test's own where no further one may be made (max_user_namespaces 0):
+    // the daemon inside cannot give a desktop its identity.
+    const run = (flags: string[]): Promise<{ code: number | null; out: string }> =>
+      new Promise((resolve) => {
+        const child = spawn(
+          'unshare',
+          [
+            '--user',
+            '--map-root-user',
+            'sh',
+            '-c',
+            'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" "$@"',
+            process.execPath,
+            join(ROOT, 'bin', 'deskbatch.js'),
+            'serve',
+            '--port',
+            '0',
+            '--desktops',
+            '1',
+            '--warm',
+            '0',
+            '--browser',
+            'off',
+            ...flags,
+          ],
+          { env: { ...process.env, DISPLAY: '', DESKBATCH_TOKEN: TEST_TOKEN }, stdio: ['ignore', 'pipe', 'pipe'] },
+        );
+        let out = '';
+        for (const s of [child.stdout, child.stderr]) s.on('data', (c: Buffer) => (out += c.toString()));
+        child.once('exit', (code) => resolve({ code, out }));
+        // Started: it listens; then it is stopped, by its pid.
+        const timer = setInterval(() => {
+          if (/deskbatch listening on/.test(out)) child.kill('SIGTERM');
+        }, 100);
+        child.once('exit', () => clearInterval(timer));
+      });
+    const refused = await run([]);
+    assert.notEqual(refused.code, 0, refused.out);
+    assert.match(refused.out, /desktops cannot be sandboxed on this host: .+--sandbox off/s);
+    assert.doesNotMatch(refused.out, /deskbatch listening on/);
+    const off = await run(['--sandbox', 'off']);
+    assert.match(off.out, /desktops run without a sandbox \(--sandbox off\)/);
+    assert.match(off.out, /deskbatch listening on/);
   });
 });
