@@ -36,16 +36,20 @@ const tabsOf = (r: Result) => blocks(r).find((b) => b.type === 'browser_state')?
 
 /**
  * The pids of the Chromium browser processes this test process started (its
- * direct children; renderers and other helpers carry `--type=`). Only our own
- * children: other people's browsers run on this machine.
+ * children, or its grandchildren when the browser runs in a sandbox, nsenter
+ * in between; renderers and other helpers carry `--type=`). Only our own:
+ * other people's browsers run on this machine.
  */
 async function ourBrowserPids(): Promise<number[]> {
+  const parentOf = async (pid: number | string): Promise<number> => {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  };
   const pids: number[] = [];
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
-    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
-    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-    if (ppid !== process.pid) continue;
+    const ppid = await parentOf(entry);
+    if (ppid !== process.pid && (await parentOf(ppid)) !== process.pid) continue;
     const cmdline = (await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0');
     if (/chromium/.test(cmdline[0] ?? '') && !cmdline.some((a) => a.startsWith('--type='))) pids.push(Number(entry));
   }

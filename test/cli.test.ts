@@ -11,7 +11,7 @@ import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { isDisplayReachable } from '../src/desktop-driver/display.ts';
+import { connect } from 'node:net';
 import { defaultDesktopCap } from '../src/base/config.ts';
 import type { BatchResult } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
@@ -110,6 +110,15 @@ async function serve(args: string[], env: Record<string, string>): Promise<Start
   return { child, lines, url, exited };
 }
 
+/** Whether something accepts on the unix socket at `path`. */
+function isSocketReachable(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(path);
+    socket.once('connect', () => (socket.destroy(), resolve(true)));
+    socket.once('error', () => resolve(false));
+  });
+}
+
 test('serve without DISPLAY gives each session a desktop of its own; SIGTERM answers the running batch and exits', async () => {
   const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
   try {
@@ -133,7 +142,13 @@ test('serve without DISPLAY gives each session a desktop of its own; SIGTERM ans
     assert.equal(welcome.desktop?.mode, 'pool');
     const started = s.lines.find((l) => l.msg === 'virtual display started' && l.desktop === welcome.desktop?.id);
     const display = String(started?.display);
-    assert.ok(await isDisplayReachable(display), `the session's display ${display} answers`);
+    // Its socket is in its desktop's sandbox (docs/SECURITY.md "A sandbox per desktop"): reached through its Xvfb's root.
+    const xvfb = descendants(s.child.pid!).find((pid) => cmdline(pid).startsWith(`Xvfb\0${display}\0`));
+    assert.ok(xvfb, `the Xvfb of ${display}`);
+    assert.ok(
+      await isSocketReachable(`/proc/${xvfb}/root/tmp/.X11-unix/X${display.slice(1)}`),
+      `the session's display ${display} answers`,
+    );
     const uses = [computerUse('screenshot'), computerUse('wait', { duration: 60 }), computerUse('cursor_position')];
     client.send({ type: 'batch', batch_id: 'long', tool_uses: uses });
     // SIGTERM while the 60 s wait runs (the screenshot before it is done).

@@ -20,6 +20,7 @@ import type { DesktopWait, ErrorMessage, ServerMessage, ToolUse, Welcome } from 
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { ConnectError, DeskbatchClient } from '../src/client/index.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
+import { inNamespacesOf } from '../testkit/sandbox-probes.ts';
 import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
 import { processesMentioning } from '../testkit/recording.ts';
 import { until, within } from '../testkit/wait.ts';
@@ -59,7 +60,9 @@ function told(web: WebServer, who: string, what: string): string[] {
 async function onDisplay(info: DesktopInfo, cmd: string, args: string[]): Promise<string> {
   assert.ok(info.x, `desktop ${info.id} has no display`);
   try {
-    const { stdout } = await run(cmd, args, { env: { ...process.env, ...info.x }, timeout: 10_000 });
+    // A sandboxed desktop's display is reached from inside its sandbox (docs/SECURITY.md "A sandbox per desktop").
+    const [command, argv] = info.processes.xvfb ? inNamespacesOf(info.processes.xvfb, cmd, args) : [cmd, args];
+    const { stdout } = await run(command, argv, { env: { ...process.env, ...info.x }, timeout: 10_000 });
     return stdout.trim();
   } catch (err) {
     // xclip with an empty clipboard, xdotool finding no window: nothing there.

@@ -63,19 +63,26 @@ export function identityOf(pid: number): { uid: number; ownUserNamespace: boolea
   return { uid, ownUserNamespace: readlinkSync(`/proc/${pid}/ns/user`) !== readlinkSync('/proc/self/ns/user') };
 }
 
-/** Runs `probes` inside the namespaces of process `pid`, as its uid. */
-export function runProbes(pid: number, probes: Probe[]): Promise<ProbeResult[]> {
+/**
+ * The command line that runs `command args` in the namespaces of process
+ * `pid`, as its uid: a user namespace is entered as its owner (the uid
+ * outside), which keeps its uid inside; else the namespaces are entered as
+ * root, then the uid is dropped to the process's.
+ */
+export function inNamespacesOf(pid: number, command: string, args: readonly string[]): [string, string[]] {
   const { uid, ownUserNamespace } = identityOf(pid);
   const enter = ownUserNamespace
     ? ['-t', String(pid), '-U', '--preserve-credentials', '-m', '-p', '-n', '-i', '-u', '-r', '-w']
     : ['-t', String(pid), '-m', '-p', '-n', '-i', '-u', '-r', '-w'];
   const drop = ['--reuid', String(uid), '--regid', String(uid), '--clear-groups'];
-  const run = [process.execPath, '-e', RUNNER, JSON.stringify(probes)];
-  // A user namespace is entered as its owner (the uid outside), which keeps its uid inside; else the
-  // namespaces are entered as root, then the uid is dropped to the process's.
-  const [command, args] = ownUserNamespace
-    ? ['setpriv', [...drop, '--', 'nsenter', ...enter, '--', ...run]]
-    : ['nsenter', [...enter, '--', 'setpriv', ...drop, '--', ...run]];
+  return ownUserNamespace
+    ? ['setpriv', [...drop, '--', 'nsenter', ...enter, '--', command, ...args]]
+    : ['nsenter', [...enter, '--', 'setpriv', ...drop, '--', command, ...args]];
+}
+
+/** Runs `probes` inside the namespaces of process `pid`, as its uid. */
+export function runProbes(pid: number, probes: Probe[]): Promise<ProbeResult[]> {
+  const [command, args] = inNamespacesOf(pid, process.execPath, ['-e', RUNNER, JSON.stringify(probes)]);
   return new Promise((resolve, reject) => {
     execFile(command, args, { encoding: 'utf8', timeout: 30_000, env: {} }, (err, stdout, stderr) => {
       if (err && !stdout) reject(new Error(`the probes did not run: ${stderr || err.message}`));

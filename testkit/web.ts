@@ -103,11 +103,12 @@ export async function startBrowserFixture(
  * address) except for `web`'s own host and port, as an operator serving one
  * local site would allow it.
  */
-export function startContainedDaemon(web: WebServer): Promise<TestDaemon> {
+export function startContainedDaemon(web: WebServer, sandbox: 'auto' | 'off' = 'auto'): Promise<TestDaemon> {
   return startTestDaemon({
     display: undefined,
     browser: 'headless',
     browserSettings: { allowPrivateNetworks: false, privateAllow: [`127.0.0.1:${new URL(web.origin).port}`] },
+    sandbox: { mode: sandbox, uids: { first: 2_000_000_000, count: 1000 } },
   });
 }
 

@@ -510,7 +510,11 @@ export class DesktopPool implements Desktops {
     // Only now: the session's calls meanwhile failed on the old parts' dead display, as retryable errors.
     // The downloads folder is the desktop's own (the same path, kept for its session); the HOME was the old
     // parts' alone, as each build makes a new one.
-    if (old) await destroyParts({ driver: old.driver, browser: old.browser, display: old.display, home: old.home });
+    // Everything else of the old parts goes: its processes, HOME, sandbox (and its uid) and egress listener.
+    if (old) {
+      const { downloads: _kept, ...gone } = old;
+      await destroyParts(gone);
+    }
   }
 }
 
