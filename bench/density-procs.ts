@@ -40,7 +40,7 @@ async function processes(): Promise<Map<number, Proc>> {
   return out;
 }
 
-async function environ(pid: number): Promise<Record<string, string>> {
+export async function environ(pid: number): Promise<Record<string, string>> {
   const text = await readFile(`/proc/${pid}/environ`, 'utf8').catch(() => '');
   const env: Record<string, string> = {};
   for (const kv of text.split('\0')) {

@@ -4,6 +4,7 @@
  * table does not import the run that prints it.
  */
 import type { MachineInfo } from './machine.ts';
+import { median, percentile, round2 } from './stats.ts';
 
 export type Part = 'xvfb' | 'openbox' | 'worker' | 'chromium';
 export const PARTS: readonly Part[] = ['xvfb', 'openbox', 'worker', 'chromium'];
@@ -43,6 +44,16 @@ export interface Series {
   p95_ms: number;
   n: number;
   samples_ms: number[];
+}
+
+/** The median, p95 and every sample of a set of times (ms, two decimals). */
+export function series(samples: readonly number[]): Series {
+  return {
+    median_ms: round2(median(samples)),
+    p95_ms: round2(percentile(samples, 0.95)),
+    n: samples.length,
+    samples_ms: samples.map(round2),
+  };
 }
 
 export interface LeaseReport {

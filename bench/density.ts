@@ -70,10 +70,10 @@ import {
   type Daemon,
 } from './density-daemon.ts';
 import { measureDesktops } from './density-procs.ts';
-import type { AgentsRow, DensityReport, LeaseReport, Series, Target } from './density-report.ts';
+import { series, type AgentsRow, type DensityReport, type LeaseReport, type Target } from './density-report.ts';
 import { machine, sourceState } from './machine.ts';
 import { densityTable } from './report.ts';
-import { median, percentile, positiveInt, progress, round2 } from './stats.ts';
+import { positiveInt, progress, round2 } from './stats.ts';
 
 /** Lease samples of each kind (warm, cold). */
 const LEASES = positiveInt(process.env.DENSITY_LEASES, 8);
@@ -100,15 +100,6 @@ Each session has a page of its own; on the pool each page is on a desktop of its
 <textarea autofocus style="width:90vw;height:60vh;font-size:20px;caret-color:transparent"></textarea>`;
 
 // ---------------------------------------------------------------- the parts
-
-function series(samples: readonly number[]): Series {
-  return {
-    median_ms: round2(median(samples)),
-    p95_ms: round2(percentile(samples, 0.95)),
-    n: samples.length,
-    samples_ms: samples.map(round2),
-  };
-}
 
 interface Histograms {
   lease: number;

@@ -52,8 +52,10 @@ import {
   WARM_TIMEOUT_MS,
   type Daemon,
 } from './density-daemon.ts';
+import { environ } from './density-procs.ts';
+import { series, type Series } from './density-report.ts';
 import { machine, sourceState } from './machine.ts';
-import { interleave, median, percentile, positiveInt, progress, round2 } from './stats.ts';
+import { interleave, median, positiveInt, progress, round2 } from './stats.ts';
 
 /** Warm leases per mode (each also gives a fresh desktop start). */
 const LEASES = positiveInt(process.env.SANDBOX_LEASES, 5);
@@ -66,12 +68,7 @@ const SETTLE_MS = 3_000;
 const MODES = ['off', 'auto'] as const;
 type Mode = (typeof MODES)[number];
 
-export interface SandboxSeries {
-  median_ms: number;
-  p95_ms: number;
-  n: number;
-  samples: number[];
-}
+export type SandboxSeries = Series;
 
 export interface SandboxRow {
   name: string;
@@ -95,15 +92,6 @@ export interface SandboxReport {
   duration_s: number;
 }
 
-function series(samples: readonly number[]): SandboxSeries {
-  return {
-    median_ms: round2(median(samples)),
-    p95_ms: round2(percentile(samples, 0.95)),
-    n: samples.length,
-    samples: samples.map(round2),
-  };
-}
-
 interface Counts {
   startSumMs: number;
   starts: number;
@@ -119,16 +107,6 @@ async function counts(d: Daemon): Promise<Counts> {
     recycles: metric(text, 'deskbatch_desktop_recycle_seconds_count'),
     warm: metric(text, 'deskbatch_desktops{state="warm"}'),
   };
-}
-
-async function environ(pid: number): Promise<Record<string, string>> {
-  const text = await readFile(`/proc/${pid}/environ`, 'utf8').catch(() => '');
-  const env: Record<string, string> = {};
-  for (const kv of text.split('\0')) {
-    const i = kv.indexOf('=');
-    if (i > 0) env[kv.slice(0, i)] = kv.slice(i + 1);
-  }
-  return env;
 }
 
 const CRASHPAD = /(^|\/)chrome_crashpad_handler(\s|$)/;
