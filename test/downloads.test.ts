@@ -15,6 +15,7 @@ import { after, before, describe, test } from 'node:test';
 import { ConfigError, resolveConfig, type DaemonConfig } from '../src/base/config.ts';
 import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import { sanitizeId } from '../src/base/screenshot-store.ts';
+import { copyNoFollow } from '../src/browser/downloads.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { TEST_TOKEN, type TestClient } from '../testkit/daemon.ts';
 import { until } from '../testkit/wait.ts';
@@ -304,4 +305,22 @@ describe('download caps in the config', () => {
       failsWith(ConfigError, '--max-download-bytes must be a whole number, 0 or more, got 1.5'),
     );
   });
+});
+
+test("a saved download is copied out of the desktop's folder only as a regular file, never through a link", async () => {
+  // In a desktop's sandbox Chromium saves into a folder the desktop can write: a compromised desktop
+  // could put a link to one of the daemon's files in place of the download.
+  const dir = await mkdtemp(join(tmpdir(), 'deskbatch-copy-'));
+  try {
+    await writeFile(join(dir, 'secret'), 'the-token');
+    await writeFile(join(dir, 'saved'), 'download bytes');
+    await symlink(join(dir, 'secret'), join(dir, 'swapped'));
+    await copyNoFollow(join(dir, 'saved'), join(dir, 'out-1'));
+    assert.equal(await readFile(join(dir, 'out-1'), 'utf8'), 'download bytes');
+    await assert.rejects(copyNoFollow(join(dir, 'swapped'), join(dir, 'out-2')), /ELOOP/);
+    await assert.rejects(copyNoFollow(dir, join(dir, 'out-3')), /not a regular file|EISDIR/);
+    assert.ok(!(await readdir(dir)).includes('out-2'), 'nothing of the link target was written');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });

@@ -6,7 +6,9 @@
  * is kept as `download_*` state changes for the next successful result
  * (docs/TOOLSETS.md D3).
  */
-import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { constants, createWriteStream } from 'node:fs';
+import { lstat, mkdir, open, readdir, rm, stat } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Download } from 'playwright';
@@ -120,7 +122,7 @@ export class Downloads {
       const dir = join(downloadsDir, sanitizeId(this.sessionId));
       await mkdir(dir, { recursive: true });
       path = join(dir, `${downloadId}-${safeFileName(download.suggestedFilename())}`);
-      await download.saveAs(path);
+      await copyNoFollow(await download.path(), path);
       const size = (await stat(path)).size;
       if (this.stopped) throw new Error('the session ended');
       // Downloads Chromium did not report progress for, or saved side by side, are checked here at the latest.
@@ -295,4 +297,21 @@ export function safeFileName(name: string): string {
     .replace(/^[.]+/, '')
     .slice(0, 120);
   return clean || 'download';
+}
+
+/**
+ * Copies the file Chromium saved to `to`, never through a link: in a
+ * desktop's sandbox Chromium saves into a folder the desktop can write
+ * (src/desktop-pool/sandbox.ts), and a compromised desktop could swap the
+ * file for a link to one of the daemon's (O_NOFOLLOW refuses it; so is
+ * anything but a regular file).
+ */
+export async function copyNoFollow(from: string, to: string): Promise<void> {
+  const source = await open(from, constants.O_RDONLY | constants.O_NOFOLLOW);
+  try {
+    if (!(await source.stat()).isFile()) throw new Error('the saved download is not a regular file');
+    await pipeline(source.createReadStream({ autoClose: false }), createWriteStream(to));
+  } finally {
+    await source.close();
+  }
 }
