@@ -31,7 +31,7 @@ import {
   type Run,
 } from '../testkit/fault-batches.ts';
 import { startPages, type Pages } from '../testkit/fault-pages.ts';
-import { chromiumBrowserPids, descendants, killAll } from '../testkit/faults.ts';
+import { chromiumBrowserPids, descendants, killAll, launcherOf } from '../testkit/faults.ts';
 import { browserUse } from '../testkit/web.ts';
 
 const unexpected: unknown[] = [];
@@ -103,6 +103,7 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
     during: string,
   ): Promise<void> {
     const batch = uses();
+    const launcher = launcherOf(pid);
     const before = await begun(session, step);
     let r: Run;
     try {
@@ -113,11 +114,11 @@ describe('faults: Chromium dies while the daemon sets up a session context or a 
             what: `the daemon to log '${step}' for ${session}`,
             holds: async () => (await begun(session, step)) > before,
           },
-          inject: () => void killAll([pid]),
+          inject: () => void killAll([pid, ...launcher]),
         },
       });
     } finally {
-      killAll([pid, ...helpers]);
+      killAll([pid, ...launcher, ...helpers]);
     }
     measure(`batch with Chromium killed during ${during} (${r.result.failures[0]?.error.type})`, r.ms);
     assertRetryableFailure(batch, r.result, 0, ['BrowserCrashedError']);

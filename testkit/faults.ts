@@ -4,6 +4,7 @@
  * daemon's pid, and kill them. Only descendants of the given pid are ever
  * touched: other people's browsers and workers run on this machine.
  */
+import { readFileSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 
 interface ProcInfo {
@@ -86,6 +87,23 @@ export async function childPids(argv: RegExp, root = process.pid): Promise<numbe
 }
 
 /** SIGKILLs each pid; a pid that is already gone is not an error. Returns how many were signalled. */
+/**
+ * The process that waits for `pid` outside its sandbox: `nsenter`, when `pid`
+ * runs in a desktop's sandbox (src/desktop-pool/sandbox.ts). A stopped
+ * program stops its nsenter too (nsenter follows its child's job control), and
+ * a stopped nsenter holds the program's pipes open after the program died: a
+ * test that stops and then kills a sandboxed program kills its nsenter with it.
+ */
+export function launcherOf(pid: number): number[] {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    return readFileSync(`/proc/${ppid}/cmdline`, 'utf8').split('\0')[0]?.endsWith('nsenter') ? [ppid] : [];
+  } catch {
+    return [];
+  }
+}
+
 export function killAll(pids: readonly number[], signal: NodeJS.Signals = 'SIGKILL'): number {
   let n = 0;
   for (const pid of pids) {
