@@ -53,6 +53,7 @@ import {
 import { startPages, type Pages } from '../testkit/fault-pages.ts';
 import {
   RESOURCE_DOWN_TYPES,
+  childOrSandboxedPids,
   childPids,
   chromiumBrowserPids,
   desktopWorkerPids,
@@ -360,7 +361,7 @@ describe('faults: the desktop worker and Chromium die mid-batch', () => {
 
   test('a Chromium that dies at every launch: each browser batch is answered whole and fails retryably; computer calls are unaffected; once it lives, the browser works again', async () => {
     const loop = await killLoop(async () =>
-      (await childPids(/^\S*chromium\s(?!.*--type=)/)).filter((pid) => !kiosk.includes(pid)),
+      (await childOrSandboxedPids(/^\S*chromium\s(?!.*--type=)/)).filter((pid) => !kiosk.includes(pid)),
     );
     const seen: string[] = [];
     try {

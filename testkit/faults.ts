@@ -88,6 +88,17 @@ export async function childPids(argv: RegExp, root = process.pid): Promise<numbe
 
 /** SIGKILLs each pid; a pid that is already gone is not an error. Returns how many were signalled. */
 /**
+ * childPids, and the children matching `argv` of those children that are
+ * `nsenter` (a program started in a desktop's sandbox, src/desktop-pool/sandbox.ts).
+ */
+export async function childOrSandboxedPids(argv: RegExp, root = process.pid): Promise<number[]> {
+  const direct = await childPids(argv, root);
+  const launchers = await childPids(/^\S*nsenter\s/, root);
+  const inner = await Promise.all(launchers.map((pid) => childPids(argv, pid)));
+  return [...direct, ...inner.flat()];
+}
+
+/**
  * The process that waits for `pid` outside its sandbox: `nsenter`, when `pid`
  * runs in a desktop's sandbox (src/desktop-pool/sandbox.ts). A stopped
  * program stops its nsenter too (nsenter follows its child's job control), and

@@ -28,7 +28,7 @@
  */
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { chmod, chown, mkdir, mkdtemp, rm, statfs, writeFile } from 'node:fs/promises';
-import type { Server } from 'node:net';
+import type { Server, Socket } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
@@ -227,7 +227,10 @@ export class DesktopSandbox implements Confinement {
         },
       });
       const output = new OutputLines().read(child.stderr);
+      // A forgotten stop() must not keep the daemon alive (the exit hook and --die-with-parent end it).
       child.unref();
+      (child.stderr as Socket | null)?.unref();
+      (child.stdio[3] as Socket | null)?.unref();
       return new DesktopSandbox(o.mode, folders, child, ready.init, ready.holder, innerId, removeOnStop);
     } catch (err) {
       for (const dir of removeOnStop) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
