@@ -13,6 +13,7 @@ import type { BatchResult, ToolEvent, ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import type { TestClient } from '../testkit/daemon.ts';
 import { until, within } from '../testkit/wait.ts';
+import { launcherOf } from '../testkit/faults.ts';
 import { browserUse as use, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
 
 const NOT_EXECUTED = 'Not executed: an earlier action in this turn failed.';
@@ -125,8 +126,13 @@ describe('browser lifecycle', () => {
     let r = await run(f.client, [use('navigate', { url: `${f.web.origin}/a` }), use('get_page_text')]);
     assert.deepEqual(r.failures, []);
     const [pid] = await ourBrowserPids();
+    // In its sandbox the browser is reaped by its nsenter, whose end is what the daemon sees: both are waited for.
+    const gone = [pid!, ...launcherOf(pid!)];
     process.kill(pid!, 'SIGKILL');
-    await until('the killed browser to be reaped', async () => !(await stat(`/proc/${pid}`).catch(() => undefined)));
+    await until('the killed browser to be reaped', async () => {
+      const left = await Promise.all(gone.map((p) => stat(`/proc/${p}`).catch(() => undefined)));
+      return left.every((s) => s === undefined);
+    });
     // The model's page went with the browser: the call fails (it used to read a new blank tab,
     // "The page has no visible text.", as if it were the page the model had opened).
     r = await run(f.client, [use('get_page_text'), use('list_tabs')]);
