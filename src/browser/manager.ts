@@ -5,6 +5,7 @@
  * (session.ts) per session, each with its own BrowserContext, so sessions
  * never see each other's tabs, cookies or storage.
  */
+import { realpath } from 'node:fs/promises';
 import type { BrowserMode } from '../base/config.ts';
 import type { Browser } from 'playwright';
 import type { Logger } from '../base/log.ts';
@@ -218,7 +219,11 @@ export class BrowserManager implements SessionHost {
       return undefined;
     });
     const confined = this.options.sandbox;
-    const executable = confined ? await confined.launcher(executablePath) : executablePath;
+    // In a sandbox the path is opened inside, where only the system is: a link (an operator's, a test's) is
+    // followed here, to the file it names.
+    const executable = confined
+      ? await confined.launcher(await realpath(executablePath).catch(() => executablePath))
+      : executablePath;
     const env = { ...process.env, ...this.options.env, ...(display ? { DISPLAY: display } : {}) };
     const start = (sandbox: boolean): Promise<Browser> =>
       chromium.launch({
