@@ -20,6 +20,7 @@ import { promisify } from 'node:util';
 import type { ToolUse } from '../src/base/protocol.ts';
 import { DEFAULT_IMAGE_TOLERANCE, imageDifference, type ReplayReport } from '../src/recording/replay-compare.ts';
 import { ReplayError, replayTrajectory, type ReplayBatch } from '../src/recording/replay.ts';
+import { inNamespacesOf } from '../testkit/sandbox-probes.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
 import { until, within } from '../testkit/wait.ts';
@@ -118,7 +119,12 @@ async function windowShown(d: TestDaemon, sessionId: string, title: string): Pro
     async () => {
       const info = d.daemon.desktops.list().find((x) => x.session === sessionId);
       if (!info?.x) return false;
-      const found = await run('xdotool', ['search', '--onlyvisible', '--name', title], {
+      // The desktop's display is reached from inside its sandbox (docs/SECURITY.md "A sandbox per desktop").
+      const args = ['search', '--onlyvisible', '--name', title];
+      const [command, argv] = info.processes.xvfb
+        ? inNamespacesOf(info.processes.xvfb, 'xdotool', args)
+        : ['xdotool', args];
+      const found = await run(command, argv, {
         env: { ...process.env, ...info.x },
         timeout: 10_000,
       }).catch(() => ({ stdout: '' }));
