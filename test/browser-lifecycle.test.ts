@@ -5,7 +5,7 @@
  * ends closes its browser context.
  */
 import assert from 'node:assert/strict';
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import type { BrowserManager } from '../src/browser/manager.ts';
 import { SharedDesktop } from '../src/desktop-pool/pool.ts';
@@ -13,7 +13,7 @@ import type { BatchResult, ToolEvent, ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import type { TestClient } from '../testkit/daemon.ts';
 import { until, within } from '../testkit/wait.ts';
-import { launcherOf } from '../testkit/faults.ts';
+import { killAndReap } from '../testkit/faults.ts';
 import { browserUse as use, startBrowserFixture, type BrowserFixture } from '../testkit/web.ts';
 
 const NOT_EXECUTED = 'Not executed: an earlier action in this turn failed.';
@@ -113,11 +113,10 @@ describe('browser lifecycle', () => {
 
   test('a browser that died between batches is relaunched by the next call', async () => {
     const [pid] = await ourBrowserPids();
-    process.kill(pid!, 'SIGKILL');
-    // "Between batches": the daemon has seen the browser go before the next call. The process is reaped
-    // (its /proc entry gone) only after it exited, by which time its end of the CDP pipe is closed; the
-    // pipe's close reaches Playwright in this same process before the batch sent next can.
-    await until('the killed browser to be reaped', async () => !(await stat(`/proc/${pid}`).catch(() => undefined)));
+    // "Between batches": the daemon has seen the browser go before the next call. Its CDP pipe closes
+    // when the browser and (in a sandbox) its nsenter are reaped; the close reaches Playwright in this
+    // same process before the batch sent next can.
+    await killAndReap(pid!, 'the killed browser');
     const r = await run(f.client, [use('navigate', { url: `${f.web.origin}/a` })]);
     assert.ok(!r.tool_results[0]!.is_error, textOf(r.tool_results[0]!));
   });
@@ -126,13 +125,7 @@ describe('browser lifecycle', () => {
     let r = await run(f.client, [use('navigate', { url: `${f.web.origin}/a` }), use('get_page_text')]);
     assert.deepEqual(r.failures, []);
     const [pid] = await ourBrowserPids();
-    // In its sandbox the browser is reaped by its nsenter, whose end is what the daemon sees: both are waited for.
-    const gone = [pid!, ...launcherOf(pid!)];
-    process.kill(pid!, 'SIGKILL');
-    await until('the killed browser to be reaped', async () => {
-      const left = await Promise.all(gone.map((p) => stat(`/proc/${p}`).catch(() => undefined)));
-      return left.every((s) => s === undefined);
-    });
+    await killAndReap(pid!, 'the killed browser');
     // The model's page went with the browser: the call fails (it used to read a new blank tab,
     // "The page has no visible text.", as if it were the page the model had opened).
     r = await run(f.client, [use('get_page_text'), use('list_tabs')]);

@@ -4,7 +4,7 @@
  * daemon's pid, and kill them. Only descendants of the given pid are ever
  * touched: other people's browsers and workers run on this machine.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 
 interface ProcInfo {
@@ -113,6 +113,24 @@ export function launcherOf(pid: number): number[] {
   } catch {
     return [];
   }
+}
+
+/**
+ * Kills the program `pid` with SIGKILL and returns once it and, when it runs
+ * in a desktop's sandbox, its nsenter (`launcherOf`) are both reaped. Only
+ * then are the program's pipes closed: a daemon in this process has heard of
+ * the end (Playwright's CDP pipe, the worker's IPC) before anything the test
+ * sends next can reach it.
+ */
+export async function killAndReap(pid: number, what: string): Promise<void> {
+  const gone = [pid, ...launcherOf(pid)];
+  killAll([pid]);
+  await waitFor(
+    `${what} (pids ${gone.join(', ')}) to be reaped`,
+    async () => (gone.some((p) => existsSync(`/proc/${p}`)) ? undefined : true),
+    30_000,
+    10,
+  );
 }
 
 export function killAll(pids: readonly number[], signal: NodeJS.Signals = 'SIGKILL'): number {
