@@ -25,6 +25,12 @@ import { BUTTON_PRESS, BUTTON_RELEASE, type XConnection } from './x11.ts';
 const MOTION_BUTTONS: Record<MouseButton, number> = { left: 1, middle: 2, right: 3 };
 /** X wheel buttons: 4 up, 5 down, 6 left, 7 right. */
 export const WHEEL_BUTTONS = { up: 4, down: 5, left: 6, right: 7 } as const;
+/**
+ * Pause between the clicks of a double/triple click. Back to back, two presses
+ * can get the same X timestamp (ms), and Chromium then treats the second as the
+ * same native event, not a repeat: measured detail [1, 1, 2] for a triple click.
+ */
+export const CLICK_GAP_MS = 10;
 /** How long a press waits for the window manager to activate the window under the pointer. */
 const ACTIVATE_WAIT_MS = 1_000;
 const ACTIVATE_POLL_MS = 2;
@@ -33,6 +39,8 @@ const SOURCE_PAGER = 2;
 
 export class XPointer {
   private atoms: { active: number; wmState: number } | undefined;
+  /** The top-level window of the last activation, and its client window. */
+  private last: { frame: number; client: number } | undefined;
   /** Top-level window (a frame, under a reparenting window manager) → its client window. */
   private readonly clients = new Map<number, number>();
   readonly down = new Set<MouseButton>();
@@ -44,13 +52,48 @@ export class XPointer {
   ) {}
 
   async move(to: Point): Promise<void> {
-    this.conn.fakeMotion(this.xtest, to.x, to.y);
+    this.sendMove(to);
     await this.conn.sync();
+  }
+
+  /** The motion, sent (in this turn's write) and not waited for: `sync()` after it, or a later request's reply. */
+  sendMove(to: Point): void {
+    this.conn.fakeMotion(this.xtest, to.x, to.y);
+  }
+
+  /** Round trip: the X server has taken every event sent before. */
+  sync(): Promise<void> {
+    return this.conn.sync();
   }
 
   async position(): Promise<Point> {
     const { x, y } = await this.conn.queryPointer();
     return { x, y };
+  }
+
+  /**
+   * `count` presses and releases of `b`, CLICK_GAP_MS apart (apps count them
+   * as a double or triple click), at `at` if given. A click on the window
+   * clicked last, already active (the usual case), is two round trips to the X
+   * server: the activation's questions, sent together after the motion (which
+   * needs no sync of its own: one connection, one order), and the press and
+   * release sent together with the closing sync. A press and its release are
+   * never split: a cancelled click leaves no button down.
+   */
+  async click(b: MouseButton, count: number, at?: Point): Promise<void> {
+    await this.sendClick(b, count, at);
+    await this.conn.sync();
+  }
+
+  /** The click, sent: it resolves once the last press and release are written, before the X server answers. */
+  async sendClick(b: MouseButton, count: number, at?: Point): Promise<void> {
+    if (at) this.sendMove(at);
+    for (let i = 0; i < count; i++) {
+      if (i > 0) await new Promise((resolve) => setTimeout(resolve, CLICK_GAP_MS));
+      await this.activateUnderPointer();
+      this.conn.fakeInput(this.xtest, BUTTON_PRESS, MOTION_BUTTONS[b]);
+      this.conn.fakeInput(this.xtest, BUTTON_RELEASE, MOTION_BUTTONS[b]);
+    }
   }
 
   async button(b: MouseButton, down: boolean): Promise<void> {
@@ -63,12 +106,17 @@ export class XPointer {
 
   /** `clicks` presses and releases of a wheel button. */
   async wheel(direction: keyof typeof WHEEL_BUTTONS, clicks: number): Promise<void> {
+    this.sendWheel(direction, clicks);
+    await this.conn.sync();
+  }
+
+  /** The wheel clicks, sent and not waited for. */
+  sendWheel(direction: keyof typeof WHEEL_BUTTONS, clicks: number): void {
     const detail = WHEEL_BUTTONS[direction];
     for (let i = 0; i < clicks; i++) {
       this.conn.fakeInput(this.xtest, BUTTON_PRESS, detail);
       this.conn.fakeInput(this.xtest, BUTTON_RELEASE, detail);
     }
-    await this.conn.sync();
   }
 
   /** Releases the buttons we hold. */
@@ -95,18 +143,25 @@ export class XPointer {
   }
 
   private async activate(): Promise<void> {
-    const { child } = await this.conn.queryPointer();
+    this.atoms ??= await this.internAtoms();
+    const { active, wmState } = this.atoms;
+    // One round trip asks all a click on the window clicked last needs (the usual case): which
+    // top-level window is under the pointer, which window is active, and whether the client
+    // window found under that top-level last time is still a client.
+    const last = this.last;
+    const [{ child }, activeNow, lastStill] = await Promise.all([
+      this.conn.queryPointer(),
+      this.conn.getRootWindow(active),
+      last ? this.conn.hasProperty(last.client, wmState).catch(() => false) : false,
+    ]);
     if (child === 0) return;
-    this.atoms ??= {
-      active: await this.conn.internAtom('_NET_ACTIVE_WINDOW'),
-      wmState: await this.conn.internAtom('WM_STATE'),
-    };
-    const client = await this.clientOf(child);
+    const client = last && lastStill && last.frame === child ? last.client : await this.clientOf(child);
     if (client === 0) return;
-    if ((await this.conn.getRootWindow(this.atoms.active)) === client) return;
-    this.conn.sendToWindowManager(client, this.atoms.active, [SOURCE_PAGER, 0, 0]);
+    this.last = { frame: child, client };
+    if (activeNow === client) return;
+    this.conn.sendToWindowManager(client, active, [SOURCE_PAGER, 0, 0]);
     const deadline = performance.now() + ACTIVATE_WAIT_MS;
-    while ((await this.conn.getRootWindow(this.atoms.active)) !== client) {
+    while ((await this.conn.getRootWindow(active)) !== client) {
       if (performance.now() > deadline) {
         // No window manager, or one that refused: click anyway, as the press would without one.
         this.log('window manager did not activate the window under the pointer', { window: client });
@@ -114,6 +169,14 @@ export class XPointer {
       }
       await new Promise((resolve) => setTimeout(resolve, ACTIVATE_POLL_MS));
     }
+  }
+
+  private async internAtoms(): Promise<{ active: number; wmState: number }> {
+    const [active, wmState] = await Promise.all([
+      this.conn.internAtom('_NET_ACTIVE_WINDOW'),
+      this.conn.internAtom('WM_STATE'),
+    ]);
+    return { active, wmState };
   }
 
   /**

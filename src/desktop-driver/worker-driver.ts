@@ -16,13 +16,17 @@
  *   tells the child to cancel (a hold releases its keys), and kills the child
  *   if it has not answered within ABORT_GRACE_MS.
  *
- * One query skips the child: `cursorPosition` is a QueryPointer on this
- * process's own X connection (x11.ts), in the same order as the ops (it waits
- * for the ones asked before it). That is safe here, unlike nut-js: x11.ts is
- * the X protocol in JS over a Unix socket, so a display going away is an
- * error on that socket, never a crash. It asks the X server, not a position
- * remembered from our last op: the pointer also moves without us (a person,
- * another X client).
+ * The pointer skips the child: `cursorPosition` is a QueryPointer, and a
+ * move, a click and a scroll without modifier keys are XTEST input
+ * (pointer.ts), on this process's own X connection (x11.ts). They take the
+ * same queue as the child's ops, so they happen in the order asked: a child's
+ * op has finished (synced with the X server) before our input is sent, and our
+ * input is synced before the child's next op is sent. A capture is told how
+ * long ago our last input was, for its settle step (worker/capture.ts). That
+ * is safe here, unlike nut-js: x11.ts is the X protocol in JS over a Unix
+ * socket, so a display going away is an error on that socket, never a crash.
+ * The position is asked of the X server, never remembered from our last op:
+ * the pointer also moves without us (a person, another X client).
  */
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -32,8 +36,17 @@ import { forkChild, programPid, signalChild, type ChildProcess, type Confinement
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../base/errors.ts';
 import type { StartGuard } from '../base/resilience.ts';
 import { displaySocketPath, isDisplayReachable } from './display.ts';
+import { XPointer } from './pointer.ts';
 import { XConnection } from './x11.ts';
-import type { CaptureOptions, DesktopDriver, DriverKey, MouseButton, ScrollDirection } from './driver.ts';
+import {
+  CLICK_COUNT_MAX,
+  COMPUTER_SCROLL_AMOUNT_MAX,
+  type CaptureOptions,
+  type DesktopDriver,
+  type DriverKey,
+  type MouseButton,
+  type ScrollDirection,
+} from './driver.ts';
 import type { Point, Size } from '../base/geometry.ts';
 import type { CapturedImage } from '../base/image.ts';
 import type { ChildMessage, LogLevel, OpArgs, OpName, OpResult, ParentMessage, WireError } from './worker-protocol.ts';
@@ -103,10 +116,17 @@ interface Child {
   size?: Size;
 }
 
-/** The daemon's own X connection for queries (cursorPosition), and the identity of the socket it went to. */
+/** The daemon's own X connection for the pointer, the identity of the socket it went to, and its XTEST pointer once used. */
 interface QueryConnection {
   conn: XConnection;
   socketId: string | undefined;
+  pointer?: Promise<XPointer>;
+}
+
+/** What an op in the queue is told while it runs: whether its caller is gone, and how to hear of a cancel. */
+interface Slot {
+  settled(): boolean;
+  onCancel(cancel: () => void): void;
 }
 
 export class WorkerDesktopDriver implements DesktopDriver {
@@ -127,6 +147,8 @@ export class WorkerDesktopDriver implements DesktopDriver {
   /** Open (or opening) for queries; replaced when it closed or the X socket was recreated. */
   private query: QueryConnection | undefined;
   private queryOpening: Promise<QueryConnection> | undefined;
+  /** When our own pointer input last ended (performance.now()), for a capture's settle step. */
+  private lastInputAt = -Infinity;
 
   constructor(options: WorkerDesktopDriverOptions) {
     this.display = options.display;
@@ -178,11 +200,20 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   moveMouse(to: Point, signal?: AbortSignal): Promise<void> {
-    return this.call('moveMouse', { to }, signal);
+    if (!displaySocketPath(this.display)) return this.call('moveMouse', { to }, signal);
+    return this.pointerInput(signal, (p) => p.sendMove(to));
   }
 
   click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal, at?: Point): Promise<void> {
-    return this.call('click', { button, count, modifiers, ...(at ? { at } : {}) }, signal);
+    // Modifier keys are the child's (its keyboard holds them down around the click).
+    if (modifiers.length || !displaySocketPath(this.display)) {
+      return this.call('click', { button, count, modifiers, ...(at ? { at } : {}) }, signal);
+    }
+    // The bound the child checks at its process boundary (worker/operations.ts), checked here alike.
+    if (!Number.isInteger(count) || count < 1 || count > CLICK_COUNT_MAX) {
+      return Promise.reject(new ToolInputError(`count must be an integer from 1 to ${CLICK_COUNT_MAX}, got ${count}`));
+    }
+    return this.pointerInput(signal, (p) => p.sendClick(button, count, at));
   }
 
   mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void> {
@@ -198,7 +229,15 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   scroll(direction: ScrollDirection, amount: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void> {
-    return this.call('scroll', { direction, amount, modifiers }, signal);
+    if (modifiers.length || !displaySocketPath(this.display)) {
+      return this.call('scroll', { direction, amount, modifiers }, signal);
+    }
+    if (!Number.isInteger(amount) || amount < 1 || amount > COMPUTER_SCROLL_AMOUNT_MAX) {
+      return Promise.reject(
+        new ToolInputError(`amount must be an integer from 1 to ${COMPUTER_SCROLL_AMOUNT_MAX}, got ${amount}`),
+      );
+    }
+    return this.pointerInput(signal, (p) => p.sendWheel(direction, amount));
   }
 
   pressKeys(chord: DriverKey[], repeat: number, signal?: AbortSignal): Promise<void> {
@@ -214,7 +253,10 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   async capture(options: CaptureOptions, signal?: AbortSignal): Promise<CapturedImage> {
-    const img = await this.call('capture', { options }, signal, options.settle?.maxMs ?? 0);
+    // How long ago our own input was is reckoned when the capture is sent, behind the input queued before it.
+    const args = (): OpArgs<'capture'> =>
+      Number.isFinite(this.lastInputAt) ? { options, inputAgoMs: performance.now() - this.lastInputAt } : { options };
+    const img = await this.call('capture', args, signal, options.settle?.maxMs ?? 0);
     // With 'advanced' serialization a Buffer arrives as a plain Uint8Array.
     const data = img.data;
     return { ...img, data: Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength) };
@@ -253,6 +295,51 @@ export class WorkerDesktopDriver implements DesktopDriver {
   // -------------------------------------------------------------------------
 
   private async queryPointer(signal: AbortSignal | undefined): Promise<Point> {
+    const { x, y } = await this.onDisplay(signal, (q) => q.conn.queryPointer());
+    return { x, y };
+  }
+
+  /**
+   * Pointer input on our own X connection, in the queue with the child's ops:
+   * `send` writes the events, and the caller is answered once the X server
+   * has taken them (a sync, within the call time limit), so nothing later,
+   * ours or the child's, overtakes them, and the settle step counts from
+   * there. Once sent it runs to its end (its caller is answered at once on
+   * abort, as for a child's op, but the queue waits): a click is never cut in
+   * half.
+   */
+  private pointerInput(
+    signal: AbortSignal | undefined,
+    send: (pointer: XPointer) => Promise<void> | void,
+  ): Promise<void> {
+    return this.enqueue(signal, async () => {
+      try {
+        await this.onDisplay(undefined, async (q) => {
+          await send(await this.pointerOn(q));
+          await q.conn.sync();
+        });
+      } finally {
+        this.lastInputAt = performance.now();
+      }
+    });
+  }
+
+  /** The XTEST pointer on connection `q`, made on first use. */
+  private pointerOn(q: QueryConnection): Promise<XPointer> {
+    q.pointer ??= q.conn.queryExtension('XTEST').then((xtest) => {
+      if (xtest === undefined) throw new Error('the X server has no XTEST extension');
+      return new XPointer(q.conn, xtest, (msg, fields) => this.log('debug', msg, fields));
+    });
+    return q.pointer;
+  }
+
+  /**
+   * Runs `use` on our own X connection (opened again when it closed or the X
+   * socket was recreated), within the call time limit: a stopped X server
+   * never answers, so its connection is dropped and the next use opens
+   * another. An X error or a lost display is DisplayUnavailableError.
+   */
+  private async onDisplay<T>(signal: AbortSignal | undefined, use: (q: QueryConnection) => Promise<T>): Promise<T> {
     if (this.closed) throw closedError();
     if (signal?.aborted) throw cancelledBy(signal);
     const q = this.query?.conn.closed === false ? this.query : undefined;
@@ -262,9 +349,8 @@ export class WorkerDesktopDriver implements DesktopDriver {
     let timer: NodeJS.Timeout | undefined;
     let onAbort: (() => void) | undefined;
     try {
-      const { x, y } = await new Promise<{ x: number; y: number }>((resolve, reject) => {
+      return await new Promise<T>((resolve, reject) => {
         timer = setTimeout(() => {
-          // A stopped X server never answers: the connection is dropped (the next query opens another).
           conn.close();
           reject(
             new DisplayUnavailableError(`X display ${this.display} did not answer within ${this.callTimeoutMs} ms`),
@@ -275,13 +361,10 @@ export class WorkerDesktopDriver implements DesktopDriver {
           onAbort = () => reject(cancelledBy(signal));
           signal.addEventListener('abort', onAbort, { once: true });
         }
-        conn
-          .queryPointer()
-          .then(resolve, (err: unknown) =>
-            reject(new DisplayUnavailableError(`X display ${this.display}: ${(err as Error).message}`)),
-          );
+        use(current).then(resolve, (err: unknown) =>
+          reject(new DisplayUnavailableError(`X display ${this.display}: ${(err as Error).message}`)),
+        );
       });
-      return { x, y };
     } finally {
       clearTimeout(timer);
       if (onAbort) signal?.removeEventListener('abort', onAbort);
@@ -303,7 +386,9 @@ export class WorkerDesktopDriver implements DesktopDriver {
           this.callTimeoutMs,
         );
       } catch (err) {
-        throw new DisplayUnavailableError(`X display ${this.display} is not reachable: ${(err as Error).message}`);
+        // As a child's probe says it (readyChild): the socket's path is the operator's, in the log.
+        this.log('debug', 'X connection failed', { display: this.display, error: (err as Error).message });
+        throw new DisplayUnavailableError(`X display ${this.display} is not reachable`);
       }
       if (this.closed) {
         conn.close();
@@ -322,20 +407,34 @@ export class WorkerDesktopDriver implements DesktopDriver {
 
   /**
    * Runs one op in the child. The caller's promise settles on the child's
-   * answer, on abort (CancelledError, at once) or on a crash; the queue slot
-   * is held until the child has really finished the op (or was killed), so
-   * the next op never overlaps it. `op` and `args` are checked against the
-   * protocol's table (worker-protocol.ts), and so is the result's type.
+   * answer, on abort (CancelledError, at once) or on a crash. `op` and `args`
+   * are checked against the protocol's table (worker-protocol.ts), and so is
+   * the result's type; `args` given as a function are made when the op is sent.
    */
   private call<N extends OpName>(
     op: N,
-    args: OpArgs<N>,
+    args: OpArgs<N> | (() => OpArgs<N>),
     signal: AbortSignal | undefined,
     extraMs = 0,
   ): Promise<OpResult<N>> {
+    return this.enqueue(signal, async (slot) => {
+      const child = await this.ensureChild();
+      if (slot.settled()) return undefined as OpResult<N>; // aborted while the child started: never sent
+      const sent = typeof args === 'function' ? args() : args;
+      return this.request(child, op, sent, this.callTimeoutMs + extraMs, (cancel) => slot.onCancel(cancel));
+    });
+  }
+
+  /**
+   * Runs `run` in the queue of ops: after every op asked before it. The
+   * caller's promise settles on `run`'s end or on abort (CancelledError, at
+   * once); the queue slot is held until `run` has really ended, so the next
+   * op never overlaps it.
+   */
+  private enqueue<T>(signal: AbortSignal | undefined, run: (slot: Slot) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(closedError());
     if (signal?.aborted) return Promise.reject(cancelledBy(signal));
-    return new Promise<OpResult<N>>((resolve, reject) => {
+    return new Promise<T>((resolve, reject) => {
       let settled = false;
       let onAbortRunning: (() => void) | undefined;
       const finish = (fn: () => void): void => {
@@ -354,15 +453,12 @@ export class WorkerDesktopDriver implements DesktopDriver {
       let freeSlot!: () => void;
       this.tail = new Promise<void>((r) => (freeSlot = r));
       this.busy++;
+      const slot: Slot = { settled: () => settled, onCancel: (cancel) => (onAbortRunning = cancel) };
       void prev
         .then(async () => {
-          if (settled) return; // aborted while queued: never sent
+          if (settled) return; // aborted while queued: never run
           if (this.closed) throw closedError();
-          const child = await this.ensureChild();
-          if (settled) return;
-          const result = await this.request(child, op, args, this.callTimeoutMs + extraMs, (cancel) => {
-            onAbortRunning = cancel;
-          });
+          const result = await run(slot);
           finish(() => resolve(result));
         })
         .catch((err: unknown) => finish(() => reject(err instanceof Error ? err : new Error(String(err)))))

@@ -45,7 +45,11 @@ export interface WorkerOps {
   pressKeys: { args: { chord: DriverKey[]; repeat: number }; result: void };
   holdKeys: { args: { chord: DriverKey[]; durationMs: number }; result: void };
   typeText: { args: { text: string }; result: void };
-  capture: { args: { options: CaptureOptions }; result: WireImage };
+  /**
+   * `inputAgoMs`: how long before the op was sent the daemon's own pointer input
+   * ended (worker-driver.ts), for the settle step, beside the worker's own input.
+   */
+  capture: { args: { options: CaptureOptions; inputAgoMs?: number }; result: WireImage };
   releaseAll: { args: Record<string, never>; result: void };
 }
 

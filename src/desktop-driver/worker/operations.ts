@@ -29,12 +29,6 @@ import { devices, displaySize, pointerOf, releaseAll, type Devices } from './dev
 import { holdKeys, pressKeys, typeText, withModifiers } from './typing.ts';
 
 const DRAG_STEP_MS = 8;
-/**
- * Pause between the clicks of a double/triple click. Back to back, two presses
- * can get the same X timestamp (ms), and Chromium then treats the second as the
- * same native event, not a repeat: measured detail [1, 1, 2] for a triple click.
- */
-const CLICK_GAP_MS = 10;
 
 interface Operation<N extends OpName> {
   /** Checks the arguments as they arrived: another process sent them. Throws WorkerInputError. */
@@ -131,8 +125,18 @@ const OPERATIONS: Operations = {
     run: (d, a, ctx) => typeText(d, a.text, ctx),
   },
   capture: {
-    parse: (a) => ({ options: captureOptions(a.options) }),
-    run: (d, a, ctx) => capture(d, a.options, lastInputAt, ctx),
+    parse: (a) => ({
+      options: captureOptions(a.options),
+      ...(a.inputAgoMs !== undefined ? { inputAgoMs: numberIn('inputAgoMs', a.inputAgoMs, 0, Number.MAX_VALUE) } : {}),
+    }),
+    // The later of our own last input and the daemon's (its pointer input: worker-driver.ts).
+    run: (d, a, ctx) =>
+      capture(
+        d,
+        a.options,
+        a.inputAgoMs === undefined ? lastInputAt : Math.max(lastInputAt, performance.now() - a.inputAgoMs),
+        ctx,
+      ),
   },
   releaseAll: {
     parse: () => ({}),
@@ -164,15 +168,7 @@ async function click(d: Devices, args: WorkerOps['click']['args'], ctx: OpContex
   const pointer = pointerOf(d);
   // Moving first in the same op saves a round trip to this process per click.
   if (args.at) await pointer.move(args.at);
-  await withModifiers(d, args.modifiers, ctx, async () => {
-    // Press/release pairs CLICK_GAP_MS apart: apps count them as a double/triple
-    // click (Chromium reports event.detail 2 and 3 and fires dblclick).
-    for (let i = 0; i < args.count; i++) {
-      if (i > 0) await sleep(CLICK_GAP_MS);
-      await pointer.button(args.button, true);
-      await pointer.button(args.button, false);
-    }
-  });
+  await withModifiers(d, args.modifiers, ctx, () => pointer.click(args.button, args.count));
 }
 
 async function drag(d: Devices, args: WorkerOps['drag']['args'], ctx: OpContext): Promise<void> {
