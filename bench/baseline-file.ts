@@ -8,7 +8,7 @@
  * bench/results.json keeps the sections a BENCH_ONLY run leaves out.
  */
 import { readFile, writeFile } from 'node:fs/promises';
-import { relative } from 'node:path';
+import { relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import {
@@ -216,7 +216,12 @@ export function parseBaseline(json: unknown): Baseline {
   return isBaseline ? baselineSchema.parse(json) : fromResults(json);
 }
 
-const shown = (url: URL | string): string => relative(ROOT, typeof url === 'string' ? url : fileURLToPath(url)) || '.';
+/** A path as printed: from the repository's root when inside it, else as it is. */
+function shown(url: URL | string): string {
+  const path = resolve(typeof url === 'string' ? url : fileURLToPath(url));
+  const inside = relative(ROOT, path);
+  return inside.startsWith('..') ? path : inside;
+}
 
 /**
  * The comparison of this run with the file BENCH_BASELINE names, or with bench/baseline.json; without that one,

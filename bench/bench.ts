@@ -171,6 +171,7 @@ async function browserPart(daemon: DaemonProcess, format: ImageFormat, pageUrl: 
  * written to bench/results.json.
  */
 async function callsMain(): Promise<void> {
+  const previous = await loadComparison();
   const size = SIZES[0]!;
   const tag = sizeTag(size);
   const load = os.loadavg();
@@ -190,7 +191,6 @@ async function callsMain(): Promise<void> {
       const source = await sourceState();
       const info = machine(load);
       const dirty = source?.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
-      const previous = await loadComparison();
       console.log(figureTable(figures, previous));
       console.log(`\n${ratioTable(book.ratios, previous)}`);
       console.log(
@@ -208,13 +208,13 @@ async function callsMain(): Promise<void> {
 
 /** BENCH_ONLY=browser: section `browser` alone; bench/results.json keeps what else it held and gets a fresh `browser`. */
 async function browserMain(): Promise<void> {
+  const previous = await loadComparison();
   const load = os.loadavg();
   const started = performance.now();
   const figures = await browserSection();
   const book = new RatioBook(figures);
   browserRatios(book);
   const info = machine(load);
-  const previous = await loadComparison();
   console.log(figureTable(figures, previous));
   console.log(`\n${ratioTable(book.ratios, previous)}`);
   const duration = round2((performance.now() - started) / 1000);
@@ -234,12 +234,12 @@ async function browserMain(): Promise<void> {
 
 /** BENCH_ONLY=recording: what recording costs, alone; bench/results.json keeps what else it held and gets a fresh `recording`. */
 async function recordingMain(): Promise<void> {
+  const previous = await loadComparison();
   const load = os.loadavg();
   const report = await withWebPage((url) => recordingSection(url));
   const book = new RatioBook(report.figures);
   recordingRatios(book);
   const info = machine(load);
-  const previous = await loadComparison();
   console.log(figureTable(report.figures, previous));
   console.log(`\n${ratioTable(book.ratios, previous)}`);
   console.log(`\n${recordingTable(report)}`);
@@ -256,6 +256,7 @@ async function recordingMain(): Promise<void> {
 
 /** BENCH_ONLY=takeover: issue 18's figures alone; bench/results.json keeps what else it held and gets a fresh `takeover`. */
 async function takeoverMain(): Promise<void> {
+  const previous = await loadComparison();
   const load = os.loadavg();
   const started = performance.now();
   const report = await takeoverSection();
@@ -263,7 +264,6 @@ async function takeoverMain(): Promise<void> {
   takeoverRatios(book);
   const info = machine(load);
   const duration = round2((performance.now() - started) / 1000);
-  const previous = await loadComparison();
   console.log(figureTable(report.figures, previous));
   console.log(`\n${ratioTable(book.ratios, previous)}`);
   console.log(`\n${takeoverTable(report)}`);
@@ -293,6 +293,8 @@ async function main(): Promise<void> {
     if (only === 'sandbox') return sandboxMain();
     return only === 'browser' ? browserMain() : densityMain();
   }
+  // Read first: a baseline that cannot be read fails the run before it measures anything.
+  const previous = await loadComparison();
   const started = performance.now();
   const load = os.loadavg();
   progress(
@@ -336,7 +338,6 @@ async function main(): Promise<void> {
   const info = machine(load);
   const source = await sourceState();
 
-  const previous = await loadComparison();
   console.log(figureTable(run.figures, previous));
   console.log(`\n${ratioTable(book.ratios, previous)}`);
   if (run.memory) console.log(`\n${memoryTable(run.memory)}`);

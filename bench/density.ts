@@ -392,8 +392,8 @@ const RESULTS = new URL('./results.json', import.meta.url);
 
 /** Runs the section alone: prints its table and sets `density` in bench/results.json (keeping what else is there). */
 export async function densityMain(): Promise<void> {
-  const report = await densityRun();
   const previous = await loadComparison();
+  const report = await densityRun();
   console.log(densityTable(report, previous));
   const existing = await readFile(RESULTS, 'utf8').then(
     (text) => JSON.parse(text) as Record<string, unknown>,

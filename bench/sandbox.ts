@@ -441,8 +441,8 @@ const RESULTS = new URL('./results.json', import.meta.url);
 
 /** Runs the section alone: prints its table and sets `sandbox` in bench/results.json (keeping what else is there). */
 export async function sandboxMain(): Promise<void> {
-  const report = await sandboxRun();
   const previous = await loadComparison();
+  const report = await sandboxRun();
   console.log(sandboxTable(report, previous));
   const existing = await readFile(RESULTS, 'utf8').then(
     (text) => JSON.parse(text) as Record<string, unknown>,
