@@ -33,6 +33,10 @@
  * BENCH_ONLY=sandbox runs what a desktop's sandbox costs (bench/sandbox.ts,
  * issue 30: a pool daemon with `--sandbox off` beside one with
  * `--sandbox auto`, sample by sample) alone, into `sandbox`.
+ * Every run prints each row beside its previous recorded figure and lists the
+ * rows more than 20% slower (bench/baseline.ts), from bench/baseline.json or
+ * the file BENCH_BASELINE names; BENCH_RECORD=1 records the run's rows there
+ * (bench/baseline-file.ts).
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -40,6 +44,8 @@ import { performance } from 'node:perf_hooks';
 import type { ImageFormat } from '../src/base/image.ts';
 import type { VirtualDisplay } from '../src/desktop-driver/xvfb.ts';
 import { anatomyFigures } from './anatomy.ts';
+import type { Comparison } from './baseline.ts';
+import { loadComparison, measuredOf, recordIfAsked, type RunRows } from './baseline-file.ts';
 import { densityMain, densityRun } from './density.ts';
 import type { DensityReport } from './density-report.ts';
 import { browserFigures, browserSection, launchFigure, launchSample, withWebPage } from './browser.ts';
@@ -54,7 +60,7 @@ import {
   type Size,
 } from './desktop.ts';
 import { FloorChild, floorFigures } from './floor.ts';
-import { machine, sourceState } from './machine.ts';
+import { machine, sourceState, type MachineInfo } from './machine.ts';
 import { MEMORY_SCREENSHOTS, memoryRun, type MemoryReport } from './memory.ts';
 import {
   browserRatios,
@@ -165,6 +171,7 @@ async function browserPart(daemon: DaemonProcess, format: ImageFormat, pageUrl: 
  * written to bench/results.json.
  */
 async function callsMain(): Promise<void> {
+  const previous = await loadComparison();
   const size = SIZES[0]!;
   const tag = sizeTag(size);
   const load = os.loadavg();
@@ -182,13 +189,15 @@ async function callsMain(): Promise<void> {
       const book = new RatioBook(figures);
       callRatios(book, tag);
       const source = await sourceState();
+      const info = machine(load);
       const dirty = source?.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
-      console.log(figureTable(figures));
-      console.log(`\n${ratioTable(book.ratios)}`);
+      console.log(figureTable(figures, previous));
+      console.log(`\n${ratioTable(book.ratios, previous)}`);
       console.log(
-        `\nmeasured: commit ${source?.commit ?? 'unknown'}${dirty}; load average ${load.map(round2).join(' ')} → ` +
-          `${os.loadavg().map(round2).join(' ')}`,
+        `\nmeasured: commit ${source?.commit ?? 'unknown'}${dirty}; load average ${info.loadavg_start.join(' ')} → ` +
+          `${info.loadavg_end.join(' ')}`,
       );
+      await printPrevious(previous, { figures, ratios: book.ratios }, info, source);
     } finally {
       await daemon.stop();
     }
@@ -199,14 +208,15 @@ async function callsMain(): Promise<void> {
 
 /** BENCH_ONLY=browser: section `browser` alone; bench/results.json keeps what else it held and gets a fresh `browser`. */
 async function browserMain(): Promise<void> {
+  const previous = await loadComparison();
   const load = os.loadavg();
   const started = performance.now();
   const figures = await browserSection();
   const book = new RatioBook(figures);
   browserRatios(book);
   const info = machine(load);
-  console.log(figureTable(figures));
-  console.log(`\n${ratioTable(book.ratios)}`);
+  console.log(figureTable(figures, previous));
+  console.log(`\n${ratioTable(book.ratios, previous)}`);
   const duration = round2((performance.now() - started) / 1000);
   console.log(
     `browser: ${duration} s on ${info.cpus} CPUs, load average ${info.loadavg_start.join(' ')} → ` +
@@ -219,17 +229,19 @@ async function browserMain(): Promise<void> {
   );
   const browser = { machine: info, source: await sourceState(), duration_s: duration, figures, ratios: book.ratios };
   await writeFile(results, `${JSON.stringify({ ...existing, browser }, null, 2)}\n`);
+  await printPrevious(previous, { figures, ratios: book.ratios }, info, browser.source);
 }
 
 /** BENCH_ONLY=recording: what recording costs, alone; bench/results.json keeps what else it held and gets a fresh `recording`. */
 async function recordingMain(): Promise<void> {
+  const previous = await loadComparison();
   const load = os.loadavg();
   const report = await withWebPage((url) => recordingSection(url));
   const book = new RatioBook(report.figures);
   recordingRatios(book);
   const info = machine(load);
-  console.log(figureTable(report.figures));
-  console.log(`\n${ratioTable(book.ratios)}`);
+  console.log(figureTable(report.figures, previous));
+  console.log(`\n${ratioTable(book.ratios, previous)}`);
   console.log(`\n${recordingTable(report)}`);
   console.log(`\nload average ${info.loadavg_start.join(' ')} → ${info.loadavg_end.join(' ')}`);
   const results = new URL('./results.json', import.meta.url);
@@ -239,10 +251,12 @@ async function recordingMain(): Promise<void> {
   );
   const recording = { machine: info, source: await sourceState(), ...report, ratios: book.ratios };
   await writeFile(results, `${JSON.stringify({ ...existing, recording }, null, 2)}\n`);
+  await printPrevious(previous, { figures: report.figures, ratios: book.ratios }, info, recording.source);
 }
 
 /** BENCH_ONLY=takeover: issue 18's figures alone; bench/results.json keeps what else it held and gets a fresh `takeover`. */
 async function takeoverMain(): Promise<void> {
+  const previous = await loadComparison();
   const load = os.loadavg();
   const started = performance.now();
   const report = await takeoverSection();
@@ -250,8 +264,8 @@ async function takeoverMain(): Promise<void> {
   takeoverRatios(book);
   const info = machine(load);
   const duration = round2((performance.now() - started) / 1000);
-  console.log(figureTable(report.figures));
-  console.log(`\n${ratioTable(book.ratios)}`);
+  console.log(figureTable(report.figures, previous));
+  console.log(`\n${ratioTable(book.ratios, previous)}`);
   console.log(`\n${takeoverTable(report)}`);
   console.log(
     `\ntakeover: ${duration} s on ${info.cpus} CPUs (${info.cpu_model}), load average ${info.loadavg_start.join(' ')} → ` +
@@ -264,6 +278,7 @@ async function takeoverMain(): Promise<void> {
   );
   const takeover = { machine: info, source: await sourceState(), duration_s: duration, ...report, ratios: book.ratios };
   await writeFile(results, `${JSON.stringify({ ...existing, takeover }, null, 2)}\n`);
+  await printPrevious(previous, { figures: report.figures, ratios: book.ratios }, info, takeover.source);
 }
 
 async function main(): Promise<void> {
@@ -278,6 +293,8 @@ async function main(): Promise<void> {
     if (only === 'sandbox') return sandboxMain();
     return only === 'browser' ? browserMain() : densityMain();
   }
+  // Read first: a baseline that cannot be read fails the run before it measures anything.
+  const previous = await loadComparison();
   const started = performance.now();
   const load = os.loadavg();
   progress(
@@ -321,13 +338,13 @@ async function main(): Promise<void> {
   const info = machine(load);
   const source = await sourceState();
 
-  console.log(figureTable(run.figures));
-  console.log(`\n${ratioTable(book.ratios)}`);
+  console.log(figureTable(run.figures, previous));
+  console.log(`\n${ratioTable(book.ratios, previous)}`);
   if (run.memory) console.log(`\n${memoryTable(run.memory)}`);
-  if (run.density) console.log(`\n${densityTable(run.density)}`);
+  if (run.density) console.log(`\n${densityTable(run.density, previous)}`);
   if (run.recording) console.log(`\n${recordingTable(run.recording)}`);
   if (run.takeover) console.log(`\n${takeoverTable(run.takeover)}`);
-  if (run.sandbox) console.log(`\n${sandboxTable(run.sandbox)}`);
+  if (run.sandbox) console.log(`\n${sandboxTable(run.sandbox, previous)}`);
   if (source) {
     const dirty = source.uncommitted.length ? ` + uncommitted changes in ${source.uncommitted.length} files` : '';
     console.log(`\nmeasured: commit ${source.commit}${dirty}`);
@@ -351,6 +368,23 @@ async function main(): Promise<void> {
     sandbox: run.sandbox ?? null,
   };
   await writeFile(new URL('./results.json', import.meta.url), `${JSON.stringify(out, null, 2)}\n`);
+  const rows = { figures: run.figures, ratios: book.ratios, density: run.density, sandbox: run.sandbox };
+  await printPrevious(previous, rows, info, source);
+}
+
+/**
+ * After the tables: the rows more than 20% slower than their previous figures (bench/baseline.ts), and with
+ * BENCH_RECORD=1 this run's rows recorded as the baseline.
+ */
+async function printPrevious(
+  previous: Comparison,
+  rows: RunRows,
+  info: MachineInfo,
+  source: Awaited<ReturnType<typeof sourceState>>,
+): Promise<void> {
+  console.log(`\n${previous.summary()}`);
+  const recorded = await recordIfAsked(rows, measuredOf(info, source));
+  if (recorded) console.log(recorded);
 }
 
 await main();

@@ -72,6 +72,24 @@ export interface LeaseReport {
   warm_ids: string[];
 }
 
+export type LeaseSeries = Exclude<keyof LeaseReport, 'warm_ids'>;
+
+/**
+ * The lease and recycle rows of the printed table (bench/report.ts), in order, each with its figure id: the key
+ * of its previous figure in bench/baseline.json (bench/baseline.ts).
+ */
+export const LEASE_ROWS: readonly { key: LeaseSeries; id: string; name: string }[] = (
+  [
+    { key: 'warm_lease', name: 'warm lease: hello → welcome (--warm 1)' },
+    { key: 'warm_lease_daemon', name: "  the daemon's lease wait (deskbatch_desktop_lease_wait_seconds)" },
+    { key: 'cold_lease', name: 'cold lease: hello → welcome (--warm 0: Xvfb, openbox, worker, Chromium)' },
+    { key: 'cold_lease_daemon', name: "  the daemon's lease wait" },
+    { key: 'teardown', name: 'recycle: teardown (deskbatch_desktop_recycle_seconds)' },
+    { key: 'start', name: 'recycle: a fresh desktop started (deskbatch_desktop_start_seconds)' },
+    { key: 'end_to_warm', name: 'recycle: session end → a fresh warm desktop (its warm count, observed)' },
+  ] satisfies { key: LeaseSeries; name: string }[]
+).map((row) => ({ ...row, id: `density.${row.key}` }));
+
 export interface ModeRun {
   batches: number;
   errors: number;

@@ -44,6 +44,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import { defaultDesktopCap } from '../src/base/config.ts';
 import { startWebServer } from '../testkit/web.ts';
+import { loadComparison, measuredOf, recordIfAsked } from './baseline-file.ts';
 import { nextId } from './client.ts';
 import {
   computer,
@@ -391,14 +392,18 @@ const RESULTS = new URL('./results.json', import.meta.url);
 
 /** Runs the section alone: prints its table and sets `density` in bench/results.json (keeping what else is there). */
 export async function densityMain(): Promise<void> {
+  const previous = await loadComparison();
   const report = await densityRun();
-  console.log(densityTable(report));
+  console.log(densityTable(report, previous));
   const existing = await readFile(RESULTS, 'utf8').then(
     (text) => JSON.parse(text) as Record<string, unknown>,
     () => ({}),
   );
   await writeFile(RESULTS, `${JSON.stringify({ ...existing, density: report }, null, 2)}\n`);
   console.log(`density: ${report.duration_s} s; written to bench/results.json (key "density")`);
+  console.log(`\n${previous.summary()}`);
+  const recorded = await recordIfAsked({ density: report }, measuredOf(report.machine, report.source));
+  if (recorded) console.log(recorded);
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) await densityMain();

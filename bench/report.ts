@@ -1,9 +1,11 @@
 /**
  * The printed tables: figures (median, p95, n, bytes), ratios with their
  * target and whether it was met (bench/ratios.ts), memory, and the density
- * section (bench/density.ts).
+ * section (bench/density.ts). Each figure, ratio and density row shows its
+ * previous figure and the change beside its new one (bench/baseline.ts).
  */
-import type { DensityReport, RestReport, Series } from './density-report.ts';
+import type { Comparison } from './baseline.ts';
+import { LEASE_ROWS, type DensityReport, type RestReport, type Series } from './density-report.ts';
 import type { MemoryReport } from './memory.ts';
 import type { Ratio } from './ratios.ts';
 import type { Figure } from './stats.ts';
@@ -12,40 +14,53 @@ const pad = (s: string, n: number): string => s.padEnd(n);
 const num = (v: number | undefined, width: number): string =>
   (v === undefined ? '' : Number.isFinite(v) ? v.toFixed(2) : 'n/a').padStart(width);
 const int = (v: number | undefined, width: number): string => (v === undefined ? '' : String(v)).padStart(width);
+/** Width of the change column: `SLOWER +100%`. */
+const CHANGE_W = 12;
 
-export function figureTable(figures: readonly Figure[]): string {
+export function figureTable(figures: readonly Figure[], previous: Comparison): string {
   const w = Math.max(...figures.map((f) => f.name.length), 6);
   const columns = (name: string, ...cells: string[]): string => [pad(name, w), ...cells].join('  ');
   const head = columns(
     'figure',
     'median ms'.padStart(9),
+    'prev ms'.padStart(9),
+    'vs prev'.padStart(CHANGE_W),
     'p95 ms'.padStart(8),
     'n'.padStart(4),
     'image B'.padStart(8),
     'sent B'.padStart(8),
   );
-  const rows = figures.map((f) =>
-    f.unavailable
-      ? columns(f.name, f.unavailable)
+  const rows = figures.map((f) => {
+    const c = previous.figure(f);
+    const changed = [c.prev.padStart(9), c.change.padStart(CHANGE_W)];
+    return f.unavailable
+      ? columns(f.name, 'n/a'.padStart(9), ...changed, f.unavailable)
       : columns(
           f.name,
           num(f.median_ms, 9),
+          ...changed,
           num(f.p95_ms, 8),
           int(f.n, 4),
           int(f.image_bytes, 8),
           int(f.sent_bytes, 8),
-        ),
-  );
+        );
+  });
   return [head, '-'.repeat(head.length), ...rows].join('\n');
 }
 
-export function ratioTable(ratios: readonly Ratio[]): string {
+export function ratioTable(ratios: readonly Ratio[], previous: Comparison): string {
   const w = Math.max(...ratios.map((r) => r.name.length), 5);
-  const head = `${pad('ratio', w)}  ${'value'.padStart(9)}  ${pad('target', 12)}  met`;
+  const head =
+    `${pad('ratio', w)}  ${'value'.padStart(9)}  ${'prev'.padStart(7)}  ${'vs prev'.padStart(CHANGE_W)}  ` +
+    `${pad('target', 12)}  met`;
   const rows = ratios.map((r) => {
     const value = Number.isFinite(r.value) ? `${r.value.toFixed(2)} ${r.unit}` : 'n/a';
     const met = r.target === undefined ? '' : r.met === undefined ? 'n/a' : r.met ? 'yes' : 'NO';
-    return `${pad(r.name, w)}  ${value.padStart(9)}  ${pad(r.target ?? '(info)', 12)}  ${met}`;
+    const c = previous.ratio(r);
+    return (
+      `${pad(r.name, w)}  ${value.padStart(9)}  ${c.prev.padStart(7)}  ${c.change.padStart(CHANGE_W)}  ` +
+      `${pad(r.target ?? '(info)', 12)}  ${met}`.trimEnd()
+    );
   });
   return [head, '-'.repeat(head.length), ...rows].join('\n');
 }
@@ -83,8 +98,12 @@ export function memoryTable(m: MemoryReport): string {
 const mib = (v: number | undefined, width: number): string => num(v, width);
 const pct = (v: number | undefined, width: number): string => (v === undefined ? '' : v.toFixed(2)).padStart(width);
 
-/** Section `density` (bench/density.ts): desktops at rest, leases and recycling, K agents, ratios and targets. */
-export function densityTable(r: DensityReport): string {
+/**
+ * Section `density` (bench/density.ts): desktops at rest, leases and recycling, K agents, ratios and targets.
+ * The lease rows, the ratios and the targets show their previous figures; the rows at rest and of the K agents
+ * are the parts those lines are computed from.
+ */
+export function densityTable(r: DensityReport, previous: Comparison): string {
   const m = r.machine;
   const lines: string[] = [
     `Density: a desktop per session (${r.settings.display} ${r.settings.format}; ${m.cpus} CPUs, ` +
@@ -134,19 +153,18 @@ export function densityTable(r: DensityReport): string {
       lines.push(restRow(x, String(x.desktops)).split(' |').slice(0, 4).join(' |').trimEnd());
     }
   }
-  const l = r.leases;
-  const series = (name: string, s: Series): string =>
-    `${name.padEnd(62)} ${num(s.median_ms, 9)} ${num(s.p95_ms, 9)} ${int(s.n, 4)}`;
+  const series = (id: string, name: string, s: Series): string => {
+    const c = previous.figure({ id, name, median_ms: s.median_ms });
+    return (
+      `${name.padEnd(62)} ${num(s.median_ms, 9)} ${c.prev.padStart(9)} ${c.change.padStart(CHANGE_W)} ` +
+      `${num(s.p95_ms, 9)} ${int(s.n, 4)}`
+    );
+  };
   lines.push(
     '',
-    `Lease and recycle (samples in turn, warm and cold)${' '.repeat(12)}  median ms    p95 ms    n`,
-    series('warm lease: hello → welcome (--warm 1)', l.warm_lease),
-    series("  the daemon's lease wait (deskbatch_desktop_lease_wait_seconds)", l.warm_lease_daemon),
-    series('cold lease: hello → welcome (--warm 0: Xvfb, openbox, worker, Chromium)', l.cold_lease),
-    series("  the daemon's lease wait", l.cold_lease_daemon),
-    series('recycle: teardown (deskbatch_desktop_recycle_seconds)', l.teardown),
-    series('recycle: a fresh desktop started (deskbatch_desktop_start_seconds)', l.start),
-    series('recycle: session end → a fresh warm desktop (its warm count, observed)', l.end_to_warm),
+    `Lease and recycle (samples in turn, warm and cold)${' '.repeat(12)}  median ms   prev ms  ${'vs prev'.padStart(CHANGE_W)}` +
+      '    p95 ms    n',
+    ...LEASE_ROWS.map(({ key, id, name }) => series(id, name, r.leases[key])),
   );
   lines.push(
     '',
@@ -209,26 +227,33 @@ export function densityTable(r: DensityReport): string {
       );
     }
   }
-  lines.push('', ratioLines(r), '', targetLines(r));
+  lines.push('', ratioLines(r, previous), '', targetLines(r, previous));
   return lines.join('\n');
 }
 
-function ratioLines(r: DensityReport): string {
+function ratioLines(r: DensityReport, previous: Comparison): string {
   const w = Math.max(...r.ratios.map((x) => x.name.length), 5);
   return [
-    `${'ratio'.padEnd(w)}  ${'value'.padStart(8)}`,
-    ...r.ratios.map((x) => `${x.name.padEnd(w)}  ${num(x.value, 7)}${x.unit}`),
+    `${'ratio'.padEnd(w)}  ${'value'.padStart(8)}  ${'prev'.padStart(7)}  ${'vs prev'.padStart(CHANGE_W)}`,
+    ...r.ratios.map((x) => {
+      const c = previous.ratio(x, 'density');
+      return `${x.name.padEnd(w)}  ${num(x.value, 7)}${x.unit}  ${c.prev.padStart(7)}  ${c.change.padStart(CHANGE_W)}`;
+    }),
   ].join('\n');
 }
 
-function targetLines(r: DensityReport): string {
+function targetLines(r: DensityReport, previous: Comparison): string {
   const w = Math.max(...r.targets.map((x) => x.name.length), 6);
   return [
-    `${'target'.padEnd(w)}  ${'value'.padStart(11)}  ${'wanted'.padEnd(12)}  met`,
-    ...r.targets.map(
-      (t) =>
-        `${t.name.padEnd(w)}  ${`${num(t.value, 0)} ${t.unit}`.padStart(11)}  ${(t.target ?? '(info)').padEnd(12)}  ` +
-        (t.target === undefined ? '' : t.met === undefined ? 'n/a' : t.met ? 'yes' : 'NO'),
-    ),
+    `${'target'.padEnd(w)}  ${'value'.padStart(11)}  ${'prev'.padStart(7)}  ${'vs prev'.padStart(CHANGE_W)}  ` +
+      `${'wanted'.padEnd(12)}  met`,
+    ...r.targets.map((t) => {
+      const c = previous.ratio(t, 'density');
+      return (
+        `${t.name.padEnd(w)}  ${`${num(t.value, 0)} ${t.unit}`.padStart(11)}  ${c.prev.padStart(7)}  ` +
+        `${c.change.padStart(CHANGE_W)}  ${(t.target ?? '(info)').padEnd(12)}  ` +
+        (t.target === undefined ? '' : t.met === undefined ? 'n/a' : t.met ? 'yes' : 'NO')
+      ).trimEnd();
+    }),
   ].join('\n');
 }

@@ -36,6 +36,8 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import { processTree, pssBytes, treePssBytes } from '../src/ops/memory.ts';
+import type { Comparison } from './baseline.ts';
+import { loadComparison, measuredOf, recordIfAsked } from './baseline-file.ts';
 import { imageBytes, nextId, type BenchClient } from './client.ts';
 import { computer, openSession } from './density-agents.ts';
 import {
@@ -71,6 +73,8 @@ type Mode = (typeof MODES)[number];
 export type SandboxSeries = Series;
 
 export interface SandboxRow {
+  /** A stable key (the name carries sample counts), `sandbox.…`: its previous figure's in bench/baseline.json. */
+  id: string;
   name: string;
   unit: 'ms' | 'MiB' | 'KiB' | 'procs' | '';
   off: number;
@@ -187,6 +191,7 @@ async function oneCall(
 }
 
 function row(
+  id: string,
   name: string,
   unit: SandboxRow['unit'],
   off: number,
@@ -199,6 +204,7 @@ function row(
   const r = { off: round2(off), on: round2(on), ratio: round2(on / off), delta: round2(on - off) };
   const finite = Number.isFinite(off) && Number.isFinite(on);
   return {
+    id: `sandbox.${id}`,
     name,
     unit,
     ...r,
@@ -208,12 +214,13 @@ function row(
   };
 }
 
-export function sandboxTable(r: SandboxReport): string {
+/** The rows; beside `on`, its previous figure and the change (bench/baseline.ts). */
+export function sandboxTable(r: SandboxReport, previous: Comparison): string {
   const w = Math.max(...r.rows.map((x) => x.name.length), 6);
   const cell = (v: number, unit: string): string => (Number.isFinite(v) ? `${v.toFixed(2)} ${unit}` : 'n/a');
   const head =
-    `${'figure'.padEnd(w)}  ${'off'.padStart(12)}  ${'on (auto)'.padStart(12)}  ${'on/off'.padStart(7)}  ` +
-    `${'on−off'.padStart(12)}  ${'target'.padEnd(22)}  met`;
+    `${'figure'.padEnd(w)}  ${'off'.padStart(12)}  ${'on (auto)'.padStart(12)}  ${'prev on'.padStart(9)}  ` +
+    `${'vs prev'.padStart(12)}  ${'on/off'.padStart(7)}  ${'on−off'.padStart(12)}  ${'target'.padEnd(22)}  met`;
   const lines = [
     `Sandbox: off beside auto, in one run (pool --desktops 2 --warm 1, ${r.settings.display} png, headful; ` +
       `${r.machine.cpus} CPUs, load average ${r.machine.loadavg_start.join(' ')} → ${r.machine.loadavg_end.join(' ')})`,
@@ -222,8 +229,10 @@ export function sandboxTable(r: SandboxReport): string {
   ];
   for (const x of r.rows) {
     const met = x.target === undefined ? '' : x.met === undefined ? 'n/a' : x.met ? 'yes' : 'NO  <-- target not met';
+    const c = previous.sandbox(x);
     lines.push(
       `${x.name.padEnd(w)}  ${cell(x.off, x.unit).padStart(12)}  ${cell(x.on, x.unit).padStart(12)}  ` +
+        `${c.prev.padStart(9)}  ${c.change.padStart(12)}  ` +
         `${(Number.isFinite(x.ratio) ? `${x.ratio.toFixed(3)}x` : 'n/a').padStart(7)}  ` +
         `${cell(x.delta, x.unit).padStart(12)}  ${(x.target ?? '(info)').padEnd(22)}  ${met}`.trimEnd(),
     );
@@ -359,6 +368,7 @@ export async function sandboxRun(): Promise<SandboxReport> {
   const m = (key: string, mode: Mode): number => report.series[key]![mode].median_ms;
   report.rows = [
     row(
+      'desktop_start',
       `cold desktop start, median of ${s.start.off.length} (daemon's start histogram)`,
       'ms',
       m('desktop_start', 'off'),
@@ -368,9 +378,16 @@ export async function sandboxRun(): Promise<SandboxReport> {
         ok: (x) => x.delta <= 300,
       },
     ),
-    row('  desktop starts that failed and were retried (count)', '', failedStarts.off, failedStarts.auto),
-    row('  daemon spawn → first desktop warm (1 sample)', 'ms', spawnToWarm.off, spawnToWarm.auto),
     row(
+      'failed_starts',
+      '  desktop starts that failed and were retried (count)',
+      '',
+      failedStarts.off,
+      failedStarts.auto,
+    ),
+    row('spawn_to_warm', '  daemon spawn → first desktop warm (1 sample)', 'ms', spawnToWarm.off, spawnToWarm.auto),
+    row(
+      'warm_lease',
       `warm lease hello → welcome, median of ${s.lease.off.length}`,
       'ms',
       m('warm_lease', 'off'),
@@ -381,6 +398,7 @@ export async function sandboxRun(): Promise<SandboxReport> {
       },
     ),
     row(
+      'left_click',
       `left_click one-call batch, median of ${report.series.left_click!.off.n}`,
       'ms',
       m('left_click', 'off'),
@@ -391,6 +409,7 @@ export async function sandboxRun(): Promise<SandboxReport> {
       },
     ),
     row(
+      'screenshot',
       `screenshot one-call batch (png), median of ${report.series.screenshot!.off.n}`,
       'ms',
       m('screenshot', 'off'),
@@ -400,13 +419,14 @@ export async function sandboxRun(): Promise<SandboxReport> {
         ok: (x) => x.ratio <= 1.05,
       },
     ),
-    row('  the screenshot itself (PNG bytes)', 'KiB', s.image.off / 1024, s.image.auto / 1024),
-    row('PSS of one warm desktop at rest (process tree)', 'MiB', median(s.pss.off), median(s.pss.auto), {
+    row('screenshot_bytes', '  the screenshot itself (PNG bytes)', 'KiB', s.image.off / 1024, s.image.auto / 1024),
+    row('pss', 'PSS of one warm desktop at rest (process tree)', 'MiB', median(s.pss.off), median(s.pss.auto), {
       text: 'on/off <= 1.10',
       ok: (x) => x.ratio <= 1.1,
     }),
-    row('  its processes', 'procs', median(s.procs.off), median(s.procs.auto)),
+    row('processes', '  its processes', 'procs', median(s.procs.off), median(s.procs.auto)),
     row(
+      'pss_daemon_metric',
       "  the daemon's own figure (deskbatch_desktop_memory_bytes)",
       'MiB',
       median(s.metricPss.off),
@@ -421,14 +441,18 @@ const RESULTS = new URL('./results.json', import.meta.url);
 
 /** Runs the section alone: prints its table and sets `sandbox` in bench/results.json (keeping what else is there). */
 export async function sandboxMain(): Promise<void> {
+  const previous = await loadComparison();
   const report = await sandboxRun();
-  console.log(sandboxTable(report));
+  console.log(sandboxTable(report, previous));
   const existing = await readFile(RESULTS, 'utf8').then(
     (text) => JSON.parse(text) as Record<string, unknown>,
     () => ({}),
   );
   await writeFile(RESULTS, `${JSON.stringify({ ...existing, sandbox: report }, null, 2)}\n`);
   console.log(`sandbox: ${report.duration_s} s; written to bench/results.json (key "sandbox")`);
+  console.log(`\n${previous.summary()}`);
+  const recorded = await recordIfAsked({ sandbox: report }, measuredOf(report.machine, report.source));
+  if (recorded) console.log(recorded);
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) await sandboxMain();
