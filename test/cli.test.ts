@@ -2,7 +2,8 @@
  * The command a user runs: `deskbatch serve` with no DISPLAY starts its own
  * Xvfb, prints where it listens and where the token is, and on SIGTERM
  * answers the running batch, then exits within its deadline, taking its
- * Xvfb with it.
+ * Xvfb with it. It is the compiled daemon (bin/deskbatch.js runs dist/, built
+ * first: testkit/build.ts).
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -10,11 +11,12 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, test } from 'node:test';
+import { after, before, test } from 'node:test';
 import { connect } from 'node:net';
 import { defaultDesktopCap } from '../src/base/config.ts';
 import type { BatchResult } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
+import { ensureBuilt } from '../testkit/build.ts';
 import { TestClient, computerUse, startedEvent } from '../testkit/daemon.ts';
 import { isRunning } from '../testkit/recording.ts';
 import { within } from '../testkit/wait.ts';
@@ -33,6 +35,7 @@ async function stop(child: ChildProcess): Promise<void> {
   await exited;
   clearTimeout(kill);
 }
+before(ensureBuilt); // every test here runs bin/deskbatch.js, which runs dist/
 after(() => Promise.all(children.map(stop)));
 
 interface Started {
@@ -200,7 +203,7 @@ test('DESKBATCH_TOKEN never reaches the processes the daemon starts', async () =
       // What the X clients among them get instead: the display's cookie file (Chromium's helper
       // processes, which do not talk to X, run with an environment of their own).
       const command = commands[children.indexOf(pid)] ?? '';
-      if (/worker\.ts|openbox/.test(command) || (/chromium/.test(command) && !command.includes('--type='))) {
+      if (/worker\.js|openbox/.test(command) || (/chromium/.test(command) && !command.includes('--type='))) {
         assert.match(
           environ,
           /XAUTHORITY=/,
