@@ -76,16 +76,16 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends nodejs npm ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 # The daemon runs compiled JavaScript (stage 2), so --omit=dev keeps
-# everything it needs, and leaves out tsx and esbuild. Playwright downloads no browser: it
-# drives /usr/bin/chromium. sharp's and nut-js's native parts come prebuilt
+# everything it needs and leaves out tsx and esbuild. Playwright downloads no
+# browser: it drives /usr/bin/chromium. sharp's and nut-js's native parts come prebuilt
 # in npm packages for linux-x64 and glibc, which this stage shares with the
 # next (the same BASE).
 WORKDIR /opt/deskbatch
 COPY package.json package-lock.json ./
 # Behind a proxy that re-signs TLS, npm needs that proxy's CA: pass a PEM bundle
 # as the build secret npm_ca (`docker build --secret id=npm_ca,src=FILE`, the
-# same flag for podman). It is mounted for this step only, never stored in a
-# layer; without it the step uses the system's CA roots.
+# same flag for podman). It is mounted for the two npm ci steps only, never
+# stored in a layer; without it they use the system's CA roots.
 RUN --mount=type=secret,id=npm_ca \
     if [ -s /run/secrets/npm_ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npm_ca; fi \
  && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund
@@ -129,7 +129,7 @@ RUN useradd --create-home --uid 10001 --user-group --shell /bin/bash deskbatch \
  && mkdir -p /home/deskbatch/data/screenshots /home/deskbatch/data/downloads /home/deskbatch/data/recordings \
  && chown -R deskbatch:deskbatch /home/deskbatch/data
 
-# Dependencies first, for layer caching; the sources after them.
+# Dependencies first, for layer caching; the code after them.
 WORKDIR /opt/deskbatch
 COPY --from=deps /opt/deskbatch/node_modules ./node_modules
 
