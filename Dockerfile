@@ -43,7 +43,10 @@
 #   --recordings-dir /home/deskbatch/data/recordings --display-size 1920x1080`
 #   (add `--record` to record sessions: docs/RECORDING.md).
 # - Everything the daemon keeps (screenshots, browser downloads, recordings) goes under
-#   /home/deskbatch/data, the one volume; the sources are read-only to it.
+#   /home/deskbatch/data, the one volume; its code is read-only to it.
+# - The daemon and its desktop workers run compiled JavaScript (dist/, made by
+#   scripts/build.js in the build stage) with no loader: the image holds no
+#   TypeScript sources, no tsx and no esbuild.
 # - tini is PID 1 (ENTRYPOINT, exec form): it forwards SIGTERM to node (the
 #   CMD is exec form too, so no shell sits in between) and reaps the zombies
 #   chromium leaves; `docker run --init` is then not needed.
@@ -64,30 +67,44 @@
 #   made locally with debootstrap and imported) where docker.io is not reachable.
 ARG BASE=docker.io/library/debian:trixie-slim
 
-# Stage 1: node_modules, installed by Debian's npm. npm stays in this stage: it
-# brings about 400 packages (its own JavaScript dependencies, C headers,
-# node-gyp) that the daemon never runs.
+# Stage 1: node_modules, installed by Debian's npm. npm stays in this stage and
+# the next: it brings about 400 packages (its own JavaScript dependencies, C
+# headers, node-gyp) that the daemon never runs.
 FROM ${BASE} AS deps
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends nodejs npm ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-# tsx (which runs the TypeScript sources) is a runtime dependency, so
-# --omit=dev keeps everything needed. Playwright downloads no browser: it
-# drives /usr/bin/chromium. sharp's and nut-js's native parts come prebuilt
+# The daemon runs compiled JavaScript (stage 2), so --omit=dev keeps
+# everything it needs and leaves out tsx and esbuild. Playwright downloads no
+# browser: it drives /usr/bin/chromium. sharp's and nut-js's native parts come prebuilt
 # in npm packages for linux-x64 and glibc, which this stage shares with the
 # next (the same BASE).
 WORKDIR /opt/deskbatch
 COPY package.json package-lock.json ./
 # Behind a proxy that re-signs TLS, npm needs that proxy's CA: pass a PEM bundle
 # as the build secret npm_ca (`docker build --secret id=npm_ca,src=FILE`, the
-# same flag for podman). It is mounted for this step only, never stored in a
-# layer; without it the step uses the system's CA roots.
+# same flag for podman). It is mounted for the two npm ci steps only, never
+# stored in a layer; without it they use the system's CA roots.
 RUN --mount=type=secret,id=npm_ca \
     if [ -s /run/secrets/npm_ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npm_ca; fi \
  && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund
 
-# Stage 2: the image.
+# Stage 2: the build: dist/, the JavaScript the daemon runs, compiled from src/
+# and toolsets/ by scripts/build.js with esbuild, a dev dependency: this stage
+# installs them all (the npm cache of stage 1 serves most), and only dist/
+# leaves it.
+FROM deps AS build
+RUN --mount=type=secret,id=npm_ca \
+    if [ -s /run/secrets/npm_ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npm_ca; fi \
+ && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY scripts/build.js scripts/image-smoke.ts ./scripts/
+COPY src ./src
+COPY toolsets ./toolsets
+RUN node scripts/build.js
+
+# Stage 3: the image.
 FROM ${BASE}
 ARG BASE
 
@@ -112,16 +129,20 @@ RUN useradd --create-home --uid 10001 --user-group --shell /bin/bash deskbatch \
  && mkdir -p /home/deskbatch/data/screenshots /home/deskbatch/data/downloads /home/deskbatch/data/recordings \
  && chown -R deskbatch:deskbatch /home/deskbatch/data
 
-# Dependencies first, for layer caching; the sources after them.
+# Dependencies first, for layer caching; the code after them.
 WORKDIR /opt/deskbatch
 COPY --from=deps /opt/deskbatch/node_modules ./node_modules
 
-# The sources (.dockerignore keeps out tests, docs, deploy/, node_modules,
-# artifacts). Owned by root and read-only for the daemon's user.
-COPY . .
+# What runs: the entry point, package.json (its "type" and version), Chromium's
+# policy (the daemon checks it is in force) and the compiled code, which
+# includes scripts/image-smoke.ts for scripts/image-test.sh. Owned by root and
+# read-only for the daemon's user.
+COPY package.json ./
+COPY bin ./bin
+COPY scripts/chromium-policy.json ./scripts/
+COPY --from=build /opt/deskbatch/dist ./dist
 
-# No tsx compile cache in a writable folder: code loaded from there is code whoever writes there chooses.
-ENV NODE_ENV=production TSX_DISABLE_CACHE=1
+ENV NODE_ENV=production
 USER 10001:10001
 VOLUME ["/home/deskbatch/data"]
 EXPOSE 8765

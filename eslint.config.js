@@ -105,7 +105,7 @@ function onlyFromDesktop(config, ...files) {
 }
 
 export default defineConfig(
-  { ignores: ['node_modules/', 'screenshots/', 'downloads/', 'test-artifacts/', '.deskbatch/'] },
+  { ignores: ['node_modules/', 'dist/', 'screenshots/', 'downloads/', 'test-artifacts/', '.deskbatch/'] },
   js.configs.recommended,
   tseslint.configs.recommended,
   {

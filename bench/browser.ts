@@ -18,6 +18,7 @@ import type { ToolUse } from '../src/base/protocol.ts';
 import { CHROMIUM_PATH } from '../testkit/chromium.ts';
 import { startTestDisplay } from '../testkit/display.ts';
 import { startWebServer, type WebServer } from '../testkit/web.ts';
+import { ensureBuilt } from '../testkit/build.ts';
 import { imageBytes, nextId, toolUse } from './client.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
 import { figure, interleave, ITERATIONS, mean, positiveInt, progress, timeLoop, type Figure } from './stats.ts';
@@ -152,6 +153,7 @@ async function startFigures(display: string, url: string): Promise<Figure[]> {
   };
   const navigate = (): ToolUse => browser('navigate', { url });
   const screenshot = (): ToolUse => toolUse('computer', 'screenshot');
+  await ensureBuilt(); // before the first sample's clock: the daemons run dist/
   for (let i = 0; i < START_SAMPLES; i++) {
     progress(`browser: fresh daemon ${i + 1}/${START_SAMPLES}`);
     const t0 = performance.now();

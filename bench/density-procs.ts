@@ -59,7 +59,8 @@ interface DesktopProcs {
 
 const XVFB = /(^|\/)Xvfb\s/;
 const OPENBOX = /(^|\/)openbox\s/;
-const WORKER = /\/src\/desktop-driver\/worker\.ts(\s|$)/;
+/** The compiled worker (dist/…/worker.js), or under tsx (src/…/worker.ts) in a run of an older commit. */
+const WORKER = /\/src\/desktop-driver\/worker\.(ts|js)(\s|$)/;
 // The browser process: the `chromium` program itself, not a helper (`--type=`), not the crashpad handler.
 const BROWSER = /^\S*\/chromium(\s|$)/;
 const HELPER = /(^|\s)--type=/;

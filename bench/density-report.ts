@@ -34,7 +34,7 @@ export interface RestReport {
   per_desktop: DesktopFigure[];
   /** Mean over the desktops. */
   mean: { parts: Record<Part, PartFigure>; total: PartFigure };
-  /** The daemon process and its own children (esbuild): shared by all desktops, not per desktop. */
+  /** The daemon process and its own children (under tsx, before issue 31 item 5: esbuild): shared by all desktops, not per desktop. */
   daemon: PartFigure;
   rest_s?: number;
 }

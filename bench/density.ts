@@ -11,7 +11,7 @@
  * its desktops with it. The pool's `list()` lives inside the daemon, so a
  * desktop's processes are found from outside by walking the daemon's process
  * tree: Xvfb (by its `-auth` folder), openbox (its `--config-file` in the same
- * folder), the worker (`src/desktop-driver/worker.ts`, with its esbuild child) and
+ * folder), the worker (`dist/src/desktop-driver/worker.js`, compiled: no loader, no esbuild child) and
  * Chromium (the browser process without `--type=`, and all its children),
  * the last two by the XAUTHORITY in their environment, which names that same
  * folder. Chromium's crashpad handlers leave the tree (they are reparented to

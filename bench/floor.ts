@@ -16,7 +16,7 @@ import { PIPELINES, type FloorRequest, type FloorSample } from './floor-worker.t
 import { figure, ITERATIONS, timeLoop, WARMUP, type Figure } from './stats.ts';
 
 const CHILD = fileURLToPath(new URL('./floor-worker.ts', import.meta.url));
-/** The tsx loader as a URL, as the daemon forks its desktop worker. */
+/** The tsx loader as a URL: the floor runs bench/floor-worker.ts from the sources (the daemon's worker is compiled). */
 const TSX = import.meta.resolve('tsx');
 const REPLY_TIMEOUT_MS = 60_000;
 

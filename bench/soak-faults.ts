@@ -166,7 +166,7 @@ export async function desktopFault(client: LoadClient, welcome: Welcome, daemonP
       tu('computer', 'hold_key', { text: 'shift', duration: 5 }),
       tu('computer', 'cursor_position'),
     ],
-    () => childPids(/src\/desktop-driver\/worker\.ts/, daemonPid),
+    () => childPids(/src\/desktop-driver\/worker\.(ts|js)/, daemonPid),
     ['DriverCrashedError', 'DisplayUnavailableError'],
   );
   fault.recoveredMs = await recover(client, fault.at, () => {

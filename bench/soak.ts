@@ -292,7 +292,7 @@ async function main(): Promise<number> {
     if (leftovers.length) {
       const cmds = await Promise.all(leftovers.map((pid) => readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')));
       // Only processes whose command line is still one the daemon started (the pid was not reused).
-      const ours = leftovers.filter((_, i) => /chromium|worker\.ts|deskbatch/.test(cmds[i] ?? ''));
+      const ours = leftovers.filter((_, i) => /chromium|worker\.(ts|js)|deskbatch/.test(cmds[i] ?? ''));
       if (ours.length) problem(`${ours.length} processes of the daemon outlived it: ${ours.join(', ')}`);
       killAll(ours);
     }

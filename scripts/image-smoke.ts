@@ -1,7 +1,7 @@
 /**
  * The client half of scripts/image-test.sh's smoke test. It runs inside the
  * built image's file system, with the image's own node and the client library
- * the image carries (src/client), as the image's user. It:
+ * the image carries (dist/src/client), as the image's user. It:
  *
  *   1. waits for the daemon's /readyz to answer 200, until a deadline;
  *   2. serves a tiny page on 127.0.0.1 (the daemon was started with
@@ -12,7 +12,9 @@
  *   4. checks that every tool_use got a result, none an error, and that the
  *      screenshot is a PNG image.
  *
- * Usage: node --import tsx scripts/image-smoke.ts DAEMON_PORT PAGE_PORT [DEADLINE_MS]
+ * Usage: node dist/scripts/image-smoke.js DAEMON_PORT PAGE_PORT [DEADLINE_MS]
+ * (compiled by scripts/build.js: the image has no loader; from a checkout,
+ * `node --import tsx scripts/image-smoke.ts …` runs it too)
  *
  * Every check is printed as one line, `PASS text` or `FAIL text`, which the
  * shell script collects; the exit status is 0 only when all passed.

@@ -390,7 +390,7 @@ if init_pid="$(child_of "$daemon_pid")" && wait_comm "$init_pid" "$(basename "${
   node_pid="$(child_of "$init_pid")" && wait_comm "$node_pid" "$(basename "${cmd[0]}")"; then
   # The client: the image's node and client library, as the image's user, in its own chroot.
   set +e
-  "${in_image[@]}" node --import tsx scripts/image-smoke.ts "$port" "$page_port" "$ready_deadline_ms" >"$smoke_out" 2>&1 &
+  "${in_image[@]}" node dist/scripts/image-smoke.js "$port" "$page_port" "$ready_deadline_ms" >"$smoke_out" 2>&1 &
   helper_pid=$!
   wait "$helper_pid"
   smoke_status=$?

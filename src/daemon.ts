@@ -510,7 +510,7 @@ function createDesktops(
     downloadsDir: downloadsRoot,
     ...(shared ? { sandbox: { ...shared, browserOnly: true } } : {}),
   });
-  // Start the desktop worker now: its first start (tsx, nut-js) takes 1–3 s, which the first batch should not wait for.
+  // Start the desktop worker now: its first start (nut-js; from the sources, tsx too) takes 1–3 s, which the first batch should not wait for.
   let size: Size | undefined;
   driver.displaySize().then(
     (s) => (size = s),

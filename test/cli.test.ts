@@ -2,19 +2,22 @@
  * The command a user runs: `deskbatch serve` with no DISPLAY starts its own
  * Xvfb, prints where it listens and where the token is, and on SIGTERM
  * answers the running batch, then exits within its deadline, taking its
- * Xvfb with it.
+ * Xvfb with it. It is the compiled daemon (bin/deskbatch.js runs dist/, built
+ * first: testkit/build.ts), and it and its desktop worker run with no loader.
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, test } from 'node:test';
+import { after, before, test } from 'node:test';
 import { connect } from 'node:net';
+import { fileURLToPath } from 'node:url';
 import { defaultDesktopCap } from '../src/base/config.ts';
 import type { BatchResult } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
+import { ensureBuilt } from '../testkit/build.ts';
 import { TestClient, computerUse, startedEvent } from '../testkit/daemon.ts';
 import { isRunning } from '../testkit/recording.ts';
 import { within } from '../testkit/wait.ts';
@@ -33,6 +36,7 @@ async function stop(child: ChildProcess): Promise<void> {
   await exited;
   clearTimeout(kill);
 }
+before(ensureBuilt); // every test here runs bin/deskbatch.js, which runs dist/
 after(() => Promise.all(children.map(stop)));
 
 interface Started {
@@ -48,6 +52,15 @@ function cmdline(pid: number): string {
     return readFileSync(`/proc/${pid}/cmdline`, 'latin1');
   } catch {
     return '';
+  }
+}
+
+/** A process's environment variables, one `NAME=value` each ([] once it is gone). */
+function environ(pid: number): string[] {
+  try {
+    return readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').filter(Boolean);
+  } catch {
+    return [];
   }
 }
 
@@ -174,6 +187,73 @@ test('serve without DISPLAY gives each session a desktop of its own; SIGTERM ans
   }
 });
 
+test("the compiled daemon and its pool desktop's worker run with no loader: no tsx, no esbuild", async () => {
+  const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
+  const token = `compiled-token-${Date.now()}-abcdefghij`;
+  const root = fileURLToPath(new URL('..', import.meta.url));
+  try {
+    // No compile cache: a tsx loaded anywhere would compile with esbuild now, and its esbuild process would show.
+    const s = await serve(['--desktops', '1', '--warm', '1', '--screenshots-dir', join(home, 'shots')], {
+      HOME: home,
+      DESKBATCH_TOKEN: token,
+      TSX_DISABLE_CACHE: '1',
+    });
+    const client = await TestClient.open(s.url, { token });
+    const welcome = await client.hello(undefined, { desktop: {} });
+    assert.equal(welcome.desktop?.mode, 'pool');
+    const shot = [computerUse('screenshot')];
+    const { result } = await client.batch('shot', shot);
+    assertApiValid(shot, result);
+    assert.equal(result.tool_results[0]!.content[0]!.type, 'image', 'the pool desktop took a screenshot');
+    // What it runs: package.json's version, read from the package's root by the compiled code in dist/.
+    const metrics = await (
+      await fetch(`${s.url.replace(/^ws/, 'http').replace(/\/v1$/, '')}/metrics`, {
+        headers: { authorization: `Bearer ${token}` },
+      })
+    ).text();
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string };
+    assert.match(metrics, new RegExp(`^deskbatch_build_info\\{version="${pkg.version.replaceAll('.', '\\.')}"`, 'm'));
+
+    const daemon = s.child.pid!;
+    const tree = [daemon, ...descendants(daemon)];
+    const commands = new Map(tree.map((pid) => [pid, cmdline(pid).replace(/\0$/, '').split('\0')]));
+    assert.deepEqual(
+      commands.get(daemon)!.slice(0, 3),
+      [process.execPath, 'bin/deskbatch.js', 'serve'],
+      'no node flags',
+    );
+    const worker = tree.filter((pid) => {
+      const argv = commands.get(pid)!;
+      return argv[0] === process.execPath && argv.some((a) => a.endsWith('/desktop-driver/worker.js'));
+    });
+    assert.equal(worker.length, 1, "the desktop's worker");
+    assert.deepEqual(commands.get(worker[0]!), [process.execPath, join(root, 'dist/src/desktop-driver/worker.js')]);
+    for (const pid of tree) {
+      const argv = commands.get(pid)!;
+      assert.ok(!argv.some((a) => a.includes('esbuild')), `process ${pid} is no esbuild: ${argv.join(' ')}`);
+      assert.ok(
+        !argv.some((a) => a === 'tsx' || a.includes('/tsx/')),
+        `process ${pid} names no tsx: ${argv.join(' ')}`,
+      );
+    }
+    for (const pid of [daemon, worker[0]!]) {
+      const options = environ(pid).find((v) => v.startsWith('NODE_OPTIONS='));
+      assert.ok(!options || !/tsx|--(import|loader|require)/.test(options), `process ${pid}: ${options}`);
+    }
+    // The worker is in its desktop's sandbox, which binds the compiled tree (and not the sources) read-only.
+    const ns = (pid: number) => readlinkSync(`/proc/${pid}/ns/mnt`);
+    assert.notEqual(ns(worker[0]!), ns(daemon), 'the worker has a mount namespace of its own');
+    const inside = (path: string) => existsSync(`/proc/${worker[0]}/root${join(root, path)}`);
+    assert.ok(inside('dist/src/desktop-driver/worker.js') && inside('node_modules') && inside('package.json'));
+    assert.ok(!inside('src'), 'the sources are not bound');
+    client.close();
+    s.child.kill('SIGTERM');
+    assert.equal(await within(s.exited, 'the daemon to exit after SIGTERM', 60_000), 0);
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
 test('DESKBATCH_TOKEN never reaches the processes the daemon starts', async () => {
   const home = await mkdtemp(join(tmpdir(), 'deskbatch-home-'));
   const token = `env-token-${Date.now()}-abcdefghij`;
@@ -200,7 +280,7 @@ test('DESKBATCH_TOKEN never reaches the processes the daemon starts', async () =
       // What the X clients among them get instead: the display's cookie file (Chromium's helper
       // processes, which do not talk to X, run with an environment of their own).
       const command = commands[children.indexOf(pid)] ?? '';
-      if (/worker\.ts|openbox/.test(command) || (/chromium/.test(command) && !command.includes('--type='))) {
+      if (/worker\.js|openbox/.test(command) || (/chromium/.test(command) && !command.includes('--type='))) {
         assert.match(
           environ,
           /XAUTHORITY=/,

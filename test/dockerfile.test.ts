@@ -2,7 +2,8 @@
  * The container image's promises, read from the Dockerfile (this machine has
  * no Docker engine to build it): the daemon runs as a non-root user, writes
  * only inside its volume, gets its packages from the one shared list, carries
- * no token, and has a health check and a PID 1 that forwards signals; it binds
+ * no token, runs compiled code with no loader (no sources, no tsx), and has a
+ * health check and a PID 1 that forwards signals; it binds
  * beyond loopback, so it cannot start without DESKBATCH_TOKEN; its build
  * context holds what it runs and nothing else (no tests, no deploy files, no
  * .env files).
@@ -22,10 +23,10 @@ interface Instruction {
   args: string;
 }
 
-/** The instructions of the last stage, continuation lines joined, comments dropped. */
-async function lastStage(): Promise<Instruction[]> {
+/** Every instruction, continuation lines joined, comments dropped. */
+async function instructions(): Promise<Instruction[]> {
   const text = (await readFile(new URL('../Dockerfile', import.meta.url), 'utf8')).replace(/\\\n/g, ' ');
-  const all = text
+  return text
     .split('\n')
     .map((l) => l.trim())
     .filter((l) => l && !l.startsWith('#'))
@@ -33,9 +34,23 @@ async function lastStage(): Promise<Instruction[]> {
       const [op, ...rest] = l.split(/\s+/);
       return { op: op!.toUpperCase(), args: rest.join(' ') };
     });
+}
+
+/** The instructions of the last stage. */
+async function lastStage(): Promise<Instruction[]> {
+  const all = await instructions();
   const from = all.map((i) => i.op).lastIndexOf('FROM');
   assert.ok(from >= 0, 'the Dockerfile has a FROM');
   return all.slice(from);
+}
+
+/** The instructions of the stage `FROM … AS name`. */
+async function namedStage(name: string): Promise<Instruction[]> {
+  const all = await instructions();
+  const from = all.findIndex((i) => i.op === 'FROM' && new RegExp(`\\sAS\\s+${name}$`, 'i').test(i.args));
+  assert.ok(from >= 0, `the Dockerfile has a stage ${name}`);
+  const next = all.findIndex((i, n) => n > from && i.op === 'FROM');
+  return all.slice(from, next < 0 ? undefined : next);
 }
 
 const last = (stage: Instruction[], op: string) => stage.filter((i) => i.op === op).at(-1)?.args;
@@ -92,6 +107,46 @@ test('signals reach node: tini is PID 1 and runs node directly, no shell in betw
   assert.deepEqual(execForm(last(stage, 'ENTRYPOINT'), 'ENTRYPOINT'), ['/usr/bin/tini', '--']);
   const cmd = execForm(last(stage, 'CMD'), 'CMD');
   assert.deepEqual(cmd.slice(0, 3), ['node', 'bin/deskbatch.js', 'serve']);
+});
+
+test('the image runs the compiled daemon: a build stage compiles dist/, the image gets it, the runtime dependencies and no sources', async () => {
+  const build = await namedStage('build');
+  assert.ok(
+    build.some((i) => i.op === 'RUN' && /(^|&&\s*)node scripts\/build\.js$/.test(i.args)),
+    'the build stage runs scripts/build.js',
+  );
+  const deps = await namedStage('deps');
+  assert.ok(
+    deps.some((i) => i.op === 'RUN' && /\bnpm ci --omit=dev\b/.test(i.args)),
+    'the runtime dependencies only',
+  );
+  const stage = await lastStage();
+  const copies = stage.filter((i) => i.op === 'COPY').map((i) => i.args);
+  assert.ok(
+    copies.includes('--from=build /opt/deskbatch/dist ./dist'),
+    `dist/ from the build stage: ${copies.join('; ')}`,
+  );
+  assert.ok(
+    copies.some((c) => /^--from=deps \S+\/node_modules \S+/.test(c)),
+    'node_modules from the stage that installed the runtime only',
+  );
+  for (const copy of copies.filter((c) => !c.startsWith('--from='))) {
+    for (const source of copy.split(/\s+/).slice(0, -1)) {
+      assert.ok(!/^(\.|src|toolsets)(\/|$)|\.ts$/.test(source), `no sources in the image: COPY ${copy}`);
+    }
+  }
+  assert.ok(!stage.some((i) => i.op === 'ENV' && /TSX/.test(i.args)), 'no tsx setting: no tsx');
+  // --omit=dev leaves out tsx and esbuild; bin/deskbatch.js (the CMD) runs dist/ and names no loader.
+  const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as {
+    dependencies: Record<string, string>;
+    devDependencies: Record<string, string>;
+  };
+  for (const name of ['tsx', 'esbuild']) {
+    assert.ok(!(name in pkg.dependencies) && name in pkg.devDependencies, `${name} is a dev dependency`);
+  }
+  const bin = await readFile(join(ROOT, 'bin', 'deskbatch.js'), 'utf8');
+  assert.match(bin, /'\.\.\/dist\/src\/cli\.js'/);
+  assert.doesNotMatch(bin, /tsx|\.ts'/);
 });
 
 test("the health check is liveness: /healthz on the daemon's port, exec form, within its interval", async () => {
@@ -199,7 +254,11 @@ test('.dockerignore: the context holds what the image runs, and no tests, docs, 
   const needed = [
     'package.json',
     'package-lock.json',
+    'tsconfig.json',
     'scripts/system-packages.txt',
+    'scripts/build.js',
+    'scripts/chromium-policy.json',
+    'scripts/image-smoke.ts',
     ...(await files('bin')),
     ...(await files('src')),
     ...(await files('toolsets')),
@@ -214,6 +273,7 @@ test('.dockerignore: the context holds what the image runs, and no tests, docs, 
     'deploy/compose.yaml',
     'deploy/k8s/statefulset.yaml',
     'node_modules/ws/package.json',
+    'dist/src/cli.js',
     'test/dockerfile.test.ts',
     'test-artifacts/viewer.png',
     'docs/DEPLOY.md',

@@ -17,6 +17,7 @@ import type { ServerStatus } from '../src/server/server.ts';
 import { SharedDesktop } from '../src/desktop-pool/pool.ts';
 import type { DesktopDriver } from '../src/desktop-driver/driver.ts';
 import { Lane } from '../src/desktop-pool/lane.ts';
+import { ensureBuilt } from '../testkit/build.ts';
 import { TEST_TOKEN, TestClient, computerUse, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
 import { pickFreeDisplay, startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
 import { until, within } from '../testkit/wait.ts';
@@ -229,6 +230,7 @@ describe('metrics and readiness on a daemon with a display', () => {
   let d: TestDaemon;
   let client: TestClient;
   before(async () => {
+    await ensureBuilt(); // bin/deskbatch.js runs dist/
     display = await startTestDisplay({ width: 800, height: 600, windowManager: false });
     d = await startTestDaemon({ display: display.display, browser: 'off' });
     client = await d.connect();

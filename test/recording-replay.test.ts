@@ -22,6 +22,7 @@ import { DEFAULT_IMAGE_TOLERANCE, imageDifference, type ReplayReport } from '../
 import { ReplayError, replayTrajectory, type ReplayBatch } from '../src/recording/replay.ts';
 import { inNamespacesOf } from '../testkit/sandbox-probes.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
+import { ensureBuilt } from '../testkit/build.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
 import { until, within } from '../testkit/wait.ts';
 import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
@@ -136,6 +137,7 @@ async function windowShown(d: TestDaemon, sessionId: string, title: string): Pro
 
 /** Runs `deskbatch replay` as a user would; resolves with its exit code and output. */
 async function cli(args: string[], env: Record<string, string> = {}) {
+  await ensureBuilt(); // bin/deskbatch.js runs dist/
   const child = spawn(process.execPath, [BIN, 'replay', ...args], {
     env: { ...process.env, DESKBATCH_TOKEN: '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

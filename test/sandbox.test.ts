@@ -15,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { computerUse, startTestDaemon, TEST_TOKEN, TestClient } from '../testkit/daemon.ts';
+import { ensureBuilt } from '../testkit/build.ts';
 import { startDaemonProcess } from '../testkit/daemon-process.ts';
 import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 import { chromiumBrowsers, identityOf, runProbes, type Probe } from '../testkit/sandbox-probes.ts';
@@ -399,6 +400,7 @@ describe('a sandbox per desktop', { timeout: 300_000 }, () => {
   });
 
   test('a host that cannot sandbox: the daemon says why and does not start, unless --sandbox off', async () => {
+    await ensureBuilt(); // bin/deskbatch.js runs dist/
     // A user namespace of the test's own where no further one may be made (max_user_namespaces 0):
     // the daemon inside cannot give a desktop its identity.
     const run = (flags: string[]): Promise<{ code: number | null; out: string }> =>

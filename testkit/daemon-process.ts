@@ -2,7 +2,8 @@
  * Runs the daemon the way an operator does, as its own process
  * (`node bin/deskbatch.js serve …`), for the soak (bench/soak.ts) and the bench
  * (bench/daemon-process.ts): its event loop is not the caller's and its RSS is
- * its own. DISPLAY is the caller's display, so the daemon starts none of its
+ * its own. It is the compiled daemon (dist/, built first when the sources
+ * changed: testkit/build.ts), with no loader, as an operator's is. DISPLAY is the caller's display, so the daemon starts none of its
  * own; the token comes from DESKBATCH_TOKEN, so nothing is written under
  * ~/.deskbatch.
  *
@@ -17,6 +18,7 @@ import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { ensureBuilt } from './build.ts';
 
 const CLI = fileURLToPath(new URL('../bin/deskbatch.js', import.meta.url));
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -62,6 +64,7 @@ export interface DaemonProcess {
 }
 
 export async function startDaemonProcess(options: DaemonProcessOptions): Promise<DaemonProcess> {
+  await ensureBuilt();
   const argv = [CLI, 'serve', ...options.args];
   const u = options.runAs === undefined ? undefined : String(options.runAs);
   // setpriv execs node: the pid is the daemon's.

@@ -112,7 +112,7 @@ export function checkNonRoot(d: Deploy): void {
   }
   assert.equal(pod.automountServiceAccountToken, false, 'no service account token in the pod');
   assert.ok(!pod.hostNetwork && !pod.hostPID && !pod.hostIPC, 'no host namespaces');
-  // With a read-only root, these are the only places anything is written (Xvfb, Chromium, tsx; screenshots, downloads).
+  // With a read-only root, these are the only places anything is written (Xvfb, Chromium; screenshots, downloads).
   const mounts = (container.volumeMounts ?? []).map((m) => m.mountPath);
   for (const path of ['/tmp', d.image.volume]) assert.ok(mounts.includes(path), `${path} is a writable volume`);
 }

@@ -46,7 +46,7 @@ export async function descendants(root: number): Promise<ProcInfo[]> {
 /** The desktop worker (nut-js child) processes under `root`. */
 export async function desktopWorkerPids(root = process.pid): Promise<number[]> {
   return (await descendants(root))
-    .filter((p) => p.argv.some((a) => /src\/desktop-driver\/worker\.ts$/.test(a)))
+    .filter((p) => p.argv.some((a) => /src\/desktop-driver\/worker\.(ts|js)$/.test(a)))
     .map((p) => p.pid);
 }
 

@@ -26,10 +26,10 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { isDeepStrictEqual } from 'node:util';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { PACKAGE_ROOT } from '../base/package-root.ts';
 
 /** The policy this project ships. */
-export const POLICY_SOURCE = fileURLToPath(new URL('../../scripts/chromium-policy.json', import.meta.url));
+export const POLICY_SOURCE = join(PACKAGE_ROOT, 'scripts', 'chromium-policy.json');
 /** Where Debian's chromium reads managed policies. */
 export const MANAGED_POLICY_DIR = '/etc/chromium/policies/managed';
 

@@ -33,6 +33,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { forkChild, programPid, signalChild, type ChildProcess, type Confinement } from '../base/child-process.ts';
+import { COMPILED, MODULE_EXTENSION } from '../base/package-root.ts';
 import { CancelledError, DisplayUnavailableError, DriverCrashedError, ToolInputError } from '../base/errors.ts';
 import type { StartGuard } from '../base/resilience.ts';
 import { displaySocketPath, isDisplayReachable } from './display.ts';
@@ -75,7 +76,7 @@ export interface WorkerDesktopDriverOptions {
 }
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
-/** Child startup (tsx compile + fork) may be slow on a loaded machine. */
+/** Child startup (fork, and from the sources tsx's compile) may be slow on a loaded machine. */
 const WORKER_START_TIMEOUT_MS = 20_000;
 /** After an abort, how long the child may take to answer before it is killed. */
 const ABORT_GRACE_MS = 1_500;
@@ -84,14 +85,20 @@ const CLOSE_GRACE_MS = 2_000;
 /** Per-character allowance for typing (the keymap settle is per 19-ish new characters). */
 const TYPE_MS_PER_CHAR = 20;
 
-const WORKER_PATH = fileURLToPath(new URL('./worker.ts', import.meta.url));
+/**
+ * The worker of the same tree as this file (src/base/package-root.ts): dist/'s worker.js, plain JavaScript
+ * run with no loader, when the daemon is the build bin/deskbatch.js runs; src/'s worker.ts under tsx when
+ * the daemon runs from the sources (the tests). A compiled daemon never loads tsx, and its worker neither.
+ */
+const WORKER_PATH = fileURLToPath(new URL(`./worker${MODULE_EXTENSION}`, import.meta.url));
 
-/** tsx's loader as an absolute URL, so the child finds it whatever the cwd is. */
-function tsxLoader(): string {
+/** node's flags for the worker: none for the build; for the sources tsx's loader, as an absolute URL (any cwd). */
+function workerExecArgv(): string[] {
+  if (COMPILED) return [];
   try {
-    return import.meta.resolve('tsx');
+    return ['--import', import.meta.resolve('tsx')];
   } catch {
-    return 'tsx';
+    return ['--import', 'tsx'];
   }
 }
 
@@ -594,12 +601,18 @@ export class WorkerDesktopDriver implements DesktopDriver {
     const proc = forkChild(
       WORKER_PATH,
       {
-        execArgv: ['--import', tsxLoader()],
+        execArgv: workerExecArgv(),
         serialization: 'advanced',
         stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-        // No compile cache: the worker is started again after a crash, and code it would load from a
-        // writable cache folder (/tmp/tsx-<uid>) is code anyone who can write there chooses (docs/SECURITY.md).
-        env: { ...process.env, ...this.env, DISPLAY: this.display, TSX_DISABLE_CACHE: '1' },
+        // Under tsx, no compile cache: the worker is started again after a crash, and code it would load from
+        // a writable cache folder (/tmp/tsx-<uid>) is code anyone who can write there chooses (docs/SECURITY.md).
+        // The build has no cache to turn off.
+        env: {
+          ...process.env,
+          ...this.env,
+          DISPLAY: this.display,
+          ...(COMPILED ? {} : { TSX_DISABLE_CACHE: '1' }),
+        },
       },
       this.within,
     );

@@ -7,8 +7,10 @@
  * - devices.ts: nut-js and our X client, loaded once;
  * - context.ts: cancellation, sleeps, errors and logging, shared by all.
  *
- * Started by WorkerDesktopDriver (worker-driver.ts) with `child_process.fork`,
- * `--import tsx` and `serialization: 'advanced'` (Buffers cross IPC as bytes).
+ * Started by WorkerDesktopDriver (worker-driver.ts) with `child_process.fork`
+ * and `serialization: 'advanced'` (Buffers cross IPC as bytes): compiled, as
+ * dist/src/desktop-driver/worker.js with no loader, by a compiled daemon; from
+ * this file with `--import tsx` by one run from the sources (the tests).
  * It is a separate process because nut-js segfaults, with nothing catchable
  * in JS, when the X server goes away under it (docs/MEASURED.md);
  * here a crash only costs the in-flight call, and the parent starts a new

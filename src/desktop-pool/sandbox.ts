@@ -29,8 +29,7 @@
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { chmod, chown, mkdir, mkdtemp, rm, statfs, writeFile } from 'node:fs/promises';
 import type { Server, Socket } from 'node:net';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import {
   OutputLines,
@@ -40,6 +39,7 @@ import {
   type ChildProcess,
   type Confinement,
 } from '../base/child-process.ts';
+import { COMPILED, PACKAGE_ROOT } from '../base/package-root.ts';
 import { ownedTempFolder } from '../base/temp-folder.ts';
 
 /** How desktops are sandboxed: `uid` (root daemon), `userns` (unprivileged daemon), `off` (the operator's `--sandbox off`). */
@@ -68,9 +68,13 @@ const HOLDER_START_MS = 10_000;
 const PROXY_LISTENER_START_MS = 15_000;
 /** Bytes of the sandbox's private /tmp and /dev/shm (memory): Chromium's profile and shared memory live there. */
 const TMPFS_BYTES = 1024 * 1024 * 1024;
-/** The repository's files a desktop's programs need (the worker's code): read-only, and nothing else of it. */
-const CODE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const CODE_PATHS = ['package.json', 'src', 'node_modules'];
+/**
+ * The package's files a desktop's programs need (the worker's code): read-only, and nothing else of it.
+ * The code is the tree this daemon runs (src/base/package-root.ts): the build (dist/, plain JavaScript) for
+ * a daemon started by bin/deskbatch.js, the sources (src/, through tsx) for one the tests run in-process.
+ */
+const CODE_FOLDER = COMPILED ? 'dist' : 'src';
+const CODE_PATHS = ['package.json', CODE_FOLDER, 'node_modules'];
 
 /**
  * Variables a confined program may get from what its caller passes: the
@@ -406,13 +410,13 @@ function bwrapArgs(o: SandboxOptions, folders: SandboxFolders, innerId: number):
   args.push('--size', String(TMPFS_BYTES), '--perms', '1777', '--tmpfs', '/dev/shm');
   // Parents of what is bound, made searchable: bubblewrap makes missing ones 0700 as root.
   const parents = new Set<string>();
-  for (const path of [join(CODE_ROOT, 'src'), folders.root, folders.framebuffer]) {
+  for (const path of [join(PACKAGE_ROOT, CODE_FOLDER), folders.root, folders.framebuffer]) {
     for (let dir = dirname(path); !['/', '/tmp', '/dev/shm', '/dev'].includes(dir); dir = dirname(dir))
       parents.add(dir);
   }
   for (const dir of [...parents].sort((x, y) => x.length - y.length)) args.push('--perms', '0755', '--dir', dir);
   for (const p of CODE_PATHS) {
-    const path = join(CODE_ROOT, p);
+    const path = join(PACKAGE_ROOT, p);
     if (existsSync(path)) args.push('--ro-bind', realpathSync(path), path);
   }
   args.push('--bind', folders.root, folders.root);
