@@ -39,6 +39,11 @@ export const RECORD_CLIENT_STARTED = 2;
 export const RECORD_CLIENT_DIED = 3;
 export const RECORD_END_OF_DATA = 5;
 const XTEST_FAKE_INPUT = 2;
+/**
+ * The largest reply taken (16 MiB): the largest we ask for is the keyboard
+ * mapping (at most 255 keycodes × a few keysyms) or a batch of RECORD data.
+ */
+const MAX_REPLY_BYTES = 16 * 1024 * 1024;
 /** QueryVersion of XFIXES and of DAMAGE: minor opcode 0 of both. */
 const EXT_QUERY_VERSION = 0;
 const XFIXES_HIDE_CURSOR = 29;
@@ -231,6 +236,12 @@ export class XConnection {
     while (this.buf.length >= 32) {
       const type = this.buf[0]!;
       const len = type === 1 ? 32 + this.buf.readUInt32LE(4) * 4 : 32;
+      if (len > MAX_REPLY_BYTES) {
+        // No reply we ask for comes near this; the X server is not one to trust (a desktop's sandbox
+        // could put its own on the socket): never buffer without bound for it.
+        this.socket.destroy();
+        return;
+      }
       if (this.buf.length < len) return;
       const msg = this.buf.subarray(0, len);
       this.buf = this.buf.subarray(len);
