@@ -19,6 +19,8 @@ const STOP_GRACE_MS = 20_000;
 /** Starting 8 desktops at once on 2 loaded cores takes a while. */
 export const WARM_TIMEOUT_MS = 240_000;
 export const POLL_MS = 20;
+/** Polling /metrics: the handshake budget's rate (10 a second), so a wait never spends it. */
+export const METRICS_POLL_MS = 100;
 export const MIB = 1024 * 1024;
 
 export const DENSITY_SIZE = { width: 1280, height: 800 };
@@ -75,11 +77,23 @@ export async function stopAll(): Promise<void> {
   await Promise.all([...live].map((stop) => stop().catch(() => undefined)));
 }
 
+/**
+ * /metrics of `d`. Its requests count against the daemon's handshake budget (a burst of 100, then 10
+ * a second: docs/OPERATIONS.md); past it, the daemon's Retry-After is waited out, a few times at most.
+ */
 export async function metrics(d: Daemon): Promise<string> {
-  d.scrapedAt = performance.now();
-  const res = await fetch(`${d.base}/metrics`, { headers: { authorization: `Bearer ${BENCH_TOKEN}` } });
-  if (!res.ok) throw new Error(`${d.label}: /metrics answered ${res.status}`);
-  return res.text();
+  for (let attempt = 0; ; attempt++) {
+    d.scrapedAt = performance.now();
+    const res = await fetch(`${d.base}/metrics`, { headers: { authorization: `Bearer ${BENCH_TOKEN}` } });
+    if (res.status === 429 && attempt < 5) {
+      await res.arrayBuffer();
+      progress(`${d.label}: /metrics past the handshake budget; waiting as its Retry-After says`);
+      await sleep(1000 * Number(res.headers.get('retry-after') ?? 1));
+      continue;
+    }
+    if (!res.ok) throw new Error(`${d.label}: /metrics answered ${res.status}`);
+    return res.text();
+  }
 }
 
 /** One sample's value from Prometheus text, e.g. `deskbatch_desktops{state="warm"}`; NaN when absent. */

@@ -60,6 +60,7 @@ import {
   DENSITY_SIZE,
   metric,
   metrics,
+  METRICS_POLL_MS,
   POLL_MS,
   ready,
   startDaemon,
@@ -167,7 +168,12 @@ async function leaseRun(): Promise<LeaseReport> {
         await sleep(POLL_MS);
         const free =
           kind === 'warm'
-            ? await waitUntil(`${d.label} to hold a warm desktop again`, () => hasWarm(d, 1), WARM_TIMEOUT_MS)
+            ? await waitUntil(
+                `${d.label} to hold a warm desktop again`,
+                () => hasWarm(d, 1),
+                WARM_TIMEOUT_MS,
+                METRICS_POLL_MS,
+              )
             : await waitUntil(`${d.label} to be free again`, () => ready(d), WARM_TIMEOUT_MS);
         const h1 = await histograms(d);
         if (h1.recycles - h0.recycles !== 1) throw new Error(`${d.label}: expected one teardown per sample`);
