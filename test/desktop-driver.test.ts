@@ -174,6 +174,12 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     await driver.holdKeys(parseChord('shift'), 1.1 * 1000);
     await driver.scroll('down', COMPUTER_SCROLL_AMOUNT_MAX, []);
     await assert.rejects(driver.scroll('down', COMPUTER_SCROLL_AMOUNT_MAX + 1, []), ToolInputError);
+    // What the daemon sends itself (worker-driver.ts) it checks as the worker does at its boundary.
+    await assert.rejects(driver.click('left', 4, []), ToolInputError);
+    await assert.rejects(driver.moveMouse({ x: Number.NaN, y: 1 }), ToolInputError);
+    await assert.rejects(driver.click('left', 1, [], undefined, { x: 1, y: 40_000 }), ToolInputError);
+    await driver.moveMouse({ x: 10.4, y: 20.6 });
+    assert.deepEqual(await driver.cursorPosition(), { x: 10, y: 21 });
   });
 
   describe('crash path', () => {

@@ -130,6 +130,19 @@ interface QueryConnection {
   pointer?: Promise<XPointer>;
 }
 
+/**
+ * A point as the X server takes it (whole pixels, 16 bits), or the error the
+ * child gives at its process boundary for one it cannot take.
+ */
+function pixel(p: Point, name: string): Point | ToolInputError {
+  const x = Math.round(p.x);
+  const y = Math.round(p.y);
+  const fits = (v: number): boolean => Number.isFinite(v) && v >= -32_768 && v <= 32_767;
+  return fits(x) && fits(y)
+    ? { x, y }
+    : new ToolInputError(`${name} must have numeric x and y within the screen's range`);
+}
+
 /** What an op in the queue is told while it runs: whether its caller is gone, and how to hear of a cancel. */
 interface Slot {
   settled(): boolean;
@@ -208,7 +221,10 @@ export class WorkerDesktopDriver implements DesktopDriver {
 
   moveMouse(to: Point, signal?: AbortSignal): Promise<void> {
     if (!displaySocketPath(this.display)) return this.call('moveMouse', { to }, signal);
-    return this.pointerInput(signal, (p) => p.sendMove(to));
+    const point = pixel(to, 'to');
+    return point instanceof ToolInputError
+      ? Promise.reject(point)
+      : this.pointerInput(signal, (p) => p.sendMove(point));
   }
 
   click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal, at?: Point): Promise<void> {
@@ -220,7 +236,9 @@ export class WorkerDesktopDriver implements DesktopDriver {
     if (!Number.isInteger(count) || count < 1 || count > CLICK_COUNT_MAX) {
       return Promise.reject(new ToolInputError(`count must be an integer from 1 to ${CLICK_COUNT_MAX}, got ${count}`));
     }
-    return this.pointerInput(signal, (p) => p.sendClick(button, count, at));
+    const point = at && pixel(at, 'at');
+    if (point instanceof ToolInputError) return Promise.reject(point);
+    return this.pointerInput(signal, (p) => p.sendClick(button, count, point));
   }
 
   mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void> {
