@@ -18,6 +18,7 @@
  * libnut's grab.
  */
 import { closeSync, openSync, readSync } from 'node:fs';
+import { endianness } from 'node:os';
 import type { Rect, Size } from '../../base/geometry.ts';
 import { DAMAGE_REPORT_NON_EMPTY, type XConnection } from '../x11.ts';
 
@@ -201,6 +202,36 @@ export class Framebuffer {
  */
 let rgbReused: Buffer | undefined;
 
+const LITTLE_ENDIAN = endianness() === 'LE';
+
+/**
+ * `pixels` B,G,R,X pixels of `src` from byte `from` to R,G,B in `out`: four
+ * pixels (four words read as X<<24|R<<16|G<<8|B on a little-endian machine)
+ * become three words, the rest one byte at a time. Both buffers 4-aligned.
+ */
+function wordsToRgb(src: Buffer, from: number, pixels: number, out: Buffer): void {
+  const s = new Uint32Array(src.buffer, src.byteOffset + from, pixels);
+  const d = new Uint32Array(out.buffer, out.byteOffset, (pixels * 3) >> 2);
+  const blocks = pixels & ~3;
+  let o = 0;
+  for (let i = 0; i < blocks; i += 4) {
+    const p0 = s[i]!;
+    const p1 = s[i + 1]!;
+    const p2 = s[i + 2]!;
+    const p3 = s[i + 3]!;
+    d[o] = ((p0 >> 16) & 0xff) | (p0 & 0xff00) | ((p0 & 0xff) << 16) | (((p1 >> 16) & 0xff) << 24);
+    d[o + 1] = ((p1 >> 8) & 0xff) | ((p1 & 0xff) << 8) | (p2 & 0xff0000) | (((p2 >> 8) & 0xff) << 24);
+    d[o + 2] = (p2 & 0xff) | (((p3 >> 16) & 0xff) << 8) | ((p3 & 0xff00) << 8) | ((p3 & 0xff) << 24);
+    o += 3;
+  }
+  for (let i = blocks, b = o * 4; i < pixels; i++, b += 3) {
+    const at = from + i * 4;
+    out[b] = src[at + 2]!;
+    out[b + 1] = src[at + 1]!;
+    out[b + 2] = src[at]!;
+  }
+}
+
 function rgbBuffer(bytes: number): Buffer {
   if (rgbReused?.length !== bytes) rgbReused = Buffer.allocUnsafe(bytes);
   return rgbReused;
@@ -217,6 +248,11 @@ export function bgrxToRgb(img: BgrxImage, area?: Rect): Buffer {
   const src = img.data;
   const stride = img.byteWidth;
   const out = rgbBuffer(width * height * 3);
+  // Whole rows lie end to end: four pixels at a time, as 32-bit words (1.5-2x the byte loop's speed).
+  if (LITTLE_ENDIAN && left === 0 && stride === width * 4 && src.byteOffset % 4 === 0 && out.byteOffset % 4 === 0) {
+    wordsToRgb(src, top * stride, width * height, out);
+    return out;
+  }
   let o = 0;
   for (let row = top; row < top + height; row++) {
     const start = row * stride + left * 4;
