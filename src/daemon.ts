@@ -33,7 +33,7 @@ import { chooseSandboxMode, DesktopSandbox, IdAllocator, type SandboxMode } from
 import { DesktopPool, SharedDesktop, type Desktops, type PoolEvent } from './desktop-pool/pool.ts';
 import type { Ops } from './ops/index.ts';
 import { join, resolve } from 'node:path';
-import { displaySocketPath } from './desktop-driver/display.ts';
+import { displayNumber, displaySocketPath } from './desktop-driver/display.ts';
 import { createViewer } from './viewer/index.ts';
 import { RecordingStore } from './recording/store.ts';
 import { Recorder, type Artifact, type VideoStarter } from './recording/recorder.ts';
@@ -557,7 +557,7 @@ interface SharedSandbox {
  */
 async function startSharedSandbox(config: DaemonConfig, settings: SandboxSettings): Promise<SharedSandbox> {
   // No display: a headless browser, with nothing of X to bring in.
-  const n = config.display ? /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(config.display)?.[1] : '';
+  const n = config.display ? displayNumber(config.display) : '';
   if (n === undefined) {
     throw new ConfigError(
       `the browser's sandbox needs a local display (:N), got ${JSON.stringify(config.display)}; or start with --sandbox off`,

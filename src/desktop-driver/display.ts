@@ -26,13 +26,18 @@ export function placeDisplaySocket(number: string, path: string | undefined): vo
 }
 
 /**
- * Parses an X display name (`:0`, `:99.0`, `unix:5`) into its local socket
- * path. Returns undefined for TCP displays (`host:0`), which deskbatch does not
- * probe: Xvfb runs with `-nolisten tcp` (docs/MEASURED.md).
+ * The number of a local X display name (`:0`, `:99.0`, `unix:5`), as a
+ * string; undefined for a TCP display (`host:0`), which deskbatch does not
+ * reach: Xvfb runs with `-nolisten tcp` (docs/MEASURED.md).
  */
+export function displayNumber(display: string): string | undefined {
+  return /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(display)?.[1];
+}
+
+/** The local socket path of an X display name; undefined for a TCP display (`displayNumber`). */
 export function displaySocketPath(display: string): string | undefined {
-  const m = /^(?:unix)?:(\d+)(?:\.\d+)?$/.exec(display);
-  return m ? (placedSockets.get(m[1]!) ?? `/tmp/.X11-unix/X${m[1]}`) : undefined;
+  const n = displayNumber(display);
+  return n === undefined ? undefined : (placedSockets.get(n) ?? `/tmp/.X11-unix/X${n}`);
 }
 
 /**

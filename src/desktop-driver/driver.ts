@@ -41,6 +41,31 @@ export const HOLD_MAX_MS = 300_000;
 /** Largest capture output side, in pixels. */
 export const CAPTURE_SIDE_MAX = 16_384;
 
+/**
+ * The checks of a driver call's arguments against these ranges, where they
+ * cross a boundary: the worker's (another process sent them:
+ * worker/operations.ts) and the daemon's own pointer input
+ * (worker-driver.ts). `bad` makes the error each side throws; the model reads
+ * either as ToolInputError.
+ */
+export function integerIn(name: string, v: unknown, min: number, max: number, bad: (m: string) => Error): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw bad(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/** A point as the X server takes it: whole pixels (rounded), within its 16-bit coordinates. */
+export function pixelPoint(v: unknown, name: string, bad: (m: string) => Error): Point {
+  const { x, y } = typeof v === 'object' && v !== null ? (v as Record<string, unknown>) : {};
+  const fits = (c: unknown): c is number => typeof c === 'number' && Math.abs(Math.round(c)) <= X_COORDINATE_MAX;
+  if (!fits(x) || !fits(y)) throw bad(`${name} must have numeric x and y within X's 16-bit coordinates`);
+  return { x: Math.round(x), y: Math.round(y) };
+}
+
+/** X's coordinates are 16-bit signed (INT16): ±32767 either way. */
+const X_COORDINATE_MAX = 32_767;
+
 export interface CaptureOptions {
   /** Region of the display to capture; the whole display when absent. */
   region?: Rect;

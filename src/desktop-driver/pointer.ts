@@ -56,14 +56,9 @@ export class XPointer {
     await this.conn.sync();
   }
 
-  /** The motion, sent (in this turn's write) and not waited for: `sync()` after it, or a later request's reply. */
+  /** The motion, sent (in this turn's write) and not waited for: a sync after it, or a later request's reply. */
   sendMove(to: Point): void {
     this.conn.fakeMotion(this.xtest, to.x, to.y);
-  }
-
-  /** Round trip: the X server has taken every event sent before. */
-  sync(): Promise<void> {
-    return this.conn.sync();
   }
 
   async position(): Promise<Point> {

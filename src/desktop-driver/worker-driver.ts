@@ -42,6 +42,8 @@ import { XConnection } from './x11.ts';
 import {
   CLICK_COUNT_MAX,
   COMPUTER_SCROLL_AMOUNT_MAX,
+  integerIn,
+  pixelPoint,
   type CaptureOptions,
   type DesktopDriver,
   type DriverKey,
@@ -130,18 +132,8 @@ interface QueryConnection {
   pointer?: Promise<XPointer>;
 }
 
-/**
- * A point as the X server takes it (whole pixels, 16 bits), or the error the
- * child gives at its process boundary for one it cannot take.
- */
-function pixel(p: Point, name: string): Point | ToolInputError {
-  const x = Math.round(p.x);
-  const y = Math.round(p.y);
-  const fits = (v: number): boolean => Number.isFinite(v) && v >= -32_768 && v <= 32_767;
-  return fits(x) && fits(y)
-    ? { x, y }
-    : new ToolInputError(`${name} must have numeric x and y within the screen's range`);
-}
+/** The daemon's refusal of an argument it checks itself (driver.ts `integerIn`, `pixelPoint`), as the worker's. */
+const badInput = (message: string): Error => new ToolInputError(message);
 
 /** What an op in the queue is told while it runs: whether its caller is gone, and how to hear of a cancel. */
 interface Slot {
@@ -219,26 +211,28 @@ export class WorkerDesktopDriver implements DesktopDriver {
     });
   }
 
-  moveMouse(to: Point, signal?: AbortSignal): Promise<void> {
+  // Pointer input the daemon sends itself is checked here as the worker checks it at its boundary (driver.ts);
+  // these are async so that a refusal is a rejection, and still queue their input before they return.
+  async moveMouse(to: Point, signal?: AbortSignal): Promise<void> {
     if (!displaySocketPath(this.display)) return this.call('moveMouse', { to }, signal);
-    const point = pixel(to, 'to');
-    return point instanceof ToolInputError
-      ? Promise.reject(point)
-      : this.pointerInput(signal, (p) => p.sendMove(point));
+    const point = pixelPoint(to, 'to', badInput);
+    return this.pointerInput(signal, (p) => p.sendMove(point));
   }
 
-  click(button: MouseButton, count: number, modifiers: DriverKey[], signal?: AbortSignal, at?: Point): Promise<void> {
+  async click(
+    button: MouseButton,
+    count: number,
+    modifiers: DriverKey[],
+    signal?: AbortSignal,
+    at?: Point,
+  ): Promise<void> {
     // Modifier keys are the child's (its keyboard holds them down around the click).
     if (modifiers.length || !displaySocketPath(this.display)) {
       return this.call('click', { button, count, modifiers, ...(at ? { at } : {}) }, signal);
     }
-    // The bound the child checks at its process boundary (worker/operations.ts), checked here alike.
-    if (!Number.isInteger(count) || count < 1 || count > CLICK_COUNT_MAX) {
-      return Promise.reject(new ToolInputError(`count must be an integer from 1 to ${CLICK_COUNT_MAX}, got ${count}`));
-    }
-    const point = at && pixel(at, 'at');
-    if (point instanceof ToolInputError) return Promise.reject(point);
-    return this.pointerInput(signal, (p) => p.sendClick(button, count, point));
+    const clicks = integerIn('count', count, 1, CLICK_COUNT_MAX, badInput);
+    const point = at && pixelPoint(at, 'at', badInput);
+    return this.pointerInput(signal, (p) => p.sendClick(button, clicks, point));
   }
 
   mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void> {
@@ -253,16 +247,17 @@ export class WorkerDesktopDriver implements DesktopDriver {
     return this.call('drag', { from, to, modifiers }, signal, 2_000);
   }
 
-  scroll(direction: ScrollDirection, amount: number, modifiers: DriverKey[], signal?: AbortSignal): Promise<void> {
+  async scroll(
+    direction: ScrollDirection,
+    amount: number,
+    modifiers: DriverKey[],
+    signal?: AbortSignal,
+  ): Promise<void> {
     if (modifiers.length || !displaySocketPath(this.display)) {
       return this.call('scroll', { direction, amount, modifiers }, signal);
     }
-    if (!Number.isInteger(amount) || amount < 1 || amount > COMPUTER_SCROLL_AMOUNT_MAX) {
-      return Promise.reject(
-        new ToolInputError(`amount must be an integer from 1 to ${COMPUTER_SCROLL_AMOUNT_MAX}, got ${amount}`),
-      );
-    }
-    return this.pointerInput(signal, (p) => p.sendWheel(direction, amount));
+    const clicks = integerIn('amount', amount, 1, COMPUTER_SCROLL_AMOUNT_MAX, badInput);
+    return this.pointerInput(signal, (p) => p.sendWheel(direction, clicks));
   }
 
   pressKeys(chord: DriverKey[], repeat: number, signal?: AbortSignal): Promise<void> {

@@ -11,7 +11,7 @@ import { connect, type Socket } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { hostname, homedir } from 'node:os';
 import { join } from 'node:path';
-import { displaySocketPath } from './display.ts';
+import { displayNumber, displaySocketPath } from './display.ts';
 
 const X_SEND_EVENT = 25;
 const X_QUERY_TREE = 15;
@@ -168,7 +168,7 @@ export class XConnection {
         socket.once('error', reject);
       });
       const conn = new XConnection(socket);
-      await conn.handshake(/^(?:unix)?:(\d+)/.exec(display)?.[1] ?? '0', xauthority);
+      await conn.handshake(displayNumber(display)!, xauthority);
       return conn;
     } finally {
       clearTimeout(timer);

@@ -14,6 +14,8 @@ import {
   HOLD_MAX_MS,
   COMPUTER_KEY_REPEAT_MAX,
   COMPUTER_SCROLL_AMOUNT_MAX,
+  integerIn,
+  pixelPoint,
   type CaptureOptions,
   type DriverKey,
   type MouseButton,
@@ -215,12 +217,9 @@ function scrollDirection(v: unknown): ScrollDirection {
   throw new WorkerInputError(`unknown scroll direction ${JSON.stringify(v)}`);
 }
 
-function intIn(name: string, v: unknown, min: number, max: number): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
-    throw new WorkerInputError(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
-  }
-  return v;
-}
+/** The worker's refusal of an argument: the parent rebuilds it as ToolInputError. */
+const badInput = (message: string): Error => new WorkerInputError(message);
+const intIn = (name: string, v: unknown, min: number, max: number): number => integerIn(name, v, min, max, badInput);
 
 function numberIn(name: string, v: unknown, min: number, max: number): number {
   if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) {
@@ -229,13 +228,7 @@ function numberIn(name: string, v: unknown, min: number, max: number): number {
   return v;
 }
 
-function point(v: unknown, name: string): Point {
-  const { x, y } = isRecord(v) ? v : {};
-  if (typeof x !== 'number' || typeof y !== 'number' || !Number.isFinite(x) || !Number.isFinite(y)) {
-    throw new WorkerInputError(`${name} must have numeric x and y`);
-  }
-  return { x: Math.round(x), y: Math.round(y) };
-}
+const point = (v: unknown, name: string): Point => pixelPoint(v, name, badInput);
 
 /** A list of DriverKey names; whether libnut knows each is checked when pressing (unknown DriverKey). */
 function keyNames(name: string, v: unknown): DriverKey[] {
