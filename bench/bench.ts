@@ -38,7 +38,7 @@
  * the file BENCH_BASELINE names; BENCH_RECORD=1 records the run's rows there
  * (bench/baseline-file.ts).
  */
-import { readFile, writeFile } from 'node:fs/promises';
+import { writeResults, writeResultsSection } from './results-file.ts';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { ImageFormat } from '../src/base/image.ts';
@@ -222,13 +222,8 @@ async function browserMain(): Promise<void> {
     `browser: ${duration} s on ${info.cpus} CPUs, load average ${info.loadavg_start.join(' ')} → ` +
       `${info.loadavg_end.join(' ')}; written to bench/results.json (key "browser")`,
   );
-  const results = new URL('./results.json', import.meta.url);
-  const existing = await readFile(results, 'utf8').then(
-    (text) => JSON.parse(text) as Record<string, unknown>,
-    () => ({}),
-  );
   const browser = { machine: info, source: await sourceState(), duration_s: duration, figures, ratios: book.ratios };
-  await writeFile(results, `${JSON.stringify({ ...existing, browser }, null, 2)}\n`);
+  await writeResultsSection('browser', browser);
   await printPrevious(previous, { figures, ratios: book.ratios }, info, browser.source);
 }
 
@@ -244,13 +239,8 @@ async function recordingMain(): Promise<void> {
   console.log(`\n${ratioTable(book.ratios, previous)}`);
   console.log(`\n${recordingTable(report)}`);
   console.log(`\nload average ${info.loadavg_start.join(' ')} → ${info.loadavg_end.join(' ')}`);
-  const results = new URL('./results.json', import.meta.url);
-  const existing = await readFile(results, 'utf8').then(
-    (text) => JSON.parse(text) as Record<string, unknown>,
-    () => ({}),
-  );
   const recording = { machine: info, source: await sourceState(), ...report, ratios: book.ratios };
-  await writeFile(results, `${JSON.stringify({ ...existing, recording }, null, 2)}\n`);
+  await writeResultsSection('recording', recording);
   await printPrevious(previous, { figures: report.figures, ratios: book.ratios }, info, recording.source);
 }
 
@@ -271,13 +261,8 @@ async function takeoverMain(): Promise<void> {
     `\ntakeover: ${duration} s on ${info.cpus} CPUs (${info.cpu_model}), load average ${info.loadavg_start.join(' ')} → ` +
       `${info.loadavg_end.join(' ')}; written to bench/results.json (key "takeover")`,
   );
-  const results = new URL('./results.json', import.meta.url);
-  const existing = await readFile(results, 'utf8').then(
-    (text) => JSON.parse(text) as Record<string, unknown>,
-    () => ({}),
-  );
   const takeover = { machine: info, source: await sourceState(), duration_s: duration, ...report, ratios: book.ratios };
-  await writeFile(results, `${JSON.stringify({ ...existing, takeover }, null, 2)}\n`);
+  await writeResultsSection('takeover', takeover);
   await printPrevious(previous, { figures: report.figures, ratios: book.ratios }, info, takeover.source);
 }
 
@@ -367,7 +352,7 @@ async function main(): Promise<void> {
     takeover: run.takeover ?? null,
     sandbox: run.sandbox ?? null,
   };
-  await writeFile(new URL('./results.json', import.meta.url), `${JSON.stringify(out, null, 2)}\n`);
+  await writeResults(out);
   const rows = { figures: run.figures, ratios: book.ratios, density: run.density, sandbox: run.sandbox };
   await printPrevious(previous, rows, info, source);
 }

@@ -37,7 +37,7 @@
  * segments of load bench/density-agents.ts, the report's types
  * bench/density-report.ts and its table bench/report.ts.
  */
-import { readFile, writeFile } from 'node:fs/promises';
+import { writeResultsSection } from './results-file.ts';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -394,18 +394,12 @@ export async function densityRun(): Promise<DensityReport> {
   return report;
 }
 
-const RESULTS = new URL('./results.json', import.meta.url);
-
 /** Runs the section alone: prints its table and sets `density` in bench/results.json (keeping what else is there). */
 export async function densityMain(): Promise<void> {
   const previous = await loadComparison();
   const report = await densityRun();
   console.log(densityTable(report, previous));
-  const existing = await readFile(RESULTS, 'utf8').then(
-    (text) => JSON.parse(text) as Record<string, unknown>,
-    () => ({}),
-  );
-  await writeFile(RESULTS, `${JSON.stringify({ ...existing, density: report }, null, 2)}\n`);
+  await writeResultsSection('density', report);
   console.log(`density: ${report.duration_s} s; written to bench/results.json (key "density")`);
   console.log(`\n${previous.summary()}`);
   const recorded = await recordIfAsked({ density: report }, measuredOf(report.machine, report.source));

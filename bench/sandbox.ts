@@ -30,7 +30,8 @@
  * Prints one row per figure: off, on, their ratio (or difference), the
  * target, and whether it was met; writes `sandbox` into bench/results.json.
  */
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
+import { writeResultsSection } from './results-file.ts';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -437,18 +438,12 @@ export async function sandboxRun(): Promise<SandboxReport> {
   return report;
 }
 
-const RESULTS = new URL('./results.json', import.meta.url);
-
 /** Runs the section alone: prints its table and sets `sandbox` in bench/results.json (keeping what else is there). */
 export async function sandboxMain(): Promise<void> {
   const previous = await loadComparison();
   const report = await sandboxRun();
   console.log(sandboxTable(report, previous));
-  const existing = await readFile(RESULTS, 'utf8').then(
-    (text) => JSON.parse(text) as Record<string, unknown>,
-    () => ({}),
-  );
-  await writeFile(RESULTS, `${JSON.stringify({ ...existing, sandbox: report }, null, 2)}\n`);
+  await writeResultsSection('sandbox', report);
   console.log(`sandbox: ${report.duration_s} s; written to bench/results.json (key "sandbox")`);
   console.log(`\n${previous.summary()}`);
   const recorded = await recordIfAsked({ sandbox: report }, measuredOf(report.machine, report.source));
