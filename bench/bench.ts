@@ -50,6 +50,7 @@ import { densityMain, densityRun } from './density.ts';
 import type { DensityReport } from './density-report.ts';
 import { browserFigures, browserSection, launchFigure, launchSample, withWebPage } from './browser.ts';
 import { startDaemonProcess, type DaemonProcess } from './daemon-process.ts';
+import { ownBrowserFigures } from './settle-browser.ts';
 import {
   daemonFigures,
   linkFigures,
@@ -146,6 +147,7 @@ async function measureSize(
       await daemon.stop();
     }
   }
+  if (first) run.figures.push(...(await ownBrowserFigures(display, bench.size)));
   if (first) {
     progress(`${tag}: parts of the per-call path`);
     const pngBytes = floor.samples.get('png')?.at(-1)?.bytes ?? 65_536;

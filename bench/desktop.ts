@@ -88,7 +88,7 @@ export async function withBenchDisplay<T>(
 }
 
 /** A connection that is replaced (between timed runs) when the rate limit would refuse the next messages. */
-class Link {
+export class Link {
   private client: BenchClient | undefined;
 
   constructor(private readonly open: () => Promise<BenchClient>) {}
@@ -112,7 +112,8 @@ export function padPoint(size: Size, i = 0): { x: number; y: number } {
   return { x: Math.round(size.width * 0.2) + 37 * (i % 10), y: Math.round(size.height * 0.75) + 11 * (i % 7) };
 }
 
-const computer = (name: string, input: Record<string, unknown> = {}): ToolUse => toolUse('computer', name, input);
+export const computer = (name: string, input: Record<string, unknown> = {}): ToolUse =>
+  toolUse('computer', name, input);
 
 /** Bytes seen for one kind of batch: the mean of what crossed the socket, and the last image's size. */
 class Bytes {
@@ -382,7 +383,11 @@ function tenActionsAndScreenshot(size: Size): ToolUse[] {
   return [...moves, computer('screenshot')];
 }
 
-async function batchedVsSequential(open: () => Promise<BenchClient>, size: Size, name: string): Promise<Figure[]> {
+export async function batchedVsSequential(
+  open: () => Promise<BenchClient>,
+  size: Size,
+  name: string,
+): Promise<Figure[]> {
   const tag = sizeTag(size);
   const link = new Link(open);
   // Half the usual iterations (at least 10): the sequential runs over the slow link are the bench's longest.

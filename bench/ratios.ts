@@ -110,33 +110,15 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
   book.quotient(`click ${t}: shell-out / ours`, `shell.click.${t}`, `click.${t}`, atLeast(50));
   book.quotient(`click ${t}: shell-out --delay 0 / ours`, `shell.click.nodelay.${t}`, `click.${t}`);
   callRatios(book, t);
-  const afterInput = [`move-shot.png.${t}`, `move.${t}`, `shot.png.${t}`];
-  book.derived(
-    `screenshot right after input ${t}: extra time (settle step)`,
-    afterInput,
-    (m) => {
-      const [both, move, shot] = afterInput.map(m) as [number, number, number];
-      return both - move - shot;
-    },
-    { text: '<= 10 ms', ok: (v) => v <= 10 },
-  );
-  const afterChange = [`click-anim-shot.png.${t}`, `click.${t}`, `shot.png.${t}`];
-  book.derived(
-    `screenshot after a click starting a ${SLIDE_MS} ms animation ${t}: extra time (settle step)`,
-    afterChange,
-    (m) => {
-      const [both, click, shot] = afterChange.map(m) as [number, number, number];
-      return both - click - shot;
-    },
-    { text: `<= ${SLIDE_MS + 40} ms`, ok: (v) => v <= SLIDE_MS + 40 },
-  );
-  const link = `${2 * ONE_WAY_MS}ms-link`;
-  book.quotient(
-    `10 actions + screenshot ${t}, ${link}: 11 round trips / 1 batch`,
-    `seq11.${link}.${t}`,
-    `batch11.${link}.${t}`,
-    atLeast(5),
-  );
+  // The kiosk's Chromium is not the daemon's: it gives no word, and the settle step waits out its reaction window.
+  settleRatios(book, t, { prefix: '', link: `${2 * ONE_WAY_MS}ms-link`, label: '', targets: false });
+  // The daemon's own Chromium says when it drew (bench/settle-browser.ts): the issue's targets are for this one.
+  settleRatios(book, t, {
+    prefix: 'own.',
+    link: `own-${2 * ONE_WAY_MS}ms-link`,
+    label: ', own browser under the pointer',
+    targets: true,
+  });
   book.quotient(
     `10 actions + screenshot ${t}, loopback: 11 round trips / 1 batch`,
     `seq11.loopback.${t}`,
@@ -147,6 +129,43 @@ export function ratios(figures: readonly Figure[], memory: MemoryReport | undefi
   recordingRatios(book);
   takeoverRatios(book);
   return book;
+}
+
+/**
+ * What the settle step adds to a screenshot right after a move and after a click that starts an animation, and
+ * ten actions plus a screenshot over the 20 ms link: figures `<prefix>…` (bench/desktop.ts, bench/settle-browser.ts).
+ */
+function settleRatios(
+  book: RatioBook,
+  t: string,
+  { prefix, link, label, targets }: { prefix: string; link: string; label: string; targets: boolean },
+): void {
+  const afterInput = [`${prefix}move-shot.png.${t}`, `${prefix}move.${t}`, `${prefix}shot.png.${t}`];
+  book.derived(
+    `screenshot right after input ${t}${label}: extra time (settle step)`,
+    afterInput,
+    (m) => {
+      const [both, move, shot] = afterInput.map(m) as [number, number, number];
+      return both - move - shot;
+    },
+    targets ? { text: '<= 10 ms', ok: (v) => v <= 10 } : undefined,
+  );
+  const afterChange = [`${prefix}click-anim-shot.png.${t}`, `${prefix}click.${t}`, `${prefix}shot.png.${t}`];
+  book.derived(
+    `screenshot after a click starting a ${SLIDE_MS} ms animation ${t}${label}: extra time (settle step)`,
+    afterChange,
+    (m) => {
+      const [both, click, shot] = afterChange.map(m) as [number, number, number];
+      return both - click - shot;
+    },
+    targets ? { text: `<= ${SLIDE_MS + 40} ms`, ok: (v) => v <= SLIDE_MS + 40 } : undefined,
+  );
+  book.quotient(
+    `10 actions + screenshot ${t}, ${link}: 11 round trips / 1 batch`,
+    `seq11.${link}.${t}`,
+    `batch11.${link}.${t}`,
+    targets ? atLeast(5) : undefined,
+  );
 }
 
 /**

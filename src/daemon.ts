@@ -218,6 +218,8 @@ function desktopParts(
         // which decides what the model reads, must always fire first.
         callTimeoutMs: 2 * config.callTimeoutMs,
         startGuard: breaker('desktop worker', 'desktop', (message) => new DisplayUnavailableError(message)),
+        // The browser draws on this desktop's display: its tabs tell the settle step when they drew after input.
+        ...(browser ? { drawnAfter: (mark, timeoutMs) => browser.drawnAfter(mark, timeoutMs) } : {}),
       }),
       browser,
     };

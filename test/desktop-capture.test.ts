@@ -90,7 +90,7 @@ describe('WorkerDesktopDriver on Xvfb', () => {
     });
 
     test('settle: a capture right after input waits for an animation to end; on a still screen it grabs once', async () => {
-      const settle = { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, intervalMs: 50, maxMs: 3_000 };
+      const settle = { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, drawnMs: 5, intervalMs: 50, maxMs: 3_000 };
       const output = { width: WIDTH, height: HEIGHT };
       const end = screenOf({ x: 520, y: 620 });
       const start = screenOf({ x: 120, y: 620 });

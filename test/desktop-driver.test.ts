@@ -280,7 +280,7 @@ describe('settle without DAMAGE: an X server that does not report drawing', () =
     const logs: string[] = [];
     const d = new WorkerDesktopDriver({ display: bare.display, log: (level, msg) => logs.push(`${level} ${msg}`) });
     try {
-      const settle = { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, intervalMs: 20, maxMs: 2_000 };
+      const settle = { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, drawnMs: 5, intervalMs: 20, maxMs: 2_000 };
       // The worker first: the move is the daemon's own (worker-driver.ts), and a worker starting after it
       // could take longer than afterInputMs, after which the input is too old to wait for.
       await d.displaySize();

@@ -14,17 +14,38 @@ export type ImageFormat = 'png' | 'jpeg' | 'webp';
  * quiet, then grabs once. Where the X server reports drawing (DAMAGE),
  * quiet means: no change for `quietMs` since the last one, or, if nothing
  * changed since the input, for `reactionMs` since the input (an app takes a
- * while to draw its answer to a click). Elsewhere frames are grabbed
- * `intervalMs` apart until two in a row are identical. On a screen that saw
- * no input for `afterInputMs`, one grab is all.
+ * while to draw its answer to a click). When the app under the pointer is
+ * the daemon's own Chromium, the tab says when it drew its answer (`DrawnAfter`),
+ * and the reaction window ends `drawnMs` after that word instead (or half as
+ * long as the word took, when that is longer: a busy machine is slow to show
+ * too), time for its pixels to reach the X server. Elsewhere frames are grabbed `intervalMs`
+ * apart until two in a row are identical. On a screen that saw no input for
+ * `afterInputMs`, one grab is all.
  */
 export interface SettleOptions {
   afterInputMs: number;
   quietMs: number;
   reactionMs: number;
+  drawnMs: number;
   intervalMs: number;
   maxMs: number;
 }
+
+/** Pointer input the daemon sent itself, as a page under the pointer sees it (src/browser/input-frames.ts). */
+export interface InputMark {
+  /** The DOM event that ends it in a page: a move's pointermove, a click's last mouseup, a wheel's. */
+  event: 'pointermove' | 'mouseup' | 'wheel';
+  /** Least `detail` of that event: a click's count (a double click's last mouseup has detail 2). */
+  detail: number;
+  /** Date.now() before the input was sent: its event is dispatched no earlier. */
+  sentAt: number;
+}
+
+/**
+ * When the app under the pointer said it drew its answer to `mark`
+ * (performance.now()), or undefined if it said nothing within `timeoutMs`.
+ */
+export type DrawnAfter = (mark: InputMark, timeoutMs: number) => Promise<number | undefined>;
 
 export interface CapturedImage {
   /** Encoded image bytes (not base64). */
@@ -35,7 +56,15 @@ export interface CapturedImage {
   /**
    * How the settle step went, when it ran: time spent, how it knew (`damage`:
    * the X server's reports, `changes` of them during the wait; `frames`:
-   * `frames` grabs compared), and whether the screen was quiet (false: the cap ended it).
+   * `frames` grabs compared), whether the screen was quiet (false: the cap ended it), and
+   * whether the app's word that it drew ended the reaction window (`drawn`).
    */
-  settled?: { ms: number; method: 'damage' | 'frames'; frames: number; changes: number; stable: boolean };
+  settled?: {
+    ms: number;
+    method: 'damage' | 'frames';
+    frames: number;
+    changes: number;
+    stable: boolean;
+    drawn?: boolean;
+  };
 }

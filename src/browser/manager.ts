@@ -15,6 +15,8 @@ import { oneLine } from '../base/text.ts';
 import { removeDownloadFolder, removeStaleDownloads, type DownloadSettings } from './downloads.ts';
 import { BrowserCrashedError, BrowserUnavailableError } from './failures.ts';
 import type { SettleCounts } from './call-watch.ts';
+import { InputFrames } from './input-frames.ts';
+import type { InputMark } from '../base/image.ts';
 import { BrowserSession, type SessionHost } from './session.ts';
 import { TraceFolder } from './trace-folder.ts';
 import type { UrlPolicy } from './url-policy.ts';
@@ -137,6 +139,8 @@ export class BrowserManager implements SessionHost {
   traceFolder: TraceFolder | undefined;
   /** What every session's downloads share: the operator's settings, and the sweep of an earlier run's folders. */
   readonly downloadSettings: DownloadSettings;
+  /** Its tabs' word that they drew after pointer input (input-frames.ts); undefined when it runs headless. */
+  readonly inputFrames: InputFrames | undefined;
 
   constructor(readonly options: BrowserOptions) {
     const { downloadsDir, maxDownloads, maxDownloadBytes, exposeDownloadPaths, log } = options;
@@ -154,6 +158,18 @@ export class BrowserManager implements SessionHost {
       swept,
       removeFolder: (id) => this.removeSessionDownloads(id),
     };
+    // A headless browser draws on no display: pointer input on the desktop never reaches it.
+    this.inputFrames = options.mode === 'headless' || !options.display ? undefined : new InputFrames();
+  }
+
+  /**
+   * When the tab under the pointer said it drew its answer to `mark`
+   * (performance.now()), or undefined: the browser does not run on the
+   * display, or no tab said so within `timeoutMs` (the input reached none).
+   */
+  drawnAfter(mark: InputMark, timeoutMs: number): Promise<number | undefined> {
+    if (!this.inputFrames || !this.browser?.isConnected()) return Promise.resolve(undefined);
+    return this.inputFrames.drawnAfter(mark, timeoutMs);
   }
 
   /**

@@ -22,6 +22,7 @@ import { CallWatch, type SettleCounts } from './call-watch.ts';
 import { answerDialog } from './dialogs.ts';
 import { Downloads, STATE_CHANGES_MAX, type DownloadSettings } from './downloads.ts';
 import { BrowserCrashedError } from './failures.ts';
+import type { InputFrames } from './input-frames.ts';
 import { NavigationGuard } from './navigation-guard.ts';
 import { Notices } from './notices.ts';
 import { TABS_MAX, Tabs, type TabEntry } from './tabs.ts';
@@ -95,6 +96,8 @@ export interface SessionHost {
   };
   /** How its sessions' actions settled, counted across them. */
   readonly actionSettles: SettleCounts;
+  /** Where each tab reports drawing after pointer input (input-frames.ts); undefined for a headless browser. */
+  readonly inputFrames: InputFrames | undefined;
   readonly downloadSettings: DownloadSettings;
   /** Bumped on every launch, so a session can tell its context died with an older browser. */
   readonly generation: number;
@@ -274,6 +277,10 @@ export class BrowserSession {
         if (event.disposition === 'currentTab' && event.frameId === mainFrameId) this.call.awaitDocument(page);
       });
       await cdp.send('Page.enable');
+      // Not awaited: a tab that cannot report only leaves the desktop's settle step its reaction window.
+      this.manager.inputFrames
+        ?.attach(cdp)
+        .catch((err: unknown) => this.log.debug('tab does not report its frames after input', { error: String(err) }));
       return cdp;
     } catch {
       return undefined; // the tab closed first

@@ -51,7 +51,7 @@ import {
   type ScrollDirection,
 } from './driver.ts';
 import type { Point, Size } from '../base/geometry.ts';
-import type { CapturedImage } from '../base/image.ts';
+import type { CapturedImage, DrawnAfter, InputMark } from '../base/image.ts';
 import type { ChildMessage, LogLevel, OpArgs, OpName, OpResult, ParentMessage, WireError } from './worker-protocol.ts';
 
 export type DriverLog = (level: LogLevel, msg: string, fields?: object) => void;
@@ -75,6 +75,11 @@ export interface WorkerDesktopDriverOptions {
   env?: Readonly<Record<string, string>>;
   /** The desktop's sandbox the worker runs in (src/desktop-pool/sandbox.ts), if any. */
   within?: Confinement;
+  /**
+   * Asks the app under the pointer whether it drew its answer to the daemon's
+   * pointer input: the desktop's own Chromium (src/browser/input-frames.ts).
+   */
+  drawnAfter?: DrawnAfter;
 }
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
@@ -84,6 +89,8 @@ const WORKER_START_TIMEOUT_MS = 20_000;
 const ABORT_GRACE_MS = 1_500;
 /** close(): how long the child may take to release everything and exit. */
 const CLOSE_GRACE_MS = 2_000;
+/** The child's ops that send no input. */
+const QUIET_OPS: ReadonlySet<OpName> = new Set(['displaySize', 'cursorPosition', 'capture']);
 /** Per-character allowance for typing (the keymap settle is per 19-ish new characters). */
 const TYPE_MS_PER_CHAR = 20;
 
@@ -161,6 +168,9 @@ export class WorkerDesktopDriver implements DesktopDriver {
   private queryOpening: Promise<QueryConnection> | undefined;
   /** When our own pointer input last ended (performance.now()), for a capture's settle step. */
   private lastInputAt = -Infinity;
+  /** Our own pointer input, when it is the desktop's last input (no child's op with input was sent since). */
+  private lastMark: InputMark | undefined;
+  private readonly drawnAfter: DrawnAfter | undefined;
 
   constructor(options: WorkerDesktopDriverOptions) {
     this.display = options.display;
@@ -169,6 +179,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
     this.startGuard = options.startGuard;
     this.env = options.env ?? {};
     this.within = options.within;
+    this.drawnAfter = options.drawnAfter;
   }
 
   /** The running worker's pid, if one runs (memory accounting, fault tests). */
@@ -216,7 +227,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
   async moveMouse(to: Point, signal?: AbortSignal): Promise<void> {
     if (!displaySocketPath(this.display)) return this.call('moveMouse', { to }, signal);
     const point = pixelPoint(to, 'to', badInput);
-    return this.pointerInput(signal, (p) => p.sendMove(point));
+    return this.pointerInput(signal, { event: 'pointermove', detail: 0 }, (p) => p.sendMove(point));
   }
 
   async click(
@@ -232,7 +243,8 @@ export class WorkerDesktopDriver implements DesktopDriver {
     }
     const clicks = integerIn('count', count, 1, CLICK_COUNT_MAX, badInput);
     const point = at && pixelPoint(at, 'at', badInput);
-    return this.pointerInput(signal, (p) => p.sendClick(button, clicks, point));
+    // A page's last mouseup of the click carries its count (X's click counting: a fresh click is 1).
+    return this.pointerInput(signal, { event: 'mouseup', detail: clicks }, (p) => p.sendClick(button, clicks, point));
   }
 
   mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void> {
@@ -257,7 +269,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
       return this.call('scroll', { direction, amount, modifiers }, signal);
     }
     const clicks = integerIn('amount', amount, 1, COMPUTER_SCROLL_AMOUNT_MAX, badInput);
-    return this.pointerInput(signal, (p) => p.sendWheel(direction, clicks));
+    return this.pointerInput(signal, { event: 'wheel', detail: 0 }, (p) => p.sendWheel(direction, clicks));
   }
 
   pressKeys(chord: DriverKey[], repeat: number, signal?: AbortSignal): Promise<void> {
@@ -273,10 +285,17 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   async capture(options: CaptureOptions, signal?: AbortSignal): Promise<CapturedImage> {
+    const mark = this.lastMark;
+    const drawnAt = await this.drawnSince(options, mark);
     // How long ago our own input was is reckoned when the capture is sent, behind the input queued before it.
-    const args = (): OpArgs<'capture'> =>
-      Number.isFinite(this.lastInputAt) ? { options, inputAgoMs: performance.now() - this.lastInputAt } : { options };
+    const args = (): OpArgs<'capture'> => {
+      if (!Number.isFinite(this.lastInputAt)) return { options };
+      const now = performance.now();
+      const drawn = drawnAt !== undefined && this.lastMark === mark ? { drawnAgoMs: now - drawnAt } : {};
+      return { options, inputAgoMs: now - this.lastInputAt, ...drawn };
+    };
     const img = await this.call('capture', args, signal, options.settle?.maxMs ?? 0);
+    if (img.settled) this.log('debug', 'screen settled', img.settled);
     // With 'advanced' serialization a Buffer arrives as a plain Uint8Array.
     const data = img.data;
     return { ...img, data: Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength) };
@@ -320,6 +339,20 @@ export class WorkerDesktopDriver implements DesktopDriver {
   }
 
   /**
+   * When the app under the pointer said it drew its answer to our last
+   * pointer input `mark`, if it says so within the reaction window that the
+   * capture's settle step would otherwise wait out (SettleOptions). Asked only
+   * when that input is the desktop's last and nothing is queued after it.
+   */
+  private async drawnSince(options: CaptureOptions, mark: InputMark | undefined): Promise<number | undefined> {
+    const settle = options.settle;
+    if (!mark || !this.drawnAfter || !settle || this.busy > 0) return undefined;
+    const left = this.lastInputAt + settle.reactionMs - performance.now();
+    if (left <= 0 || performance.now() - this.lastInputAt >= settle.afterInputMs) return undefined;
+    return this.drawnAfter(mark, left);
+  }
+
+  /**
    * Pointer input on our own X connection, in the queue with the child's ops:
    * `send` writes the events, and the caller is answered once the X server
    * has taken them (a sync, within the call time limit), so nothing later,
@@ -330,9 +363,11 @@ export class WorkerDesktopDriver implements DesktopDriver {
    */
   private pointerInput(
     signal: AbortSignal | undefined,
+    mark: Omit<InputMark, 'sentAt'>,
     send: (pointer: XPointer) => Promise<void> | void,
   ): Promise<void> {
     return this.enqueue(signal, async () => {
+      this.lastMark = { ...mark, sentAt: Date.now() };
       try {
         await this.onDisplay(undefined, async (q) => {
           await send(await this.pointerOn(q));
@@ -441,6 +476,8 @@ export class WorkerDesktopDriver implements DesktopDriver {
       const child = await this.ensureChild();
       if (slot.settled()) return undefined as OpResult<N>; // aborted while the child started: never sent
       const sent = typeof args === 'function' ? args() : args;
+      // The child's input comes after ours: the app's word about ours no longer tells the settle step anything.
+      if (!QUIET_OPS.has(op)) this.lastMark = undefined;
       return this.request(child, op, sent, this.callTimeoutMs + extraMs, (cancel) => slot.onCancel(cancel));
     });
   }

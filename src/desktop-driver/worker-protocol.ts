@@ -47,9 +47,11 @@ export interface WorkerOps {
   typeText: { args: { text: string }; result: void };
   /**
    * `inputAgoMs`: how long before the op was sent the daemon's own pointer input
-   * ended (worker-driver.ts), for the settle step, beside the worker's own input.
+   * ended (worker-driver.ts), for the settle step, beside the worker's own input;
+   * `drawnAgoMs`: how long before it the app under the pointer said it drew its
+   * answer to that input (SettleOptions.drawnMs).
    */
-  capture: { args: { options: CaptureOptions; inputAgoMs?: number }; result: WireImage };
+  capture: { args: { options: CaptureOptions; inputAgoMs?: number; drawnAgoMs?: number }; result: WireImage };
   releaseAll: { args: Record<string, never>; result: void };
 }
 

@@ -16,7 +16,8 @@ let sharpModule: Sharp | undefined;
 
 /**
  * Grabs the display (or `options.region`), waits for it to settle if input came
- * less than `settle.afterInputMs` ago (`lastInputAt`, a performance.now() time),
+ * less than `settle.afterInputMs` ago (`lastInputAt`, a performance.now() time;
+ * `drawnAt`: when the app under the pointer said it drew its answer to it),
  * and encodes it at the output size.
  */
 export async function capture(
@@ -24,6 +25,7 @@ export async function capture(
   options: CaptureOptions,
   lastInputAt: number,
   ctx: OpContext,
+  drawnAt?: number,
 ): Promise<CapturedImage> {
   const out = options.output;
   const screenSize = await displaySize(d);
@@ -63,7 +65,7 @@ export async function capture(
   const recentInput = settle !== undefined && performance.now() - lastInputAt < settle.afterInputMs;
   let img: BgrxImage;
   if (recentInput && d.changes) {
-    settled = await waitUntilQuiet(d.changes, settle, lastInputAt, ctx);
+    settled = await waitUntilQuiet(d.changes, settle, lastInputAt, drawnAt, ctx);
     img = await grab(false);
   } else if (recentInput) {
     // No DAMAGE: grab until two frames in a row match (the app finished drawing), or the cap.
@@ -119,25 +121,35 @@ export async function capture(
 
 /**
  * Waits until the screen is quiet (SettleOptions): no change for `quietMs`
- * since the last one, or none at all for `reactionMs` since the input; at
- * most `maxMs`. Each check first makes a round trip to the X server, so every
- * change it made before is counted.
+ * since the last one, or none at all for `reactionMs` since the input (or,
+ * when the app said it drew its answer at `drawnAt`, for `drawnMs` after
+ * that, or half as long as it took to say so, if sooner); at most `maxMs`. Each check first makes a round trip to
+ * the X server, so every change it made before is counted.
  */
 async function waitUntilQuiet(
   changes: ScreenChanges,
   settle: SettleOptions,
   lastInputAt: number,
+  drawnAt: number | undefined,
   ctx: OpContext,
 ): Promise<NonNullable<CapturedImage['settled']>> {
   const t0 = performance.now();
   const before = changes.count;
+  const reacted = lastInputAt + settle.reactionMs;
+  // Time for the app's pixels to reach the X server after its word: at least drawnMs, or half the time
+  // the word took, on a machine so busy that the app was slow to answer (docs/PERFORMANCE.md, "The settle step").
+  const reactionEnd =
+    drawnAt === undefined
+      ? reacted
+      : Math.min(reacted, drawnAt + Math.max(settle.drawnMs, (drawnAt - lastInputAt) / 2));
   let stable = false;
+  let changed = false;
   for (;;) {
     await changes.current();
     throwIfCancelled(ctx);
     const now = performance.now();
-    const changed = changes.lastChangeAt > lastInputAt;
-    const left = changed ? changes.lastChangeAt + settle.quietMs - now : lastInputAt + settle.reactionMs - now;
+    changed = changes.lastChangeAt > lastInputAt;
+    const left = changed ? changes.lastChangeAt + settle.quietMs - now : reactionEnd - now;
     if (left <= 0) {
       stable = true;
       break;
@@ -152,5 +164,6 @@ async function waitUntilQuiet(
     frames: 1,
     changes: changes.count - before,
     stable,
+    ...(reactionEnd < reacted && !changed ? { drawn: true } : {}),
   };
 }

@@ -130,15 +130,16 @@ const OPERATIONS: Operations = {
     parse: (a) => ({
       options: captureOptions(a.options),
       ...(a.inputAgoMs !== undefined ? { inputAgoMs: numberIn('inputAgoMs', a.inputAgoMs, 0, Number.MAX_VALUE) } : {}),
+      ...(a.drawnAgoMs !== undefined ? { drawnAgoMs: numberIn('drawnAgoMs', a.drawnAgoMs, 0, Number.MAX_VALUE) } : {}),
     }),
-    // The later of our own last input and the daemon's (its pointer input: worker-driver.ts).
-    run: (d, a, ctx) =>
-      capture(
-        d,
-        a.options,
-        a.inputAgoMs === undefined ? lastInputAt : Math.max(lastInputAt, performance.now() - a.inputAgoMs),
-        ctx,
-      ),
+    // The later of our own last input and the daemon's (its pointer input: worker-driver.ts); the app's
+    // word that it drew counts only for the daemon's input, and only when ours was not later.
+    run: (d, a, ctx) => {
+      const now = performance.now();
+      const theirs = a.inputAgoMs === undefined ? -Infinity : now - a.inputAgoMs;
+      const drawnAt = a.drawnAgoMs !== undefined && theirs >= lastInputAt ? now - a.drawnAgoMs : undefined;
+      return capture(d, a.options, Math.max(lastInputAt, theirs), ctx, drawnAt);
+    },
   },
   releaseAll: {
     parse: () => ({}),
@@ -277,11 +278,12 @@ function rect(v: unknown): Rect {
 
 /** Finite and not negative; the configuration bounds them further. */
 function settleOptions(v: unknown): SettleOptions {
-  const { afterInputMs, quietMs, reactionMs, intervalMs, maxMs } = isRecord(v) ? v : {};
+  const { afterInputMs, quietMs, reactionMs, drawnMs, intervalMs, maxMs } = isRecord(v) ? v : {};
   return {
     afterInputMs: milliseconds('settle.afterInputMs', afterInputMs),
     quietMs: milliseconds('settle.quietMs', quietMs),
     reactionMs: milliseconds('settle.reactionMs', reactionMs),
+    drawnMs: milliseconds('settle.drawnMs', drawnMs),
     intervalMs: milliseconds('settle.intervalMs', intervalMs),
     maxMs: milliseconds('settle.maxMs', maxMs),
   };

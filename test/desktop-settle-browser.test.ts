@@ -1,0 +1,150 @@
+/**
+ * The settle step with the daemon's own headful Chromium under the pointer
+ * (src/browser/input-frames.ts, SettleOptions.drawnMs): a real daemon, a pool
+ * desktop with its own Xvfb, the browser on it, a page from the test web
+ * server. The left half of the page changes colour on every mousedown; the
+ * right half never changes. What the settle step decided is read from the
+ * daemon's log ("screen settled", the worker's `settled`), never from timing.
+ */
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { after, before, describe, test } from 'node:test';
+import sharp from 'sharp';
+import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
+import { assertApiValid } from '../testkit/api-rules.ts';
+import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
+import { until } from '../testkit/wait.ts';
+import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
+
+const SIZE = { width: 1024, height: 768 };
+const START_MS = 60_000;
+/** The colours the left half takes, one per mousedown, in turn. */
+const COLOURS = [
+  [200, 30, 30],
+  [30, 160, 40],
+  [40, 60, 210],
+  [230, 200, 20],
+] as const;
+const hex = (c: readonly number[]): string => `#${c.map((v) => v.toString(16).padStart(2, '0')).join('')}`;
+
+const PAGE = `<!doctype html><html><head><title>settle-page</title><style>
+  html, body { margin: 0; height: 100%; background: #fff; }
+  #box { position: fixed; left: 0; top: 0; width: 50vw; height: 100vh; background: #888; }
+</style></head><body><div id="box"></div><script>
+  const colours = ${JSON.stringify(COLOURS.map(hex))};
+  let n = 0;
+  // Drawn in the same task as the mousedown: the screenshot after the click must show it.
+  document.getElementById('box').addEventListener('mousedown', (e) => {
+    e.currentTarget.style.background = colours[n++ % colours.length];
+  });
+</script></body></html>`;
+
+interface Settled {
+  ms: number;
+  method: string;
+  changes: number;
+  drawn?: boolean;
+}
+
+/** The "screen settled" records the daemon logged, in order. */
+async function settledLines(d: TestDaemon): Promise<Settled[]> {
+  const text = await readFile(d.logFile, 'utf8');
+  return text
+    .split('\n')
+    .filter((l) => l.includes('"screen settled"'))
+    .map((l) => JSON.parse(l) as Settled);
+}
+
+async function run(client: TestClient, id: string, uses: ToolUse[]): Promise<BatchResult> {
+  const { result } = await client.batch(id, uses);
+  assertApiValid(uses, result);
+  assert.equal(result.failures.length, 0, JSON.stringify(result.failures));
+  return result;
+}
+
+async function lastImage(result: BatchResult): Promise<{ data: Buffer; width: number }> {
+  const block = result.tool_results.at(-1)!.content.find((b) => b.type === 'image');
+  assert.ok(block && block.type === 'image', 'the screenshot has an image');
+  const { data, info } = await sharp(Buffer.from(block.source.data, 'base64'))
+    .raw()
+    .toBuffer({ resolveWithObject: true });
+  assert.equal(info.channels, 3);
+  return { data, width: info.width };
+}
+
+function pixel(img: { data: Buffer; width: number }, x: number, y: number): number[] {
+  const i = (y * img.width + x) * 3;
+  return [img.data[i]!, img.data[i + 1]!, img.data[i + 2]!];
+}
+
+describe("the settle step with the daemon's own Chromium under the pointer", () => {
+  let web: WebServer;
+  let d: TestDaemon;
+  let client: TestClient;
+  /** Points in the page's left half (changes on mousedown) and right half (never changes), in screenshot pixels. */
+  const left = { x: Math.round(SIZE.width * 0.25), y: Math.round(SIZE.height * 0.6) };
+  const right = { x: Math.round(SIZE.width * 0.75), y: Math.round(SIZE.height * 0.6) };
+
+  before(async () => {
+    web = await startWebServer();
+    web.route('/settle', { body: PAGE });
+    d = await startTestDaemon({ browser: 'headful', desktops: { mode: 'pool', max: 1, warm: 1, sizes: [SIZE] } });
+    client = await d.connect();
+    await run(client, 'open', [browserUse('navigate', { url: `${web.origin}/settle` })]);
+    // The window is on the display once the left half's grey shows in a screenshot.
+    await until(
+      "the page's window on the display",
+      async () => {
+        const img = await lastImage(await run(client, `look-${Date.now()}`, [computerUse('screenshot')]));
+        return (
+          pixel(img, left.x, left.y).join() === '136,136,136' && pixel(img, right.x, right.y).join() === '255,255,255'
+        );
+      },
+      { timeoutMs: START_MS, intervalMs: 200 },
+    );
+  });
+  after(async () => {
+    await d?.close();
+    await web?.close();
+  });
+
+  test('a click drawn by the page shows in the screenshot of the same batch, every time', async () => {
+    for (let i = 0; i < 8; i++) {
+      const result = await run(client, `draw-${i}`, [
+        computerUse('left_click', { coordinate: [left.x + i, left.y] }),
+        computerUse('screenshot'),
+      ]);
+      const seen = pixel(await lastImage(result), left.x, left.y);
+      assert.deepEqual(seen, [...COLOURS[i % COLOURS.length]!], `click ${i}: the screenshot shows its colour`);
+    }
+  });
+
+  test("a click that draws nothing: the page's word ends the settle step, not the reaction window", async () => {
+    // At least once in a few tries: a machine busy enough delays the word past the reaction window.
+    const before = (await settledLines(d)).length;
+    let drawn = 0;
+    for (let i = 0; i < 5 && drawn === 0; i++) {
+      await run(client, `still-${i}`, [
+        computerUse('left_click', { coordinate: [right.x + i, right.y] }),
+        computerUse('screenshot'),
+      ]);
+      const lines = await settledLines(d);
+      assert.equal(lines.length, before + i + 1, 'one settle step per screenshot after input');
+      if (lines.at(-1)!.drawn === true) drawn++;
+    }
+    assert.equal(drawn, 1, "the page's word ended the settle step");
+  });
+
+  test('input the page never sees (the pointer over the tab strip) waits out the reaction window', async () => {
+    // The page's earlier reports are older than this input: none of them may end its settle step.
+    for (let i = 0; i < 3; i++) {
+      await run(client, `strip-${i}`, [computerUse('mouse_move', { coordinate: [right.x + 10 * i, 15] })]);
+      await run(client, `strip-shot-${i}`, [
+        computerUse('mouse_move', { coordinate: [right.x + 10 * i + 5, 15] }),
+        computerUse('screenshot'),
+      ]);
+      const last = (await settledLines(d)).at(-1)!;
+      assert.equal(last.drawn, undefined, `move ${i} over the tab strip: ${JSON.stringify(last)}`);
+    }
+  });
+});
