@@ -15,12 +15,13 @@ export type ImageFormat = 'png' | 'jpeg' | 'webp';
  * quiet means: no change for `quietMs` since the last one, or, if nothing
  * changed since the input, for `reactionMs` since the input (an app takes a
  * while to draw its answer to a click). When the app under the pointer is
- * the daemon's own Chromium, the tab says when it drew its answer (`DrawnAfter`),
- * and the reaction window ends `drawnMs` after that word instead (or half as
- * long as the word took, when that is longer: a busy machine is slow to show
- * too), time for its pixels to reach the X server. Elsewhere frames are grabbed `intervalMs`
- * apart until two in a row are identical. On a screen that saw no input for
- * `afterInputMs`, one grab is all.
+ * the daemon's own Chromium, the tab says when it drew its answer
+ * (`DrawnAfter`), and the reaction window ends `drawnMs` after that word
+ * instead (or half as long as the word took, when that is longer: a busy
+ * machine is slow to show too), time for its pixels to reach the X server.
+ * Elsewhere frames are grabbed `intervalMs` apart until two in a row are
+ * identical. On a screen that saw no input for `afterInputMs`, one grab is
+ * all.
  */
 export interface SettleOptions {
   afterInputMs: number;

@@ -123,8 +123,9 @@ export async function capture(
  * Waits until the screen is quiet (SettleOptions): no change for `quietMs`
  * since the last one, or none at all for `reactionMs` since the input (or,
  * when the app said it drew its answer at `drawnAt`, for `drawnMs` after
- * that, or half as long as it took to say so, if sooner); at most `maxMs`. Each check first makes a round trip to
- * the X server, so every change it made before is counted.
+ * that, or half as long as it took to say so, if sooner); at most `maxMs`.
+ * Each check first makes a round trip to the X server, so every change it
+ * made before is counted.
  */
 async function waitUntilQuiet(
   changes: ScreenChanges,
