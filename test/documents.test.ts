@@ -12,11 +12,12 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { request } from 'node:http';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { DeskbatchClient } from '../src/client/client.ts';
 import { DocumentRefusedError, documentsUrl, stageDocument } from '../src/client/documents.ts';
+import { DeskbatchBrowserToolset, stagedDocumentsPolicy, type FilePolicy } from '../src/sdk/index.ts';
 import type { BatchResult, ToolUse, Welcome } from '../src/base/protocol.ts';
 import type { Activity } from '../src/base/activity.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
@@ -175,9 +176,20 @@ describe('staged documents on a shared desktop', () => {
     assert.equal(q.get('type'), 'application/x-deskbatch-test');
     assert.equal(got.bytes.length, bytes.length);
     assert.ok(got.bytes.equals(bytes), 'the bytes the page read are the bytes staged');
+    // The metrics count the bytes in (staged) and out (handed to the page).
+    const metrics = (await raw(d, 'GET', '/metrics')).body.message ?? '';
+    const counted = (direction: string): number =>
+      Number(new RegExp(`^deskbatch_staged_bytes_total\\{direction="${direction}"\\} (\\d+)`, 'm').exec(metrics)?.[1]);
+    assert.ok(counted('in') >= bytes.length && counted('out') >= bytes.length, metrics.slice(0, 200));
     // The client library can take a stream and a file as well as bytes; a file one byte over the bound is refused.
     const over = client.stage('over.bin', Readable.from([randomBytes(BOUNDS.maxFileBytes + 1)]));
     await assert.rejects(over, (e: unknown) => e instanceof DocumentRefusedError && e.code === 'file_too_large');
+    const local = join(await mkdtemp(join(tmpdir(), 'deskbatch-local-')), 'local.txt');
+    await writeFile(local, 'from a file of the harness\n');
+    const fromPath = await client.stage('local.txt', { path: local }, { mediaType: 'text/plain' });
+    assert.equal(fromPath.sha256, sha256(Buffer.from('from a file of the harness\n')));
+    await rm(dirname(local), { recursive: true });
+    await client.removeDocument(fromPath.document_id);
     assert.equal((await client.documents()).length, 1);
     await client.removeDocument(info.document_id);
     assert.deepEqual(await client.documents(), []);
@@ -226,6 +238,68 @@ describe('staged documents on a shared desktop', () => {
     );
     await a.removeDocument(own.document_id);
     await b.removeDocument(theirs.document_id);
+  });
+
+  test("the SDK's browser toolset: document_ids pass with stagedDocumentsPolicy, and the daemon vets them", async () => {
+    const connect = (filePolicy?: FilePolicy) =>
+      DeskbatchBrowserToolset.connect({
+        url: d.url,
+        token: TEST_TOKEN,
+        reconnect: false,
+        configs: { file_upload: { enabled: true } },
+        confirm: () => true,
+        ...(filePolicy ? { filePolicy } : {}),
+      });
+    const browser = await connect(stagedDocumentsPolicy());
+    try {
+      const doc = await browser.client.stage('sdk.txt', Buffer.from('through the SDK\n'), { mediaType: 'text/plain' });
+      const call = async (name: string, input: Record<string, unknown>) => {
+        const r = await browser.toolResult({
+          type: 'tool_use',
+          id: `toolu_sdk_${batches++}`,
+          name,
+          toolset_name: 'browser',
+          input,
+        });
+        const content = typeof r.content === 'string' ? [{ type: 'text', text: r.content }] : (r.content ?? []);
+        return {
+          error: r.is_error === true,
+          text: content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('\n'),
+        };
+      };
+      await call('navigate', { url: `${web.origin}/upload` });
+      const ref = /\[(ref_\d+)\]/.exec((await call('find', { query: 'file input Attachment' })).text)?.[1];
+      assert.ok(ref);
+      const before = received(web).length;
+      const ok = await call('file_upload', { target: { type: 'ref', ref }, document_ids: [doc.document_id] });
+      assert.equal(ok.error, false, ok.text);
+      const got = await until('the page to post the SDK upload', () => received(web)[before]);
+      assert.equal(got.body, 'through the SDK\n');
+      const unknown = await call('file_upload', { target: { type: 'ref', ref }, document_ids: ['doc_unknown'] });
+      assert.deepEqual(unknown, {
+        error: true,
+        text: 'document_ids[0] is not a document this session staged; nothing was uploaded.',
+      });
+      const path = await call('file_upload', { target: { type: 'ref', ref }, paths: ['/etc/passwd'] });
+      assert.deepEqual(path, { error: true, text: 'file_upload has no configured upload roots' });
+    } finally {
+      await browser.close();
+    }
+    // Without a file policy the SDK refuses every document id itself, as its runner does.
+    const plain = await connect();
+    try {
+      const r = await plain.toolResult({
+        type: 'tool_use',
+        id: 'toolu_sdk_plain',
+        name: 'file_upload',
+        toolset_name: 'browser',
+        input: { target: { type: 'ref', ref: 'ref_1' }, document_ids: ['doc_x'] },
+      });
+      assert.equal(r.is_error, true);
+      assert.match(JSON.stringify(r.content), /file_upload has no configured document allowlist/);
+    } finally {
+      await plain.close();
+    }
   });
 
   test('bad input: each a clear error that names its bound, nothing left behind', async () => {
