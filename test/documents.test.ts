@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { request } from 'node:http';
 import { dirname, join } from 'node:path';
@@ -26,6 +26,7 @@ import { until, within } from '../testkit/wait.ts';
 import { startDaemonProcess, type DaemonProcess } from '../testkit/daemon-process.ts';
 import { RecordingClient } from '../testkit/ws-client.ts';
 import { newLogDir } from '../testkit/artifacts.ts';
+import { processRuns } from '../src/base/temp-folder.ts';
 import { browserUse as use, startWebServer, type WebServer } from '../testkit/web.ts';
 
 const MiB = 1024 ** 2;
@@ -438,11 +439,32 @@ async function memoryOf(pid: number): Promise<{ rss: number; peak: number }> {
 describe("staging streams to disk: the daemon's memory", () => {
   let daemon: DaemonProcess;
   let client: RecordingClient;
+  let documentsDir: string;
+  /** A folder as a daemon killed with SIGKILL would leave it: swept when the next one starts. */
+  let stale: string;
   before(async () => {
+    documentsDir = await mkdtemp(join(tmpdir(), 'deskbatch-docs-dir-'));
+    let pid = 4_000_000;
+    while (processRuns(pid)) pid++;
+    stale = join(documentsDir, `deskbatch-files-p${pid}-AbCdEf`);
+    await mkdir(join(stale, 'session'), { recursive: true });
+    await writeFile(join(stale, 'session', 'doc_left'), 'left behind');
     daemon = await startDaemonProcess({
       display: ':0',
       token: TEST_TOKEN,
-      args: ['--port', '0', '--browser', 'off', '--sandbox', 'off'],
+      // The flags as an operator gives them: the documents on a disk of their own, a smaller bound per file.
+      args: [
+        '--port',
+        '0',
+        '--browser',
+        'off',
+        '--sandbox',
+        'off',
+        '--documents-dir',
+        documentsDir,
+        '--max-document-bytes',
+        String(12 * MiB),
+      ],
       // Each 64 KiB the socket reads is a new buffer, garbage once written: until V8's next scavenge it still
       // counts in the resident set (10 MiB of it here with the default young generation). A 1 MiB one scavenges
       // every MiB or so, so what stays resident is what the daemon holds.
@@ -457,6 +479,7 @@ describe("staging streams to disk: the daemon's memory", () => {
   after(async () => {
     client?.terminate();
     await daemon?.stop(15_000);
+    await rm(documentsDir, { recursive: true, force: true });
   });
 
   test("a 10 MiB document raises the daemon's peak resident memory by less than 8 MiB", async () => {
@@ -490,6 +513,14 @@ describe("staging streams to disk: the daemon's memory", () => {
       `# 10 MiB staged: peak RSS ${(afterwards.peak / MiB).toFixed(1)} MiB, ${(growth / MiB).toFixed(2)} MiB over the ${(before.rss / MiB).toFixed(1)} MiB before`,
     );
     assert.ok(growth < 8 * MiB, `the peak grew by ${(growth / MiB).toFixed(2)} MiB`);
+    // Kept under --documents-dir, whose leftovers of a dead daemon went at start; --max-document-bytes holds.
+    const kept = await filesUnder(documentsDir);
+    assert.equal(kept.filter((f) => f.endsWith(info.document_id)).length, 1, kept.join(' '));
+    assert.ok(!kept.some((f) => f.startsWith(stale)), "the dead daemon's folder was swept");
+    const over = await stageDocument(url, TEST_TOKEN, 'over.bin', source(12 * MiB + 1, createHash('sha256'))).catch(
+      (e: unknown) => e,
+    );
+    assert.ok(over instanceof DocumentRefusedError && over.code === 'file_too_large', String(over));
   });
 });
 

@@ -184,6 +184,11 @@ export interface RecordingSettings {
 }
 
 export interface DocumentSettings {
+  /**
+   * The folder the daemon's private folder of staged files is made in (`deskbatch-files-p<pid>-…`, 0700);
+   * unset: the system's temporary folder. A deployment whose /tmp is small or memory-backed points it at a disk.
+   */
+  dir?: string;
   /** Files one session may hold. */
   maxPerSession: number;
   /** Bytes of one file: at most 50 MiB, as a page is handed a file whole. */
@@ -317,7 +322,8 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     maxPerSession: 32,
     maxFileBytes: MAX_STAGED_FILE_BYTES,
     maxSessionBytes: 200 * 1024 ** 2,
-    maxTotalBytes: 1024 ** 3,
+    // Half the 1 GiB /tmp the compose file gives the container (deploy/compose.yaml), shared with the desktops.
+    maxTotalBytes: 512 * 1024 ** 2,
   },
   takeover: { enabled: false, leaseMs: 10 * 60_000, graceMs: 15_000, novncDir: '/usr/share/novnc' },
   sandbox: { mode: 'auto', uids: { first: 2_000_000_000, count: 1000 } },
@@ -482,7 +488,10 @@ export function resolveConfig(
     ...Object.entries(config.retention).map(([k, v]): [string, number] => [`retention.${k}`, v]),
     ...Object.entries(config.recording.retention).map(([k, v]): [string, number] => [`recording.retention.${k}`, v]),
     ...Object.entries(config.resultCache).map(([k, v]): [string, number] => [`resultCache.${k}`, v]),
-    ...Object.entries(config.documents).map(([k, v]): [string, number] => [`documents.${k}`, v]),
+    ...(['maxPerSession', 'maxFileBytes', 'maxSessionBytes', 'maxTotalBytes'] as const).map((k): [string, number] => [
+      `documents.${k}`,
+      config.documents[k],
+    ]),
     ['takeover.leaseMs', config.takeover.leaseMs],
     ['takeover.graceMs', config.takeover.graceMs],
     ['resilience.breaker.failures', config.resilience.breaker.failures],

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { DocumentSettings } from '../base/config.ts';
-import { ownedTempFolder } from '../base/temp-folder.ts';
+import { ownedTempFolder, sweepOwnedTempFolders } from '../base/temp-folder.ts';
 
 export type FileKind = 'document' | 'download';
 
@@ -112,9 +112,16 @@ export class FileStore {
     readonly onEvent: (event: FileStoreEvent) => void,
   ) {}
 
-  /** A new private folder under the system's temporary folder (swept at the next start after a SIGKILL). */
+  /**
+   * A new private folder in `settings.dir`, else the system's temporary folder. What a daemon killed with
+   * SIGKILL left there is removed first (the temporary folder's is swept by the daemon at start).
+   */
   static async open(settings: DocumentSettings, onEvent: (event: FileStoreEvent) => void = () => undefined) {
-    return new FileStore(await ownedTempFolder('files'), settings, onEvent);
+    if (settings.dir) {
+      await mkdir(settings.dir, { recursive: true, mode: 0o700 });
+      await sweepOwnedTempFolders(settings.dir);
+    }
+    return new FileStore(await ownedTempFolder('files', settings.dir), settings, onEvent);
   }
 
   /** Bytes held now (and being written), and files held, over every session. */
