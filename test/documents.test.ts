@@ -283,6 +283,7 @@ describe('staged documents on a shared desktop', () => {
       });
       const path = await call('file_upload', { target: { type: 'ref', ref }, paths: ['/etc/passwd'] });
       assert.deepEqual(path, { error: true, text: 'file_upload has no configured upload roots' });
+      await browser.client.removeDocument(doc.document_id);
     } finally {
       await browser.close();
     }
@@ -304,6 +305,8 @@ describe('staged documents on a shared desktop', () => {
   });
 
   test('bad input: each a clear error that names its bound, nothing left behind', async () => {
+    // The earlier tests removed their files; their sessions may still be ending.
+    await until('no file of an earlier test on disk', async () => (await filesUnder(d.daemon.files.root)).length === 0);
     const client = await connect();
     const path = documentsUrl(d.url, client.sessionId).pathname;
     const post = (name: string | undefined, body: Buffer, headers: Record<string, string> = {}) =>
