@@ -69,6 +69,14 @@ Options:
   --max-downloads N        downloads one session may start (default ${DEFAULT_CONFIG.browserSettings.maxDownloads}; 0 refuses all)
   --max-download-bytes B   bytes one session's downloads may hold (default ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes},
                            ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes / 1024 ** 2} MiB)
+  --documents-dir DIR      where staged documents are kept, in a private folder of the daemon's
+                           (default: the system's temporary folder)
+  --max-documents N        documents one session may stage (default ${DEFAULT_CONFIG.documents.maxPerSession})
+  --max-document-bytes B   bytes of one staged document (default ${DEFAULT_CONFIG.documents.maxFileBytes}, at most 50 MiB)
+  --max-session-document-bytes B
+                           bytes one session's staged documents may hold (default ${DEFAULT_CONFIG.documents.maxSessionBytes})
+  --max-staged-bytes B     bytes every session's staged documents may hold together
+                           (default ${DEFAULT_CONFIG.documents.maxTotalBytes}, 512 MiB)
   --expose-download-paths  show the model where downloads were saved; only for an agent
                            with another tool that can read that path (default: hidden)
   --record                 record every session: its batches, a video of its desktop, its
@@ -84,6 +92,8 @@ Options:
                            fonts and images only)
   --record-trace-screenshots
                            the trace keeps the browser's screencast too (slower calls)
+  --record-documents       copy each staged document's content into the recording (default:
+                           a line with its name, size and sha256 only)
   --record-redact WHAT     typed | passwords | typed,passwords: store typed text as
                            "[N characters]" (passwords: only text typed into password fields)
   --record-max-sessions N  recordings kept at most (default ${DEFAULT_CONFIG.recording.retention.maxSessions})
@@ -189,6 +199,7 @@ function recordingOptions(values: Record<string, string | boolean | string[] | u
     videoFps: num(str('record-video-fps')),
     trace: onOff('record-trace', str('record-trace')),
     networkBodies: values['record-network-bodies'] as boolean | undefined,
+    documents: values['record-documents'] as boolean | undefined,
     traceScreenshots: values['record-trace-screenshots'] as boolean | undefined,
     ...(what ? { redact: { typed: what.includes('typed'), passwords: what.includes('passwords') } } : {}),
     retention: {
@@ -233,6 +244,12 @@ const SERVE_OPTIONS = {
   'max-downloads': { type: 'string' },
   'max-download-bytes': { type: 'string' },
   'expose-download-paths': { type: 'boolean' },
+  'documents-dir': { type: 'string' },
+  'max-documents': { type: 'string' },
+  'max-document-bytes': { type: 'string' },
+  'max-session-document-bytes': { type: 'string' },
+  'max-staged-bytes': { type: 'string' },
+  'record-documents': { type: 'boolean' },
   record: { type: 'boolean' },
   'record-on-request': { type: 'boolean' },
   'recordings-dir': { type: 'string' },
@@ -350,6 +367,13 @@ function configFrom(
       exposeDownloadPaths: values['expose-download-paths'],
     },
     recording: recordingOptions(values),
+    documents: {
+      dir: values['documents-dir'],
+      maxPerSession: num(values['max-documents']),
+      maxFileBytes: num(values['max-document-bytes']),
+      maxSessionBytes: num(values['max-session-document-bytes']),
+      maxTotalBytes: num(values['max-staged-bytes']),
+    },
     takeover: {
       enabled: values['allow-takeover'],
       leaseMs: num(values['takeover-lease-ms']),

@@ -16,6 +16,8 @@ import type { Logger } from './base/log.ts';
 import { PROTOCOL_PATH } from './base/protocol.ts';
 import { ScreenshotStore } from './base/screenshot-store.ts';
 import { DeskbatchServer, type HttpRoute, type SocketRoute } from './server/server.ts';
+import { FileStore } from './server/session-files.ts';
+import { documentRoutes } from './server/document-routes.ts';
 import { ActivityHub } from './base/activity.ts';
 import { createOps } from './ops/index.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
@@ -36,7 +38,7 @@ import { join, resolve } from 'node:path';
 import { displayNumber, displaySocketPath } from './desktop-driver/display.ts';
 import { createViewer } from './viewer/index.ts';
 import { RecordingStore } from './recording/store.ts';
-import { Recorder, type Artifact, type VideoStarter } from './recording/recorder.ts';
+import { Recorder, type Artifact, type RecorderDeps, type VideoStarter } from './recording/recorder.ts';
 import { DesktopVideo } from './recording/video.ts';
 import { recordingRoutes } from './recording/routes.ts';
 import { TakeoverManager } from './takeover/manager.ts';
@@ -52,6 +54,8 @@ export interface Daemon {
   store: ScreenshotStore;
   /** Sessions, batches and calls as they happen (metrics, the viewer). */
   activity: ActivityHub;
+  /** The sessions' staged files (docs/PROTOCOL.md "Staged documents"). */
+  files: FileStore;
   /** Graceful shutdown within `config.shutdownDeadlineMs`. Idempotent. */
   close(): Promise<void>;
 }
@@ -314,8 +318,26 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const activity = new ActivityHub((err) =>
     log.error('activity observer failed; unsubscribed', { error: String(err) }),
   );
+  // Each session's staged files (docs/PROTOCOL.md "Staged documents"), in a private folder of the daemon's.
+  const files = await FileStore.open(config.documents, (event) => reportTo.metrics?.fileEvent(event));
   // Endpoints beside the protocol's own, on the same port; each module adds its own.
-  const routes: HttpRoute[] = [];
+  const routes: HttpRoute[] = [
+    ...documentRoutes({
+      filesOf: (id) => server.findSession(id)?.files,
+      settings: config.documents,
+      staged: (session, info) => {
+        const { document_id, name, media_type, size, sha256 } = info;
+        activity.publish({
+          type: 'document_staged',
+          session,
+          document: { document_id, name, media_type, size, sha256 },
+          at: Date.now(),
+        });
+      },
+      removed: (session, documentId) =>
+        activity.publish({ type: 'document_removed', session, document_id: documentId, at: Date.now() }),
+    }),
+  ];
   const sockets: SocketRoute[] = [];
   // The live viewer: GET /viewer (the page) and its feed /viewer/feed (docs/VIEWER.md).
   const viewer = createViewer({
@@ -333,6 +355,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       : await startRecorder(config, activity, log, {
           desktopOf: (id) => server.findSession(id)?.desktop?.desktop,
           bytes: (artifact, n) => reportTo.metrics?.recordingBytes(artifact, n),
+          documentContent: (id, documentId) => server.findSession(id)?.files?.open(documentId),
           removed: (reason) => reportTo.metrics?.recordingRemoved(reason),
         });
   if (recorder) routes.push(...recordingRoutes(recorder.store, (id) => recorder.recorder.summary(id)));
@@ -365,6 +388,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       display_auth: config.displayAuth,
     }),
     ...(recorder ? { recordings: () => recorder.store.usage } : {}),
+    files: () => files.usage,
   });
   reportTo.metrics = ops.metrics;
   routes.push(...ops.routes);
@@ -378,6 +402,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     routes,
     sockets,
     ...(takeover ? { takeover } : {}),
+    files,
     ...(recorder
       ? {
           secretInput: (session: string, toolUse: string) => recorder.recorder.secretInput(session, toolUse),
@@ -407,11 +432,13 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     desktops,
     store,
     activity,
+    files,
     close() {
       closing ??= (async () => {
         // First: the agents' waiting batches are let go, and told the person's control ended.
         await takeover?.close();
         await server.close();
+        await files.close();
         // Every session closed: their recordings are finalised (the videos' last fragments written).
         await recorder?.recorder.close();
         ops.metrics.close();
@@ -433,6 +460,7 @@ async function startRecorder(
     desktopOf: (sessionId: string) => DesktopResources | undefined;
     bytes: (artifact: Artifact, bytes: number) => void;
     removed: (reason: 'count' | 'bytes' | 'age' | 'not_kept') => void;
+    documentContent: RecorderDeps['documentContent'];
   },
 ): Promise<{ store: RecordingStore; recorder: Recorder }> {
   const rlog = log.child({ component: 'recording' });
@@ -449,6 +477,7 @@ async function startRecorder(
     onBytes: report.bytes,
     desktopOf: report.desktopOf,
     desktopMode: config.desktops.mode,
+    ...(report.documentContent ? { documentContent: report.documentContent } : {}),
   });
   recorder.attach(activity);
   log.info(`recording ${config.recording.mode === 'all' ? 'every session' : 'sessions that ask'} into ${store.root}`);

@@ -499,11 +499,14 @@ describe('browser navigation, tabs, screen and optional members', () => {
     assert.equal(networkAgain, 'No requests since the last read.');
   });
 
-  test('file_upload refuses document ids and paths outside the upload roots, naming no path', async () => {
+  test('file_upload refuses document ids the session did not stage and paths outside the upload roots, naming no path', async () => {
     await run(f, [use('navigate', { url: `${origin}/upload` })]);
     const target = { type: 'ref', ref: 'ref_1' };
     const cases: [Record<string, unknown>, RegExp][] = [
-      [{ document_ids: ['doc-1'] }, /^file_upload has no configured document allowlist$/],
+      [
+        { document_ids: ['doc-1'] },
+        /^document_ids\[0\] is not a document this session staged; nothing was uploaded\.$/,
+      ],
       [{ paths: ['/etc/passwd'] }, /^paths\[0\] is not a file inside the folders uploads are allowed from/],
       [{ paths: [join(uploads, '..', 'x')] }, /^paths\[0\] is not a file inside/],
       [{ paths: [join(uploads, 'missing.txt')] }, /^paths\[0\] is not a file inside/],
@@ -511,7 +514,7 @@ describe('browser navigation, tabs, screen and optional members', () => {
       [{ paths: ['/etc/passwd'], document_ids: ['doc-1'] }, /^paths\[0\] is not a file inside/],
       [
         { paths: [join(uploads, 'hello.txt')], document_ids: ['doc-1'] },
-        /^file_upload has no configured document allowlist$/,
+        /^document_ids\[0\] is not a document this session staged/,
       ],
       [{}, /^Give paths or document_ids/],
     ];

@@ -16,7 +16,8 @@ import WebSocket from 'ws';
 import { ActivityHub } from '../src/base/activity.ts';
 import { silentLogger } from '../src/base/log.ts';
 import type { Activity } from '../src/base/activity.ts';
-import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
+import type { BatchResult, ToolUse, Welcome } from '../src/base/protocol.ts';
+import { documentsUrl, stageDocument } from '../src/client/documents.ts';
 import {
   CLOSE_READ_ONLY,
   CLOSE_TOO_MANY_VIEWERS,
@@ -199,6 +200,33 @@ describe('viewer feed', () => {
     assert.equal(snap.image?.data, 'AAA2', 'only the newest image');
     assert.equal(snap.image?.name, 'screenshot');
     assert.equal(feed.viewerCount, 1);
+  });
+
+  test("a session's staged files are listed while it holds them: staged, removed, gone with the session", () => {
+    const { attach, publish } = feedWith();
+    publish({ type: 'session_opened', session: 's1', at: 1 });
+    const doc = (id: string, name: string) => ({
+      document_id: id,
+      name,
+      media_type: 'text/plain',
+      size: 3,
+      sha256: 'ab',
+    });
+    publish({ type: 'document_staged', session: 's1', document: doc('doc_a', 'a.txt'), at: 2 });
+    publish({ type: 'document_staged', session: 's1', document: doc('doc_b', 'b <i>.txt'), at: 3 });
+    publish({ type: 'document_removed', session: 's1', document_id: 'doc_a', at: 4 });
+    // Of a session the feed never saw: nothing.
+    publish({ type: 'document_staged', session: 's9', document: doc('doc_c', 'c.txt'), at: 5 });
+    const ws = attach();
+    const snap = ws.sent[0] as Snapshot;
+    assert.deepEqual(
+      snap.sessions.map((s) => [s.id, s.documents?.map((d) => d.name)]),
+      [['s1', ['b <i>.txt']]],
+    );
+    publish({ type: 'session_closed', session: 's1', at: 6, reason: 'expired' });
+    const last = ws.sent.at(-1) as Extract<FeedMessage, { type: 'session' }>;
+    assert.equal(last.type, 'session');
+    assert.equal(last.session.documents, undefined, 'its files went with it');
   });
 
   test('a backed-up viewer misses updates, then gets a snapshot that counts them; others are not held up', async () => {
@@ -635,6 +663,28 @@ describe('viewer page in Chromium, watching a real batch on a real display', () 
       assert.deepEqual([shot.width, shot.height], [1024, 768]);
       assert.ok(shot.caption.includes('batch viewer-1'), shot.caption);
       assert.ok(shot.caption.includes(`screenshot (${uses[0]!.id})`), shot.caption);
+
+      // A file the session's harness staged is listed under it; its name, the harness's, is text, not markup.
+      const welcome = c.messages.find((m): m is Welcome => m.type === 'welcome');
+      assert.ok(welcome);
+      const staged = await stageDocument(
+        documentsUrl(d.url, welcome.session_id),
+        TEST_TOKEN,
+        '<img src=x onerror=alert(1)>.txt',
+        Buffer.from('abc'),
+        {
+          mediaType: 'text/plain',
+        },
+      );
+      const listed = await until('the staged file to be listed under its session', () =>
+        inPage<string | null>(
+          page,
+          `document.querySelector('article.session[data-session="${welcome.session_id}"] .session-files li')?.textContent ?? null`,
+        ),
+      );
+      assert.equal(listed, '<img src=x onerror=alert(1)>.txt (3 bytes, text/plain)');
+      assert.equal(await inPage(page, `document.querySelectorAll('.session-files img').length`), 0);
+      assert.equal(staged.size, 3);
 
       await mkdir(ARTIFACTS, { recursive: true });
       await page.screenshot({ path: `${ARTIFACTS}viewer.png`, fullPage: true });

@@ -22,6 +22,8 @@ export interface ReceivedRequest {
   method: string;
   path: string;
   body: string;
+  /** The body's bytes as received (a page's binary upload). */
+  bytes: Buffer;
 }
 
 export interface WebServer {
@@ -42,7 +44,8 @@ export async function startWebServer(port = 0): Promise<WebServer> {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const path = req.url ?? '/';
-      requests.push({ method: req.method ?? 'GET', path, body: Buffer.concat(chunks).toString() });
+      const bytes = Buffer.concat(chunks);
+      requests.push({ method: req.method ?? 'GET', path, body: bytes.toString(), bytes });
       const route = routes.get(path) ?? routes.get(path.split('?')[0]!);
       if (!route) {
         res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');

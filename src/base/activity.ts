@@ -6,6 +6,15 @@
  */
 import type { AgentToolEntry, BatchResult, TakeoverMessage, TakeoverOutcome, ToolEvent, ToolUse } from './protocol.ts';
 
+/** A file a harness staged for its session (docs/PROTOCOL.md "Staged documents"): what observers may know of it. */
+export interface StagedFileActivity {
+  document_id: string;
+  name: string;
+  media_type: string;
+  size: number;
+  sha256: string;
+}
+
 export type Activity =
   | {
       type: 'session_opened';
@@ -23,6 +32,9 @@ export type Activity =
   /** The full result, images included; observers must not keep more of it than they need. */
   | { type: 'batch_finished'; session: string; result: BatchResult; at: number }
   | { type: 'batch_replayed'; session: string; batch_id: string; at: number }
+  /** The session's harness staged a document; its content stays with the session's files. */
+  | { type: 'document_staged'; session: string; document: StagedFileActivity; at: number }
+  | { type: 'document_removed'; session: string; document_id: string; at: number }
   /** The agent asked for a person (docs/PROTOCOL.md "Takeover"); `reason` is model-written text. */
   | { type: 'help_requested'; session: string; request_id: string; reason: string; at: number }
   /** A person took a desktop: the batches of `sessions` wait until it is handed back. */

@@ -94,6 +94,8 @@ export interface DaemonConfig {
   retention: { maxFiles: number; maxBytes: number };
   /** Session recordings (docs/RECORDING.md). */
   recording: RecordingSettings;
+  /** Documents a harness stages for its session (docs/PROTOCOL.md "Staged documents"). */
+  documents: DocumentSettings;
   /** Human takeover from the viewer (docs/VIEWER.md "Takeover"). */
   takeover: TakeoverSettings;
   /**
@@ -175,9 +177,30 @@ export interface RecordingSettings {
   traceScreenshots: boolean;
   /** `typed`: typed text is stored as `[N characters]`; `passwords`: only text typed into a password field. */
   redact: { typed: boolean; passwords: boolean };
+  /** Whether a staged document's content is copied into the recording (its line, name, size and sha256, always is). */
+  documents: boolean;
   /** Finished recordings kept at most: how many, how many bytes in all (live ones count too), how old (ms). */
   retention: { maxSessions: number; maxBytes: number; maxAgeMs: number };
 }
+
+export interface DocumentSettings {
+  /**
+   * The folder the daemon's private folder of staged files is made in (`deskbatch-files-p<pid>-…`, 0700);
+   * unset: the system's temporary folder. A deployment whose /tmp is small or memory-backed points it at a disk.
+   */
+  dir?: string;
+  /** Files one session may hold. */
+  maxPerSession: number;
+  /** Bytes of one file: at most 50 MiB, as a page is handed a file whole. */
+  maxFileBytes: number;
+  /** Bytes one session's files may hold in all. */
+  maxSessionBytes: number;
+  /** Bytes every session's files may hold together. */
+  maxTotalBytes: number;
+}
+
+/** The most one staged file may hold: `file_upload` hands the page a file's bytes whole. */
+export const MAX_STAGED_FILE_BYTES = 50 * 1024 ** 2;
 
 export interface TakeoverSettings {
   /** Whether an operator may take a session's desktop from the viewer (`--allow-takeover`); off by default. */
@@ -292,7 +315,15 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     networkBodies: false,
     traceScreenshots: false,
     redact: { typed: false, passwords: false },
+    documents: false,
     retention: { maxSessions: 200, maxBytes: 2 * 1024 ** 3, maxAgeMs: 7 * 24 * 3_600_000 },
+  },
+  documents: {
+    maxPerSession: 32,
+    maxFileBytes: MAX_STAGED_FILE_BYTES,
+    maxSessionBytes: 200 * 1024 ** 2,
+    // Half the 1 GiB /tmp the compose file gives the container (deploy/compose.yaml), shared with the desktops.
+    maxTotalBytes: 512 * 1024 ** 2,
   },
   takeover: { enabled: false, leaseMs: 10 * 60_000, graceMs: 15_000, novncDir: '/usr/share/novnc' },
   sandbox: { mode: 'auto', uids: { first: 2_000_000_000, count: 1000 } },
@@ -457,6 +488,10 @@ export function resolveConfig(
     ...Object.entries(config.retention).map(([k, v]): [string, number] => [`retention.${k}`, v]),
     ...Object.entries(config.recording.retention).map(([k, v]): [string, number] => [`recording.retention.${k}`, v]),
     ...Object.entries(config.resultCache).map(([k, v]): [string, number] => [`resultCache.${k}`, v]),
+    ...(['maxPerSession', 'maxFileBytes', 'maxSessionBytes', 'maxTotalBytes'] as const).map((k): [string, number] => [
+      `documents.${k}`,
+      config.documents[k],
+    ]),
     ['takeover.leaseMs', config.takeover.leaseMs],
     ['takeover.graceMs', config.takeover.graceMs],
     ['resilience.breaker.failures', config.resilience.breaker.failures],
@@ -484,6 +519,11 @@ export function resolveConfig(
   if (config.resultCache.maxTotalBytes < config.resultCache.maxBytes) {
     throw new ConfigError(
       `resultCache.maxTotalBytes (${config.resultCache.maxTotalBytes}) must be at least resultCache.maxBytes (${config.resultCache.maxBytes})`,
+    );
+  }
+  if (config.documents.maxFileBytes > MAX_STAGED_FILE_BYTES) {
+    throw new ConfigError(
+      `--max-document-bytes must be at most ${MAX_STAGED_FILE_BYTES} (a page is handed a file whole), got ${config.documents.maxFileBytes}`,
     );
   }
   const settle = config.screenshot.settle;

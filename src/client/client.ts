@@ -37,6 +37,15 @@ import {
   type ToolUseOf,
 } from './content.ts';
 import {
+  documentsUrl,
+  listDocuments,
+  removeDocument,
+  stageDocument,
+  type DocumentSource,
+  type StageOptions,
+  type StagedDocumentInfo,
+} from './documents.ts';
+import {
   BatchRefusedError,
   ClientClosedError,
   ConnectionLostError,
@@ -114,7 +123,7 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
   private readonly onSignalAbort = (): void => void this.close();
 
   private constructor(
-    url: string,
+    private readonly url: string,
     private readonly options: ConnectOptions,
   ) {
     super();
@@ -171,6 +180,25 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
 
   get sessionId(): string {
     return this.welcome.session_id;
+  }
+
+  /**
+   * Stages a document for this session over the daemon's HTTP routes (docs/PROTOCOL.md "Staged
+   * documents"): bytes, a stream, or `{ path }` of a file here, streamed as read. Its `document_id` goes in
+   * `file_upload.document_ids`. Rejects with DocumentRefusedError naming the bound or the problem.
+   */
+  stage(name: string, source: DocumentSource, options?: StageOptions): Promise<StagedDocumentInfo> {
+    return stageDocument(documentsUrl(this.url, this.sessionId), this.options.token, name, source, options);
+  }
+
+  /** The documents this session staged, oldest first, and the bounds they are held to. */
+  async documents(): Promise<StagedDocumentInfo[]> {
+    return (await listDocuments(documentsUrl(this.url, this.sessionId), this.options.token)).documents;
+  }
+
+  /** Removes a document this session staged (DocumentRefusedError `document_not_found` if it has none by that id). */
+  removeDocument(documentId: string): Promise<void> {
+    return removeDocument(documentsUrl(this.url, this.sessionId), this.options.token, documentId);
   }
 
   /** The toolsets the daemon serves, with their members and texts. */

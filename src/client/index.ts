@@ -18,6 +18,13 @@ export {
   type RunBatchResult,
   type ToolsetTool,
 } from './client.ts';
+export {
+  DocumentRefusedError,
+  type DocumentSource,
+  type StageOptions,
+  type StagedDocumentInfo,
+  type StagedDocumentList,
+} from './documents.ts';
 export { DEFAULT_RECONNECT, type ClientState, type ConnectOptions, type ReconnectOptions } from './link.ts';
 export {
   mergeToolResults,

@@ -26,7 +26,14 @@ import type {
 import { CancelledError, ToolInputError, ToolRefusedError, ToolTimeoutError } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import type { ScreenshotStore } from '../base/screenshot-store.ts';
-import type { CallContext, MemberOutput, PlainTool, RunnableMember, Toolset } from '../toolset-api/types.ts';
+import type {
+  CallContext,
+  MemberOutput,
+  PlainTool,
+  RunnableMember,
+  StagedDocuments,
+  Toolset,
+} from '../toolset-api/types.ts';
 import { errorInfo, modelErrorText } from './failure.ts';
 import type { Lane } from '../desktop-pool/lane.ts';
 import type { DesktopResources } from '../desktop-pool/desktop.ts';
@@ -80,6 +87,8 @@ export interface BatchRequest {
   desktop?: DesktopResources;
   /** Told of each call that typed into a password field (`CallContext.markSecret`); absent: nobody asks. */
   secretInput?: (toolUseId: string) => void;
+  /** The documents the session staged (`CallContext.documents`). */
+  documents?: StagedDocuments;
 }
 
 /** Per served toolset: `'none'` when the agent did not declare it, else the members its `configs` leaves off. */
@@ -375,6 +384,7 @@ export class Executor {
       ...(req.desktop ? { desktop: req.desktop } : {}),
       noteOnFailure: (lines) => void notes.push(...lines),
       ...(req.secretInput ? { markSecret: () => req.secretInput!(tu.id) } : {}),
+      ...(req.documents ? { documents: req.documents } : {}),
     };
     let attempts = 0;
     const once = (): Promise<MemberOutput[]> => {

@@ -18,6 +18,8 @@ export interface OpsDeps {
   containment: () => Containment;
   /** The recordings on disk, when recording is on. */
   recordings?: () => { recordings: number; live: number; bytes: number };
+  /** The sessions' staged files held now. */
+  files?: () => { bytes: number; files: number };
 }
 
 export interface Ops {
@@ -34,6 +36,7 @@ export function createOps(deps: OpsDeps): Ops {
     desktops: deps.desktops,
     ...(deps.recordings ? { recordings: deps.recordings } : {}),
     sandbox: () => deps.containment().desktop_sandbox,
+    ...(deps.files ? { files: deps.files } : {}),
   });
   const readiness = createReadiness({
     status: deps.status,

@@ -13,6 +13,7 @@ import type { Activity, ActivityHub } from '../base/activity.ts';
 import type { BatchResult, ToolEvent } from '../base/protocol.ts';
 import { PROTOCOL_VERSION } from '../base/protocol.ts';
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
+import type { FileStoreEvent } from '../server/session-files.ts';
 import type { Toolset } from '../toolset-api/types.ts';
 import { DESKTOP_STATES, type Desktops, type PoolEvent } from '../desktop-pool/pool.ts';
 import { treePssBytes } from './memory.ts';
@@ -65,6 +66,8 @@ export interface MetricsDeps {
   recordings?: () => { recordings: number; live: number; bytes: number };
   /** Each desktop's sandbox mode (docs/SECURITY.md "A sandbox per desktop"), read at scrape time. */
   sandbox?: () => 'uid' | 'userns' | 'off';
+  /** The sessions' staged files held now (src/server/session-files.ts), read at scrape time. */
+  files?: () => { bytes: number; files: number };
 }
 
 export interface Metrics {
@@ -74,9 +77,11 @@ export interface Metrics {
   /** What the desktop pool reports (lease waits, starts, teardowns). */
   desktopEvent(event: PoolEvent): void;
   /** Bytes a recording wrote, by artifact (src/recording/recorder.ts). */
-  recordingBytes(artifact: 'trajectory' | 'images' | 'video' | 'trace', bytes: number): void;
+  recordingBytes(artifact: 'trajectory' | 'images' | 'video' | 'trace' | 'documents', bytes: number): void;
   /** A recording removed by retention, or not kept at its session's end. */
   recordingRemoved(reason: 'count' | 'bytes' | 'age' | 'not_kept'): void;
+  /** What the sessions' file store reports: a file stored, one read into a page, a refusal. */
+  fileEvent(event: FileStoreEvent): void;
   /** Stops observing the activity stream and empties the registry. */
   close(): void;
 }
@@ -375,7 +380,7 @@ function recordingMetrics(
 ): Pick<Metrics, 'recordingBytes' | 'recordingRemoved'> {
   const bytesWritten = new Counter({
     name: 'deskbatch_recording_bytes_written_total',
-    help: 'Bytes written into session recordings, by artifact: trajectory, images, video, trace.',
+    help: 'Bytes written into session recordings, by artifact: trajectory, images, video, trace, documents.',
     labelNames: ['artifact'],
     registers,
   });
@@ -412,6 +417,45 @@ function recordingMetrics(
   };
 }
 
+/** Staged files: bytes in (stored) and out (handed to a page), refusals by reason, and what is held at scrape time. */
+function fileMetrics(registers: Registers, held: MetricsDeps['files']): (event: FileStoreEvent) => void {
+  const bytes = new Counter({
+    name: 'deskbatch_staged_bytes_total',
+    help: 'Bytes of files staged by harnesses: in (stored), out (handed to a page by file_upload).',
+    labelNames: ['direction'],
+    registers,
+  });
+  const files = new Counter({
+    name: 'deskbatch_staged_files_total',
+    help: 'Files staged by harnesses, by kind (document).',
+    labelNames: ['kind'],
+    registers,
+  });
+  const refused = new Counter({
+    name: 'deskbatch_staged_files_refused_total',
+    help: 'Files refused when staged, by reason (the bound, or bad_name, empty, ...).',
+    labelNames: ['reason'],
+    registers,
+  });
+  if (held) {
+    new Gauge({
+      name: 'deskbatch_staged_bytes',
+      help: "Bytes the sessions' staged files hold now (bounded by --max-staged-bytes).",
+      registers,
+      collect() {
+        this.set(held().bytes);
+      },
+    });
+  }
+  return (event) => {
+    if (event.kind === 'stored') {
+      bytes.inc({ direction: 'in' }, event.bytes);
+      files.inc({ kind: event.fileKind });
+    } else if (event.kind === 'read') bytes.inc({ direction: 'out' }, event.bytes);
+    else refused.inc({ reason: event.code });
+  };
+}
+
 export function createMetrics(deps: MetricsDeps): Metrics {
   const registry = new Registry();
   const registers = [registry];
@@ -444,6 +488,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
   const desktopEvent = desktopMetrics(registers, deps.desktops);
   const takeover = takeoverMetrics(registers);
   const recording = recordingMetrics(registers, deps.recordings);
+  const fileEvent = fileMetrics(registers, deps.files);
 
   const observe = (a: Activity): void => {
     if (a.type === 'tool_event') calls.toolEvent(a.event);
@@ -473,6 +518,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     },
     desktopEvent,
     ...recording,
+    fileEvent,
     close() {
       unsubscribe();
       registry.clear();

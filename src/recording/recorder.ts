@@ -11,9 +11,12 @@
  * order, so a line is on disk only after the images it names.
  */
 import { createHash } from 'node:crypto';
-import { open, stat, type FileHandle } from 'node:fs/promises';
+import { createWriteStream } from 'node:fs';
+import { mkdir, open, stat, type FileHandle } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
-import type { Activity, ActivityHub } from '../base/activity.ts';
+import type { Activity, ActivityHub, StagedFileActivity } from '../base/activity.ts';
 import type { RecordingSettings } from '../base/config.ts';
 import type { DesktopResources } from '../desktop-pool/desktop.ts';
 import type { Logger } from '../base/log.ts';
@@ -54,7 +57,7 @@ export type VideoStarter = (
 ) => Promise<VideoHandle | undefined>;
 
 /** Where recorded bytes go, by artifact, for the metrics. */
-export type Artifact = 'trajectory' | 'images' | 'video' | 'trace';
+export type Artifact = 'trajectory' | 'images' | 'video' | 'trace' | 'documents';
 
 export interface RecorderDeps {
   settings: RecordingSettings;
@@ -67,7 +70,12 @@ export interface RecorderDeps {
   /** `pool` (a desktop per session) or `shared`, for the trajectory's first line. */
   desktopMode: 'pool' | 'shared';
   onBytes?: (artifact: Artifact, bytes: number) => void;
+  /** A staged document's content, while its session holds it (copied only with `settings.documents`). */
+  documentContent?: (sessionId: string, documentId: string) => Readable | undefined;
 }
+
+/** The folder of a recording that holds the staged documents' copies (`--record-documents`). */
+export const DOCUMENTS_DIR = 'documents';
 
 const EXTENSION: Record<string, string> = {
   'image/png': 'png',
@@ -175,6 +183,23 @@ class SessionRecording {
       void this.file?.write(text).catch(() => undefined);
       void this.stopVideo();
     }
+  }
+
+  /**
+   * A document the harness staged: a line with its name, size and sha256, and with `content`
+   * (`--record-documents`) a copy beside the trajectory, written before the line that names it.
+   */
+  documentStaged(document: StagedFileActivity, at: number, content: Readable | undefined): void {
+    const path = content ? `${DOCUMENTS_DIR}/${sanitizeId(document.document_id, 64)}` : undefined;
+    if (content && path) {
+      this.enqueue(async () => {
+        if (this.stopped) return content.destroy();
+        await mkdir(join(this.dir, DOCUMENTS_DIR), { recursive: true, mode: 0o700 });
+        await pipeline(content, createWriteStream(join(this.dir, path), { flags: 'wx', mode: 0o600 }));
+        this.count('documents', document.size);
+      });
+    }
+    this.line({ type: 'document_staged', at, ...document, ...(path ? { path } : {}) });
   }
 
   batchStarted(batchId: string, toolUses: readonly ToolUse[], at: number): void {
@@ -439,6 +464,14 @@ export class Recorder {
         return r.batchFinished(a.result, a.at);
       case 'batch_replayed':
         return r.line({ type: 'batch_replayed', at: a.at, batch_id: a.batch_id });
+      case 'document_staged': {
+        const content = this.deps.settings.documents
+          ? this.deps.documentContent?.(session, a.document.document_id)
+          : undefined;
+        return r.documentStaged(a.document, a.at, content);
+      }
+      case 'document_removed':
+        return r.line({ type: 'document_removed', at: a.at, document_id: a.document_id });
       case 'session_closed':
         void this.finish(a.session, r, a.at, a.reason);
         return;

@@ -18,3 +18,4 @@ export {
   type DeskbatchConnectOptions,
   type DeskbatchToolsets,
 } from './toolsets.ts';
+export { stagedDocumentsPolicy, type FilePolicy } from './file-policy.ts';

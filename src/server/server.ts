@@ -30,13 +30,14 @@ import type { Geometry, Size } from '../base/geometry.ts';
 import { ActivityHub } from '../base/activity.ts';
 import { logBatch } from './batch-log.ts';
 import type { TakeoverPort } from './takeover-port.ts';
+import type { FileStore } from './session-files.ts';
 
 /**
  * A plain HTTP route on the daemon's port (health, metrics, the viewer page).
  * `auth: 'token'` routes need `Authorization: Bearer <token>`; the server checks it before `handle` runs.
  */
 export interface HttpRoute {
-  method: 'GET';
+  method: 'GET' | 'POST' | 'DELETE';
   path: string;
   /** Also answers every path under `path/` (the handler reads the rest from `req.url`). */
   prefix?: boolean;
@@ -89,6 +90,8 @@ export interface ServerDeps {
   sockets?: readonly SocketRoute[];
   /** Human takeover, when the operator allows it (`--allow-takeover`; src/takeover/). */
   takeover?: TakeoverPort;
+  /** Where each session's staged files live (session-files.ts); they go when the session ends. */
+  files: FileStore;
 }
 
 type State = 'idle' | 'running' | 'closing' | 'closed';
@@ -343,6 +346,7 @@ export class DeskbatchServer {
     const { config, executor, log } = this.deps;
     const repeats = new RepeatTracker();
     const activity = this.activity;
+    const files = this.deps.files.forSession();
     const session: Session = new Session(
       {
         maxQueuedBatches: config.limits.maxQueuedBatches,
@@ -374,6 +378,7 @@ export class DeskbatchServer {
           maxBatchMs: config.limits.maxBatchMs,
           ...(session.offer ? { offer: session.offer } : {}),
           desktop: lease.desktop,
+          documents: files,
           ...(record && config.recording.redact.passwords && this.deps.secretInput
             ? { secretInput: (toolUseId: string) => this.deps.secretInput!(id, toolUseId) }
             : {}),
@@ -387,6 +392,7 @@ export class DeskbatchServer {
       id,
     );
     session.desktop = lease;
+    session.files = files;
     session.recorded = record;
     this.sessions.set(session.id, session);
     log.info('session opened', {
@@ -407,6 +413,8 @@ export class DeskbatchServer {
   /** A session is gone: what its toolsets held on its desktop is released, then the desktop goes back. */
   private async endSession(session: Session): Promise<void> {
     session.close();
+    // Its staged files first: nobody may use them once the session is gone, and they go with it, not its desktop.
+    await session.files?.remove();
     const lease = session.desktop;
     if (!lease) return;
     session.desktop = undefined;

@@ -9,6 +9,7 @@ import type { BatchResult, TakeoverMessage, ToolEvent, ToolUse } from '../base/p
 import { canonicalJson } from '../base/text.ts';
 import type { AgentOffer } from '../executor/executor.ts';
 import type { DesktopLease } from '../desktop-pool/pool.ts';
+import type { SessionFiles } from './session-files.ts';
 
 export interface SessionLimits {
   maxQueuedBatches: number;
@@ -113,6 +114,8 @@ export class Session {
   desktop: DesktopLease | undefined;
   /** Whether the session is recorded (docs/RECORDING.md). */
   recorded = false;
+  /** The files its harness staged (session-files.ts): kept across resumes, removed when the session ends. */
+  files: SessionFiles | undefined;
   /** The attached connection, and how to drop it when another resumes the session. */
   private owner: { id: object; evict: () => void } | undefined;
   private readonly batches = new Map<string, StoredBatch>();

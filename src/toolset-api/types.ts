@@ -29,6 +29,22 @@ export interface ScreenshotSettings {
   settle?: SettleOptions;
 }
 
+/** A document the session's harness staged (docs/PROTOCOL.md "Staged documents"), as a member uses it. */
+export interface StagedDocument {
+  /** The name the harness gave it (NFC, no path): what the page reads as `File.name`. */
+  name: string;
+  mediaType: string;
+  size: number;
+  /** Its bytes, read whole (a page is handed files whole). */
+  read(): Promise<Buffer>;
+}
+
+/** The documents one session staged; another session's ids are unknown here. */
+export interface StagedDocuments {
+  /** The document staged under `id` by this session, or undefined. */
+  document(id: string): StagedDocument | undefined;
+}
+
 /** Everything a handler gets besides its input. */
 export interface CallContext {
   /** Aborts on cancel, disconnect, timeout or shutdown. Check it in long work. */
@@ -49,6 +65,8 @@ export interface CallContext {
    * (docs/RECORDING.md "Privacy"): a call that types into a field the page marks as a password calls it.
    */
   markSecret?: () => void;
+  /** The documents the session's harness staged (`file_upload.document_ids`); absent in executor unit tests. */
+  documents?: StagedDocuments;
 }
 
 // eslint-disable-next-line @typescript-eslint/no-unused-vars -- Ctx is used by the variants below

@@ -302,6 +302,17 @@ function renderSession(group) {
   if (session.opened_at) header.append(el('time', null, `opened ${time(session.opened_at)}`));
   if (session.closed_at) header.append(el('time', null, `closed ${time(session.closed_at)} (${session.close_reason})`));
   node.append(header);
+  // The files its harness staged (names are the harness's: shown as text, never markup).
+  const documents = Array.isArray(session.documents) ? session.documents : [];
+  if (documents.length) {
+    const list = el('ul', 'session-files');
+    for (const doc of documents) {
+      const item = el('li', null, `${doc.name} (${doc.size} bytes, ${doc.media_type})`);
+      item.title = `sha256 ${doc.sha256}`;
+      list.append(item);
+    }
+    node.append(el('p', 'session-files-title', `Staged files: ${documents.length}`), list);
+  }
   const batches = [...group.batches.values()].reverse();
   if (batches.length === 0) node.append(el('p', 'empty', 'No calls in the timeline.'));
   for (const batch of batches) node.append(renderBatch(batch));

@@ -61,8 +61,22 @@ export const DEFAULT_VIEWER_LIMITS: ViewerLimits = {
   drainCheckMs: 250,
 };
 
+/** A file the session's harness staged (docs/PROTOCOL.md "Staged documents"): listed while the session holds it. */
+export interface StagedFileView {
+  document_id: string;
+  name: string;
+  media_type: string;
+  size: number;
+  sha256: string;
+}
+
+/** Staged files listed per session at most (the daemon's own bound is usually lower: --max-documents). */
+const MAX_LISTED_FILES = 64;
+
 export interface SessionView {
   id: string;
+  /** Its staged files, oldest first; absent when it has none. They go when the session ends. */
+  documents?: StagedFileView[];
   /** The desktop it acts on: `shared`, or a pooled desktop's `d<N>` (its screenshots show that desktop only). */
   desktop?: string;
   opened_at: number;
@@ -371,7 +385,23 @@ export class ViewerFeed {
       case 'session_closed': {
         const known = this.sessions.get(activity.session) ?? { id: activity.session, opened_at: activity.at };
         for (const key of this.running.keys()) if (key.startsWith(`${activity.session}\n`)) this.running.delete(key);
-        return this.sessionChanged({ ...known, closed_at: activity.at, close_reason: activity.reason });
+        // Its staged files went with it.
+        const { documents: _gone, ...rest } = known;
+        return this.sessionChanged({ ...rest, closed_at: activity.at, close_reason: activity.reason });
+      }
+      case 'document_staged': {
+        const known = this.sessions.get(activity.session);
+        if (!known) return;
+        const { document_id, name, media_type, size, sha256 } = activity.document;
+        const documents = [...(known.documents ?? []), { document_id, name, media_type, size, sha256 }];
+        return this.sessionChanged({ ...known, documents: documents.slice(-MAX_LISTED_FILES) });
+      }
+      case 'document_removed': {
+        const known = this.sessions.get(activity.session);
+        if (!known?.documents) return;
+        const documents = known.documents.filter((d) => d.document_id !== activity.document_id);
+        const { documents: _old, ...rest } = known;
+        return this.sessionChanged(documents.length ? { ...rest, documents } : rest);
       }
       case 'batch_started':
         return this.batchStarted(activity.session, activity.batch_id, activity.tool_uses, activity.at);

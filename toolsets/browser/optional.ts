@@ -11,6 +11,7 @@ import { oneLine } from '../../src/base/text.ts';
 import { refElement } from '../../src/browser/frame-worlds.ts';
 import { ToolInputError, ToolRefusedError } from '../../src/base/errors.ts';
 import { orAfter } from '../../src/base/resilience.ts';
+import type { StagedDocument } from '../../src/toolset-api/types.ts';
 import { browserMember, refTarget, tabId } from './context.ts';
 
 /** Longest text a reading member returns, in UTF-16 code units (the read_page convention). */
@@ -168,6 +169,13 @@ const MEDIA_TYPES: Record<string, string> = {
   xml: 'application/xml',
 };
 
+/** The refusal of an upload whose files, up to `field`, hold more than the page may be handed. */
+function tooMuch(field: string): ToolRefusedError {
+  return new ToolRefusedError(
+    `${field} takes the files past ${MAX_UPLOAD_BYTES / 2 ** 20} MiB in all; nothing was uploaded.`,
+  );
+}
+
 function mediaType(path: string): string {
   return MEDIA_TYPES[extname(path).slice(1).toLowerCase()] ?? 'application/octet-stream';
 }
@@ -175,7 +183,8 @@ function mediaType(path: string): string {
 export const fileUpload = browserMember({
   optional: true,
   name: 'file_upload',
-  summary: 'Set the files of a file input, from the upload folders the operator allowed.',
+  summary:
+    "Set the files of a file input: documents the session's harness staged, or files from the upload folders the operator allowed.",
   kind: 'ack',
   effect: 'write',
   ack: () => 'Uploaded.',
@@ -185,7 +194,7 @@ export const fileUpload = browserMember({
       .array(z.string().max(4096))
       .max(MAX_UPLOAD_FILES)
       .nullish()
-      .describe('Files the application staged, by id.'),
+      .describe('Files the application staged for this session, by id.'),
     paths: z
       .array(z.string().min(1).max(4096))
       .max(MAX_UPLOAD_FILES)
@@ -217,11 +226,38 @@ export const fileUpload = browserMember({
       }
       found.push(real);
     }
-    if (documents.length) throw new ToolRefusedError('file_upload has no configured document allowlist');
-    // The bytes, not the paths: the browser runs in its desktop's sandbox, which cannot see the upload folders.
-    const files = await Promise.all(
-      found.map(async (path) => ({ name: basename(path), mimeType: mediaType(path), buffer: await readFile(path) })),
-    );
+    // Then the documents the session's harness staged: looked up in this session's own files only, so another
+    // session's id is as unknown as one never staged. The refusal names the index, never the id's storage.
+    if (documents.length && !ctx.documents)
+      throw new ToolRefusedError('file_upload has no configured document allowlist');
+    const staged: StagedDocument[] = [];
+    for (const [i, id] of documents.entries()) {
+      const doc = ctx.documents?.document(id);
+      if (!doc) {
+        throw new ToolRefusedError(`document_ids[${i}] is not a document this session staged; nothing was uploaded.`);
+      }
+      staged.push(doc);
+    }
+    // What the page is handed in all: Playwright hands it the bytes whole.
+    let total = 0;
+    for (const [i, path] of found.entries()) {
+      total += (await stat(path)).size;
+      if (total > MAX_UPLOAD_BYTES) throw tooMuch(`paths[${i}]`);
+    }
+    for (const [i, doc] of staged.entries()) {
+      total += doc.size;
+      if (total > MAX_UPLOAD_BYTES) throw tooMuch(`document_ids[${i}]`);
+    }
+    // The bytes, not the paths: the browser runs in its desktop's sandbox, which cannot see the upload folders
+    // nor the daemon's staged files.
+    const files = [
+      ...(await Promise.all(
+        found.map(async (path) => ({ name: basename(path), mimeType: mediaType(path), buffer: await readFile(path) })),
+      )),
+      ...(await Promise.all(
+        staged.map(async (doc) => ({ name: doc.name, mimeType: doc.mediaType, buffer: await doc.read() })),
+      )),
+    ];
     const { page } = await ctx.tab(input.tab_id);
     const element = await refElement(page, input.target.ref);
     try {
