@@ -94,6 +94,8 @@ Options:
                            the trace keeps the browser's screencast too (slower calls)
   --record-documents       copy each staged document's content into the recording (default:
                            a line with its name, size and sha256 only)
+  --record-downloads       copy each download kept for the harness into the recording (default:
+                           a line with its name, size and sha256 only)
   --record-redact WHAT     typed | passwords | typed,passwords: store typed text as
                            "[N characters]" (passwords: only text typed into password fields)
   --record-max-sessions N  recordings kept at most (default ${DEFAULT_CONFIG.recording.retention.maxSessions})
@@ -200,6 +202,7 @@ function recordingOptions(values: Record<string, string | boolean | string[] | u
     trace: onOff('record-trace', str('record-trace')),
     networkBodies: values['record-network-bodies'] as boolean | undefined,
     documents: values['record-documents'] as boolean | undefined,
+    downloads: values['record-downloads'] as boolean | undefined,
     traceScreenshots: values['record-trace-screenshots'] as boolean | undefined,
     ...(what ? { redact: { typed: what.includes('typed'), passwords: what.includes('passwords') } } : {}),
     retention: {
@@ -250,6 +253,7 @@ const SERVE_OPTIONS = {
   'max-session-document-bytes': { type: 'string' },
   'max-staged-bytes': { type: 'string' },
   'record-documents': { type: 'boolean' },
+  'record-downloads': { type: 'boolean' },
   record: { type: 'boolean' },
   'record-on-request': { type: 'boolean' },
   'recordings-dir': { type: 'string' },

@@ -387,6 +387,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
           desktopOf: (id) => server.findSession(id)?.desktop?.desktop,
           bytes: (artifact, n) => reportTo.metrics?.recordingBytes(artifact, n),
           documentContent: (id, documentId) => server.findSession(id)?.files?.open(documentId),
+          downloadContent: (id, downloadId) => server.findSession(id)?.files?.open(downloadId),
           removed: (reason) => reportTo.metrics?.recordingRemoved(reason),
         });
   if (recorder) routes.push(...recordingRoutes(recorder.store, (id) => recorder.recorder.summary(id)));
@@ -492,6 +493,7 @@ async function startRecorder(
     bytes: (artifact: Artifact, bytes: number) => void;
     removed: (reason: 'count' | 'bytes' | 'age' | 'not_kept') => void;
     documentContent: RecorderDeps['documentContent'];
+    downloadContent: RecorderDeps['downloadContent'];
   },
 ): Promise<{ store: RecordingStore; recorder: Recorder }> {
   const rlog = log.child({ component: 'recording' });
@@ -509,6 +511,7 @@ async function startRecorder(
     desktopOf: report.desktopOf,
     desktopMode: config.desktops.mode,
     ...(report.documentContent ? { documentContent: report.documentContent } : {}),
+    ...(report.downloadContent ? { downloadContent: report.downloadContent } : {}),
   });
   recorder.attach(activity);
   log.info(`recording ${config.recording.mode === 'all' ? 'every session' : 'sessions that ask'} into ${store.root}`);
