@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { DeskbatchClient } from '../src/client/client.ts';
 import { DownloadError, type DownloadInfo } from '../src/client/index.ts';
+import { DeskbatchBrowserToolset } from '../src/sdk/index.ts';
 import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
@@ -171,6 +172,17 @@ describe('downloads handed to the harness', () => {
       await rm(local, { recursive: true, force: true });
     }
 
+    // The SDK's browser toolset class over the same session: the same list, and the file.
+    const sdk = new DeskbatchBrowserToolset(a);
+    assert.deepEqual(await sdk.downloads(), list);
+    const viaSdk = await mkdtemp(join(tmpdir(), 'deskbatch-fetched-'));
+    try {
+      await sdk.fetchDownload(completed.download_id, { path: join(viaSdk, 'sdk.bin') });
+      assert.equal(sha256(await readFile(join(viaSdk, 'sdk.bin'))), sha256(bytes));
+    } finally {
+      await rm(viaSdk, { recursive: true, force: true });
+    }
+
     // As curl sees it: the headers a harness saves the file by.
     const raw = await rawGet(d, `/v1/sessions/${a.sessionId}/downloads/${completed.download_id}`);
     assert.equal(raw.status, 200);
@@ -205,14 +217,14 @@ describe('downloads handed to the harness', () => {
       assert.equal(r.bytes.length < 200, true, path);
     }
 
-    // The metrics count the bytes kept (in) and fetched (out): three fetches above.
+    // The metrics count the bytes kept (in) and fetched (out): four fetches above.
     const metrics = (await rawGet(d, '/metrics')).bytes.toString();
     const counted = (direction: string): number =>
       Number(
         new RegExp(`^deskbatch_download_bytes_total\\{direction="${direction}"\\} (\\d+)`, 'm').exec(metrics)?.[1],
       );
     assert.equal(counted('in'), FILE_BYTES);
-    assert.equal(counted('out'), 3 * FILE_BYTES);
+    assert.equal(counted('out'), 4 * FILE_BYTES);
 
     // The session ends: its downloads go with it, from the list, the route and the disk.
     const session = a.sessionId;
