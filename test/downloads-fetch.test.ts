@@ -17,11 +17,12 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { DeskbatchClient } from '../src/client/client.ts';
 import { DownloadError, type DownloadInfo } from '../src/client/index.ts';
+import { downloadsUrl, listDownloads, saveDownload } from '../src/client/downloads.ts';
 import { DeskbatchBrowserToolset } from '../src/sdk/index.ts';
 import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
-import { until } from '../testkit/wait.ts';
+import { until, within } from '../testkit/wait.ts';
 import { browserUse as use, startWebServer, type WebServer } from '../testkit/web.ts';
 
 const MiB = 1024 ** 2;
@@ -232,6 +233,61 @@ describe('downloads handed to the harness', () => {
     await until('the session to end', () => !d.daemon.server.findSession(session));
     assert.equal((await rawGet(d, `/v1/sessions/${session}/downloads`)).status, 404);
     assert.deepEqual(await filesUnder(d.daemon.files.root), []);
+  });
+});
+
+describe('a sandboxed pool desktop: the download is kept by the daemon, and goes with the session and its desktop', () => {
+  let web: WebServer;
+  let d: TestDaemon;
+  const bytes = randomBytes(2 * MiB);
+  before(async () => {
+    web = await startWebServer();
+    serveFile(web, bytes);
+    d = await startTestDaemon({
+      browser: 'headless',
+      desktops: { mode: 'pool', max: 1, warm: 1, sizes: [{ width: 1024, height: 640 }] },
+      sessionGraceMs: 300,
+    });
+  });
+  after(async () => {
+    await d?.close();
+    await web?.close();
+  });
+
+  test('fetched byte for byte from a sandboxed desktop, then gone once the session ended', async () => {
+    const a = await d.connect();
+    const welcome = await within(a.hello(undefined, { desktop: {} }), 'a pool desktop', 60_000);
+    const desktop = welcome.desktop?.id;
+    assert.ok(desktop);
+    const url = downloadsUrl(d.url, welcome.session_id);
+    await a.batch('p-get', [use('navigate', { url: `${web.origin}/get` })]);
+    const [kept] = await until(
+      'the download to be kept',
+      async () => {
+        await a.batch(`p-read-${batches++}`, [use('get_page_text')]);
+        const list = await listDownloads(url, TEST_TOKEN);
+        return list.length ? list : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    assert.equal(kept!.state, 'complete');
+    assert.equal(kept!.sha256, sha256(bytes));
+    const local = await mkdtemp(join(tmpdir(), 'deskbatch-fetched-'));
+    try {
+      await saveDownload(url, TEST_TOKEN, kept!.download_id, join(local, 'pool.bin'));
+      assert.ok((await readFile(join(local, 'pool.bin'))).equals(bytes));
+    } finally {
+      await rm(local, { recursive: true, force: true });
+    }
+    a.close(); // dropped: the session ends after its grace period, and its desktop is torn down
+    await until('the desktop to be recycled', () => !d.daemon.desktops.list().some((x) => x.id === desktop), {
+      timeoutMs: 30_000,
+    });
+    assert.deepEqual(await filesUnder(d.daemon.files.root), []);
+    await assert.rejects(
+      listDownloads(url, TEST_TOKEN),
+      (e: unknown) => e instanceof DownloadError && e.code === 'session_not_found',
+    );
   });
 });
 
