@@ -69,13 +69,13 @@ Options:
   --max-downloads N        downloads one session may start (default ${DEFAULT_CONFIG.browserSettings.maxDownloads}; 0 refuses all)
   --max-download-bytes B   bytes one session's downloads may hold (default ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes},
                            ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes / 1024 ** 2} MiB)
-  --documents-dir DIR      where staged documents are kept, in a private folder of the daemon's
-                           (default: the system's temporary folder)
+  --documents-dir DIR      where staged documents (and the downloads kept for harnesses) are kept,
+                           in a private folder of the daemon's (default: the system's temporary folder)
   --max-documents N        documents one session may stage (default ${DEFAULT_CONFIG.documents.maxPerSession})
   --max-document-bytes B   bytes of one staged document (default ${DEFAULT_CONFIG.documents.maxFileBytes}, at most 50 MiB)
   --max-session-document-bytes B
                            bytes one session's staged documents may hold (default ${DEFAULT_CONFIG.documents.maxSessionBytes})
-  --max-staged-bytes B     bytes every session's staged documents may hold together
+  --max-staged-bytes B     bytes every session's staged documents and kept downloads may hold together
                            (default ${DEFAULT_CONFIG.documents.maxTotalBytes}, 512 MiB)
   --expose-download-paths  show the model where downloads were saved; only for an agent
                            with another tool that can read that path (default: hidden)
