@@ -4,6 +4,7 @@
  *
  *   GET /v1/sessions/<session_id>/downloads                 the session's downloads (id, name, size, sha256, state)
  *   GET /v1/sessions/<session_id>/downloads/<download_id>   one download's bytes, streamed
+ *   GET /v1/sessions/<session_id>/downloads.zip             every kept download in one zip (stored), streamed
  *
  * A download is kept in the session's files (session-files.ts, kind
  * `download`) when Chromium completes it, under the `download_id` its
@@ -14,10 +15,12 @@
  * does, and a download is looked up only in its own session.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { HttpRoute } from './server.ts';
 import { DOWNLOAD_ID, type SessionFiles } from './session-files.ts';
 import { SESSIONS_PATH } from './document-routes.ts';
+import { zipLength, zipStream, type ZipStreamEntry } from './zip-stream.ts';
 
 /** A session id as newSessionId makes them (session.ts); anything else is not looked up. */
 const SESSION_ID = /^s_[A-Za-z0-9_-]{1,64}$/;
@@ -31,12 +34,59 @@ function json(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
 }
 
-/** `{ sessionId, downloadId? }` of `/v1/sessions/<id>/downloads[/<download_id>]`, or undefined for any other path. */
-function parse(path: string): { sessionId: string; downloadId?: string } | undefined {
+/**
+ * `{ sessionId, downloadId?, zip? }` of `/v1/sessions/<id>/downloads[/<download_id>]` or
+ * `/v1/sessions/<id>/downloads.zip`, or undefined for any other path.
+ */
+function parse(path: string): { sessionId: string; downloadId?: string; zip?: true } | undefined {
   if (!path.startsWith(`${SESSIONS_PATH}/`)) return undefined;
   const [sessionId, what, downloadId, ...more] = path.slice(SESSIONS_PATH.length + 1).split('/');
-  if (!sessionId || !SESSION_ID.test(sessionId) || what !== 'downloads' || more.length) return undefined;
+  if (!sessionId || !SESSION_ID.test(sessionId) || more.length) return undefined;
+  if (what === 'downloads.zip') return downloadId === undefined ? { sessionId, zip: true } : undefined;
+  if (what !== 'downloads') return undefined;
   return downloadId === undefined ? { sessionId } : { sessionId, downloadId };
+}
+
+/** Each name once in an archive: a name seen already gets its download's id in front (`dl-2-report.pdf`). */
+function archiveNames(names: readonly { id: string; name: string }[]): string[] {
+  const seen = new Set<string>();
+  return names.map(({ id, name }) => {
+    const unique = seen.has(name) ? `${id}-${name}` : name;
+    seen.add(unique);
+    return unique;
+  });
+}
+
+/** Every download the session kept, in one stored zip: its length known up front, each file read as it goes. */
+async function sendZip(files: SessionFiles, sessionId: string, req: IncomingMessage, res: ServerResponse) {
+  const kept = files.downloads().filter((d) => d.state === 'complete');
+  const names = archiveNames(kept.map((d) => ({ id: d.download_id, name: d.name })));
+  const entries: ZipStreamEntry[] = kept.map((d, i) => ({
+    name: names[i]!,
+    size: d.size,
+    mtime: new Date(d.created_at),
+    open: () => {
+      const found = files.handOut(d.download_id, 'download');
+      if (!found) throw new Error('the session ended');
+      return found.body;
+    },
+  }));
+  const length = zipLength(entries);
+  if (length === undefined) {
+    return json(res, 413, {
+      error: 'archive_too_large',
+      message: 'the downloads are too many or too large for one zip',
+    });
+  }
+  res.writeHead(200, {
+    'content-type': 'application/zip',
+    'content-length': String(length),
+    'content-disposition': contentDisposition(`${sessionId}-downloads.zip`),
+    'x-content-type-options': 'nosniff',
+    'cache-control': 'no-store',
+  });
+  if (req.method === 'HEAD') return void res.end();
+  await pipeline(Readable.from(zipStream(entries)), res).catch(() => res.destroy());
 }
 
 /** Whether a path is one of these routes' (the server asks before it hands a request to them). */
@@ -86,6 +136,7 @@ export function downloadRoutes(deps: DownloadRouteDeps): HttpRoute[] {
     if (!target || !files) {
       return json(res, 404, { error: 'session_not_found', message: 'no live session with this id' });
     }
+    if (target.zip) return sendZip(files, target.sessionId, req, res);
     if (target.downloadId === undefined) return json(res, 200, { downloads: files.downloads() });
     const found = DOWNLOAD_ID.test(target.downloadId) ? files.handOut(target.downloadId, 'download') : undefined;
     if (!found) {
