@@ -10,7 +10,8 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +20,7 @@ import { DeskbatchClient } from '../src/client/client.ts';
 import { DownloadError, type DownloadInfo } from '../src/client/index.ts';
 import { downloadsUrl, listDownloads, saveDownload } from '../src/client/downloads.ts';
 import { DeskbatchBrowserToolset } from '../src/sdk/index.ts';
+import { ZipReader } from '../src/browser/zip.ts';
 import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
@@ -226,6 +228,39 @@ describe('downloads handed to the harness', () => {
       );
     assert.equal(counted('in'), FILE_BYTES);
     assert.equal(counted('out'), 4 * FILE_BYTES);
+
+    // All of them in one zip, streamed with its length known: the file under its name, its CRC good (unzip -t).
+    const zip = await rawGet(d, `/v1/sessions/${a.sessionId}/downloads.zip`);
+    assert.equal(zip.status, 200);
+    assert.equal(zip.headers['content-type'], 'application/zip');
+    assert.equal(zip.headers['content-length'], String(zip.bytes.length));
+    const zipDir = await mkdtemp(join(tmpdir(), 'deskbatch-zip-'));
+    try {
+      await writeFile(join(zipDir, 'all.zip'), zip.bytes);
+      execFileSync('unzip', ['-tq', join(zipDir, 'all.zip')]);
+      const reader = await ZipReader.open(join(zipDir, 'all.zip'));
+      try {
+        assert.deepEqual(
+          reader.entries.map((e) => e.name),
+          [NAME],
+        );
+        assert.ok((await reader.read(NAME)).equals(bytes));
+      } finally {
+        await reader.close();
+      }
+    } finally {
+      await rm(zipDir, { recursive: true, force: true });
+    }
+    // The client library's zip: the same bytes.
+    const viaClient = await a.fetchDownloadsZip();
+    const zipChunks: Buffer[] = [];
+    for await (const c of viaClient.body as AsyncIterable<Buffer>) zipChunks.push(c);
+    assert.equal(viaClient.size, zip.bytes.length);
+    assert.ok(Buffer.concat(zipChunks).equals(zip.bytes));
+    // The other session's zip is empty.
+    const otherZip = await rawGet(d, `/v1/sessions/${b.sessionId}/downloads.zip`);
+    assert.equal(otherZip.status, 200);
+    assert.equal(otherZip.bytes.length, 22, 'an archive with no entry: its end record alone');
 
     // The session ends: its downloads go with it, from the list, the route and the disk.
     const session = a.sessionId;

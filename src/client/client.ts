@@ -18,6 +18,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
+import type { Readable } from 'node:stream';
 import {
   BatchIdSchema,
   PROTOCOL_PATH,
@@ -49,6 +50,7 @@ import {
   downloadsUrl,
   listDownloads,
   openDownload,
+  openDownloadsZip,
   saveDownload,
   type DownloadInfo,
   type FetchedDownload,
@@ -236,6 +238,11 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     return options.path === undefined
       ? openDownload(url, token, downloadId, options.signal)
       : saveDownload(url, token, downloadId, options.path, options.signal);
+  }
+
+  /** Every download this session kept, as one zip (entries stored, named as listed), streamed. */
+  fetchDownloadsZip(options: { signal?: AbortSignal } = {}): Promise<{ size: number; body: Readable }> {
+    return openDownloadsZip(downloadsUrl(this.url, this.sessionId), this.options.token, options.signal);
   }
 
   /** The toolsets the daemon serves, with their members and texts. */

@@ -144,6 +144,19 @@ export async function openDownload(
   };
 }
 
+/** Every download the session kept, as one zip (stored entries), streamed; `size` is its Content-Length. */
+export async function openDownloadsZip(
+  url: URL,
+  token: string,
+  signal?: AbortSignal,
+): Promise<{ size: number; body: Readable }> {
+  const target = new URL(url);
+  target.pathname += '.zip';
+  const res = await get(target, token, signal);
+  if (res.statusCode !== 200) throw await refused(res);
+  return { size: Number(res.headers['content-length']), body: res };
+}
+
 /**
  * Writes one download to `path` here, streamed; rejects with DownloadError `ERR_DOWNLOAD_MISMATCH` (and
  * removes the file) when the bytes written are not the size and SHA-256 the daemon kept.
