@@ -316,8 +316,10 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     } catch {
       name = safeFileName(download.name);
     }
+    const t0 = performance.now();
     try {
       const info = await kept.add('download', name, downloadMediaType(name), body, download.size, download.downloadId);
+      log.debug('download kept for the harness', { session, bytes: info.size, ms: Math.round(performance.now() - t0) });
       const { document_id, media_type, size, sha256 } = info;
       activity.publish({
         type: 'download_kept',
