@@ -271,6 +271,47 @@ describe('downloads handed to the harness', () => {
   });
 });
 
+describe('a paused harness: the daemon reads the file only as fast as the harness takes it', () => {
+  test('40 MiB fetched by a reader that pauses: the daemon stops reading far short of the file, then all arrives', async () => {
+    const web = await startWebServer();
+    const big = Buffer.alloc(40 * MiB, 0x5a);
+    big.write('the first bytes', 0);
+    serveFile(web, big);
+    const d = await startTestDaemon({ display: undefined, browser: 'headless' });
+    const c = await DeskbatchClient.connect(d.url, { token: TEST_TOKEN, reconnect: false });
+    try {
+      const { download_id } = await downloadOnce(c, web);
+      const out = async (): Promise<number> => {
+        const text = (await rawGet(d, '/metrics')).bytes.toString();
+        return Number(/^deskbatch_download_bytes_total\{direction="out"\} (\d+)/m.exec(text)?.[1] ?? 0);
+      };
+      const { body } = await c.fetchDownload(download_id);
+      body.pause();
+      // Read nothing more: the daemon's reading stops once the socket's buffers are full.
+      let last = -1;
+      let since = performance.now();
+      const held = await until(
+        'the daemon to stop reading',
+        async () => {
+          const now = await out();
+          if (now !== last) [last, since] = [now, performance.now()];
+          return now > 0 && performance.now() - since > 500 ? now : undefined;
+        },
+        { timeoutMs: 30_000 },
+      );
+      assert.ok(held < big.length / 2, `read ${held} of ${big.length} bytes with the harness paused`);
+      const hash = createHash('sha256');
+      for await (const chunk of body as AsyncIterable<Buffer>) hash.update(chunk);
+      assert.equal(hash.digest('hex'), sha256(big));
+      assert.equal(await out(), big.length);
+    } finally {
+      await c.close().catch(() => undefined);
+      await d.close();
+      await web.close();
+    }
+  });
+});
+
 describe('a sandboxed pool desktop: the download is kept by the daemon, and goes with the session and its desktop', () => {
   let web: WebServer;
   let d: TestDaemon;
