@@ -234,7 +234,7 @@ export class SessionFiles {
       const name = checkFileName(rawName);
       const mediaType = checkMediaType(rawMediaType);
       if (id !== undefined && (kind !== 'download' || !DOWNLOAD_ID.test(id) || this.entries.has(id))) {
-        throw new FileRefusal('id_taken', 'the session holds a file by this id already', 409);
+        throw new FileRefusal('id_taken', 'the id is not a new download id of this session', 409);
       }
       if (this.entries.size + this.writing >= settings.maxPerSession) {
         throw new FileRefusal(
