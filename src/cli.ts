@@ -69,13 +69,13 @@ Options:
   --max-downloads N        downloads one session may start (default ${DEFAULT_CONFIG.browserSettings.maxDownloads}; 0 refuses all)
   --max-download-bytes B   bytes one session's downloads may hold (default ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes},
                            ${DEFAULT_CONFIG.browserSettings.maxDownloadBytes / 1024 ** 2} MiB)
-  --documents-dir DIR      where staged documents are kept, in a private folder of the daemon's
-                           (default: the system's temporary folder)
+  --documents-dir DIR      where staged documents (and the downloads kept for harnesses) are kept,
+                           in a private folder of the daemon's (default: the system's temporary folder)
   --max-documents N        documents one session may stage (default ${DEFAULT_CONFIG.documents.maxPerSession})
   --max-document-bytes B   bytes of one staged document (default ${DEFAULT_CONFIG.documents.maxFileBytes}, at most 50 MiB)
   --max-session-document-bytes B
                            bytes one session's staged documents may hold (default ${DEFAULT_CONFIG.documents.maxSessionBytes})
-  --max-staged-bytes B     bytes every session's staged documents may hold together
+  --max-staged-bytes B     bytes every session's staged documents and kept downloads may hold together
                            (default ${DEFAULT_CONFIG.documents.maxTotalBytes}, 512 MiB)
   --expose-download-paths  show the model where downloads were saved; only for an agent
                            with another tool that can read that path (default: hidden)
@@ -93,6 +93,8 @@ Options:
   --record-trace-screenshots
                            the trace keeps the browser's screencast too (slower calls)
   --record-documents       copy each staged document's content into the recording (default:
+                           a line with its name, size and sha256 only)
+  --record-downloads       copy each download kept for the harness into the recording (default:
                            a line with its name, size and sha256 only)
   --record-redact WHAT     typed | passwords | typed,passwords: store typed text as
                            "[N characters]" (passwords: only text typed into password fields)
@@ -200,6 +202,7 @@ function recordingOptions(values: Record<string, string | boolean | string[] | u
     trace: onOff('record-trace', str('record-trace')),
     networkBodies: values['record-network-bodies'] as boolean | undefined,
     documents: values['record-documents'] as boolean | undefined,
+    downloads: values['record-downloads'] as boolean | undefined,
     traceScreenshots: values['record-trace-screenshots'] as boolean | undefined,
     ...(what ? { redact: { typed: what.includes('typed'), passwords: what.includes('passwords') } } : {}),
     retention: {
@@ -250,6 +253,7 @@ const SERVE_OPTIONS = {
   'max-session-document-bytes': { type: 'string' },
   'max-staged-bytes': { type: 'string' },
   'record-documents': { type: 'boolean' },
+  'record-downloads': { type: 'boolean' },
   record: { type: 'boolean' },
   'record-on-request': { type: 'boolean' },
   'recordings-dir': { type: 'string' },

@@ -16,8 +16,10 @@ import type { Logger } from './base/log.ts';
 import { PROTOCOL_PATH } from './base/protocol.ts';
 import { ScreenshotStore } from './base/screenshot-store.ts';
 import { DeskbatchServer, type HttpRoute, type SocketRoute } from './server/server.ts';
-import { FileStore } from './server/session-files.ts';
+import { checkFileName, FileRefusal, FileStore } from './server/session-files.ts';
 import { documentRoutes } from './server/document-routes.ts';
+import { downloadMediaType, downloadRoutes } from './server/download-routes.ts';
+import { safeFileName, type DownloadSettings } from './browser/downloads.ts';
 import { ActivityHub } from './base/activity.ts';
 import { createOps } from './ops/index.ts';
 import { COMPUTER_MEMBERS, createComputerToolset } from '../toolsets/computer/index.ts';
@@ -166,6 +168,7 @@ function desktopParts(
   config: DaemonConfig,
   log: Logger,
   proxy: EgressProxy | undefined,
+  keepDownload: NonNullable<DownloadSettings['keep']>,
 ): { makeParts: PartsFactory; sandbox: () => Containment['browser_sandbox'] } {
   const breaker = (what: string, component: string, error: (message: string) => Error): ResourceBreaker =>
     new ResourceBreaker(what, config.resilience.breaker, error, log.child({ component }));
@@ -189,6 +192,7 @@ function desktopParts(
       maxDownloads: config.browserSettings.maxDownloads,
       maxDownloadBytes: config.browserSettings.maxDownloadBytes,
       exposeDownloadPaths: config.browserSettings.exposeDownloadPaths,
+      keepDownload,
       viewport: config.browserSettings.viewport,
       launchTimeoutMs: config.browserSettings.launchTimeoutMs,
       launchGuard: breaker('browser', 'browser', (message) => new BrowserUnavailableError(message)),
@@ -303,7 +307,36 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const listening: { port?: number } = {}; // set once the server listens
   const egress = await startEgress(config, log, () => listening.port);
   const policy = await checkContainment(config, log);
-  const parts = desktopParts(config, log, egress.proxy);
+  // A completed download, kept in its session's files for the harness to fetch (docs/PROTOCOL.md "Downloads").
+  // Called only once a page downloads, so `server`, `files` and `activity` below are set by then.
+  const keepDownload: NonNullable<DownloadSettings['keep']> = async (session, download, body) => {
+    const kept = server.findSession(session)?.files;
+    if (!kept) return void body.destroy();
+    let name: string;
+    try {
+      name = checkFileName(download.name);
+    } catch {
+      name = safeFileName(download.name);
+    }
+    const t0 = performance.now();
+    try {
+      const info = await kept.add('download', name, downloadMediaType(name), body, download.size, download.downloadId);
+      log.debug('download kept for the harness', { session, bytes: info.size, ms: Math.round(performance.now() - t0) });
+      const { document_id, media_type, size, sha256 } = info;
+      activity.publish({
+        type: 'download_kept',
+        session,
+        download: { download_id: document_id, name: info.name, media_type, size, sha256 },
+        at: Date.now(),
+      });
+    } catch (err) {
+      body.destroy();
+      const reason = err instanceof FileRefusal ? err.code : 'aborted';
+      kept.downloadNotKept(download.downloadId, name, download.size, reason);
+      log.warn('a download was not kept for the harness', { session, reason });
+    }
+  };
+  const parts = desktopParts(config, log, egress.proxy, keepDownload);
   const sandbox = await chooseDesktopSandbox(config, log);
   // The pool reports to the metrics, which are made further down.
   const reportTo: { metrics?: Ops['metrics'] } = {};
@@ -321,7 +354,9 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // Each session's staged files (docs/PROTOCOL.md "Staged documents"), in a private folder of the daemon's.
   const files = await FileStore.open(config.documents, (event) => reportTo.metrics?.fileEvent(event));
   // Endpoints beside the protocol's own, on the same port; each module adds its own.
+  // Prefix routes are tried in order: the downloads' answer only their own paths, the documents' the rest.
   const routes: HttpRoute[] = [
+    ...downloadRoutes({ filesOf: (id) => server.findSession(id)?.files }),
     ...documentRoutes({
       filesOf: (id) => server.findSession(id)?.files,
       settings: config.documents,
@@ -356,6 +391,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
           desktopOf: (id) => server.findSession(id)?.desktop?.desktop,
           bytes: (artifact, n) => reportTo.metrics?.recordingBytes(artifact, n),
           documentContent: (id, documentId) => server.findSession(id)?.files?.open(documentId),
+          downloadContent: (id, downloadId) => server.findSession(id)?.files?.open(downloadId),
           removed: (reason) => reportTo.metrics?.recordingRemoved(reason),
         });
   if (recorder) routes.push(...recordingRoutes(recorder.store, (id) => recorder.recorder.summary(id)));
@@ -461,6 +497,7 @@ async function startRecorder(
     bytes: (artifact: Artifact, bytes: number) => void;
     removed: (reason: 'count' | 'bytes' | 'age' | 'not_kept') => void;
     documentContent: RecorderDeps['documentContent'];
+    downloadContent: RecorderDeps['downloadContent'];
   },
 ): Promise<{ store: RecordingStore; recorder: Recorder }> {
   const rlog = log.child({ component: 'recording' });
@@ -478,6 +515,7 @@ async function startRecorder(
     desktopOf: report.desktopOf,
     desktopMode: config.desktops.mode,
     ...(report.documentContent ? { documentContent: report.documentContent } : {}),
+    ...(report.downloadContent ? { downloadContent: report.downloadContent } : {}),
   });
   recorder.attach(activity);
   log.info(`recording ${config.recording.mode === 'all' ? 'every session' : 'sessions that ask'} into ${store.root}`);

@@ -229,6 +229,39 @@ describe('viewer feed', () => {
     assert.equal(last.session.documents, undefined, 'its files went with it');
   });
 
+  test("a session's kept downloads are listed while it holds them, and go with the session", () => {
+    const { attach, publish } = feedWith();
+    publish({ type: 'session_opened', session: 's1', at: 1 });
+    const dl = (id: string, name: string) => ({
+      download_id: id,
+      name,
+      media_type: 'application/pdf',
+      size: 5,
+      sha256: 'cd',
+    });
+    publish({ type: 'download_kept', session: 's1', download: dl('dl-1', 'report.pdf'), at: 2 });
+    publish({ type: 'download_kept', session: 's1', download: dl('dl-2', 'b <i>.pdf'), at: 3 });
+    // Of a session the feed never saw: nothing.
+    publish({ type: 'download_kept', session: 's9', download: dl('dl-1', 'c.pdf'), at: 4 });
+    const ws = attach();
+    const snap = ws.sent[0] as Snapshot;
+    assert.deepEqual(
+      snap.sessions.map((s) => [s.id, s.downloads?.map((d) => [d.download_id, d.name])]),
+      [
+        [
+          's1',
+          [
+            ['dl-1', 'report.pdf'],
+            ['dl-2', 'b <i>.pdf'],
+          ],
+        ],
+      ],
+    );
+    publish({ type: 'session_closed', session: 's1', at: 5, reason: 'expired' });
+    const last = ws.sent.at(-1) as Extract<FeedMessage, { type: 'session' }>;
+    assert.equal(last.session.downloads, undefined, 'its downloads went with it');
+  });
+
   test('a backed-up viewer misses updates, then gets a snapshot that counts them; others are not held up', async () => {
     const { attach, publish } = feedWith({ maxBufferedBytes: 1000, drainCheckMs: 5 });
     const slow = attach();

@@ -15,6 +15,15 @@ export interface StagedFileActivity {
   sha256: string;
 }
 
+/** A download kept for the harness, as the recording and the viewer show it. */
+export interface KeptDownloadActivity {
+  download_id: string;
+  name: string;
+  media_type: string;
+  size: number;
+  sha256: string;
+}
+
 export type Activity =
   | {
       type: 'session_opened';
@@ -35,6 +44,8 @@ export type Activity =
   /** The session's harness staged a document; its content stays with the session's files. */
   | { type: 'document_staged'; session: string; document: StagedFileActivity; at: number }
   | { type: 'document_removed'; session: string; document_id: string; at: number }
+  /** A page's download completed and was kept for the harness; its content stays with the session's files. */
+  | { type: 'download_kept'; session: string; download: KeptDownloadActivity; at: number }
   /** The agent asked for a person (docs/PROTOCOL.md "Takeover"); `reason` is model-written text. */
   | { type: 'help_requested'; session: string; request_id: string; reason: string; at: number }
   /** A person took a desktop: the batches of `sessions` wait until it is handed back. */

@@ -179,6 +179,8 @@ export interface RecordingSettings {
   redact: { typed: boolean; passwords: boolean };
   /** Whether a staged document's content is copied into the recording (its line, name, size and sha256, always is). */
   documents: boolean;
+  /** Whether a kept download's content is copied into the recording (its line, name, size and sha256, always is). */
+  downloads: boolean;
   /** Finished recordings kept at most: how many, how many bytes in all (live ones count too), how old (ms). */
   retention: { maxSessions: number; maxBytes: number; maxAgeMs: number };
 }
@@ -316,6 +318,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     traceScreenshots: false,
     redact: { typed: false, passwords: false },
     documents: false,
+    downloads: false,
     retention: { maxSessions: 200, maxBytes: 2 * 1024 ** 3, maxAgeMs: 7 * 24 * 3_600_000 },
   },
   documents: {

@@ -4,9 +4,13 @@
  * a number of bytes); the folder goes when the session ends, and at start the
  * folders an earlier run left are removed (docs/SECURITY.md). What happened
  * is kept as `download_*` state changes for the next successful result
- * (docs/TOOLSETS.md D3).
+ * (docs/TOOLSETS.md D3). A completed download is also handed to `keep`
+ * (when the daemon gives one) before its `download_completed` is reported:
+ * the daemon keeps a copy for the session's harness to fetch by that
+ * `download_id` (docs/PROTOCOL.md "Downloads").
  */
 import { constants, createWriteStream } from 'node:fs';
+import type { Readable } from 'node:stream';
 import { lstat, mkdir, open, readdir, rm, stat } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import { dirname, join, resolve } from 'node:path';
@@ -39,6 +43,21 @@ export interface DownloadSettings {
   swept: Promise<void>;
   /** Removes the download folder of session `id`, with what it holds. */
   removeFolder(id: string): Promise<void>;
+  /**
+   * Keeps a completed download for session `sessionId`'s harness (the daemon's store, src/daemon.ts): `body`
+   * is the saved file, opened without following a link. Settles once kept or refused; it never throws.
+   */
+  keep?(sessionId: string, download: KeptDownload, body: Readable): Promise<void>;
+}
+
+/** A completed download as the daemon keeps it for the harness. */
+export interface KeptDownload {
+  /** The id its `download_completed` carries. */
+  downloadId: string;
+  /** The name the page suggested (Playwright's suggestedFilename), as the harness will read it. */
+  name: string;
+  url: string;
+  size: number;
 }
 
 /** Chromium's progress of a download (CDP `Page.downloadProgress`). */
@@ -131,6 +150,11 @@ export class Downloads {
         throw new Error('over the byte cap');
       }
       this.bytes += size;
+      if (this.settings.keep) {
+        const body = await openNoFollow(path);
+        const name = download.suggestedFilename();
+        await this.settings.keep(this.sessionId, { downloadId, name, url, size }, body);
+      }
       // The path only for an operator who says another tool can read it (the API contract), and only whole.
       const shown = exposeDownloadPaths && path.length <= DOWNLOAD_PATH_MAX && !/[\p{Cc}\u2028\u2029]/u.test(path);
       this.pending.push({
@@ -314,4 +338,16 @@ export async function copyNoFollow(from: string, to: string): Promise<void> {
   } finally {
     await source.close();
   }
+}
+
+/** A saved download's bytes as a stream, opened as copyNoFollow opens: never through a link, only a regular file. */
+export async function openNoFollow(path: string): Promise<Readable> {
+  const file = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+  try {
+    if (!(await file.stat()).isFile()) throw new Error('the saved download is not a regular file');
+  } catch (err) {
+    await file.close();
+    throw err;
+  }
+  return file.createReadStream();
 }

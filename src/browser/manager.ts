@@ -40,6 +40,8 @@ export interface BrowserOptions {
   maxDownloadBytes: number;
   /** Whether `download_completed` carries the saved file's path (only for an agent with a tool that can read it). */
   exposeDownloadPaths: boolean;
+  /** Keeps each completed download for its session's harness (DownloadSettings.keep); the daemon's store. */
+  keepDownload?: DownloadSettings['keep'];
   viewport: { width: number; height: number };
   launchTimeoutMs: number;
   /** The URL policy, also applied to navigations pages start themselves. */
@@ -157,6 +159,7 @@ export class BrowserManager implements SessionHost {
       exposeDownloadPaths,
       swept,
       removeFolder: (id) => this.removeSessionDownloads(id),
+      ...(options.keepDownload ? { keep: options.keepDownload } : {}),
     };
     // A headless browser draws on no display: pointer input on the desktop never reaches it.
     this.inputFrames = options.mode === 'headless' || !options.display ? undefined : new InputFrames();

@@ -18,6 +18,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
+import type { Readable } from 'node:stream';
 import {
   BatchIdSchema,
   PROTOCOL_PATH,
@@ -45,6 +46,15 @@ import {
   type StageOptions,
   type StagedDocumentInfo,
 } from './documents.ts';
+import {
+  downloadsUrl,
+  listDownloads,
+  openDownload,
+  openDownloadsZip,
+  saveDownload,
+  type DownloadInfo,
+  type FetchedDownload,
+} from './downloads.ts';
 import {
   BatchRefusedError,
   ClientClosedError,
@@ -199,6 +209,40 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
   /** Removes a document this session staged (DocumentRefusedError `document_not_found` if it has none by that id). */
   removeDocument(documentId: string): Promise<void> {
     return removeDocument(documentsUrl(this.url, this.sessionId), this.options.token, documentId);
+  }
+
+  /**
+   * The downloads this session's pages completed, oldest first (docs/PROTOCOL.md "Downloads"): each by the
+   * `download_id` its `download_completed` carried, with its name, size, sha256 and state.
+   */
+  downloads(): Promise<DownloadInfo[]> {
+    return listDownloads(downloadsUrl(this.url, this.sessionId), this.options.token);
+  }
+
+  /**
+   * One of this session's downloads: its bytes as a stream (`body`), or, with `{ path }`, written to that
+   * file here and checked against the size and sha256 the daemon kept. Rejects with DownloadError
+   * (`download_not_found` for an id this session has not kept).
+   */
+  fetchDownload(downloadId: string, options?: { signal?: AbortSignal }): Promise<FetchedDownload>;
+  fetchDownload(
+    downloadId: string,
+    options: { path: string; signal?: AbortSignal },
+  ): Promise<Omit<FetchedDownload, 'body'>>;
+  fetchDownload(
+    downloadId: string,
+    options: { path?: string; signal?: AbortSignal } = {},
+  ): Promise<FetchedDownload | Omit<FetchedDownload, 'body'>> {
+    const url = downloadsUrl(this.url, this.sessionId);
+    const { token } = this.options;
+    return options.path === undefined
+      ? openDownload(url, token, downloadId, options.signal)
+      : saveDownload(url, token, downloadId, options.path, options.signal);
+  }
+
+  /** Every download this session kept, as one zip (entries stored, named as listed), streamed. */
+  fetchDownloadsZip(options: { signal?: AbortSignal } = {}): Promise<{ size: number; body: Readable }> {
+    return openDownloadsZip(downloadsUrl(this.url, this.sessionId), this.options.token, options.signal);
   }
 
   /** The toolsets the daemon serves, with their members and texts. */

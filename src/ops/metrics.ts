@@ -77,7 +77,10 @@ export interface Metrics {
   /** What the desktop pool reports (lease waits, starts, teardowns). */
   desktopEvent(event: PoolEvent): void;
   /** Bytes a recording wrote, by artifact (src/recording/recorder.ts). */
-  recordingBytes(artifact: 'trajectory' | 'images' | 'video' | 'trace' | 'documents', bytes: number): void;
+  recordingBytes(
+    artifact: 'trajectory' | 'images' | 'video' | 'trace' | 'documents' | 'downloads',
+    bytes: number,
+  ): void;
   /** A recording removed by retention, or not kept at its session's end. */
   recordingRemoved(reason: 'count' | 'bytes' | 'age' | 'not_kept'): void;
   /** What the sessions' file store reports: a file stored, one read into a page, a refusal. */
@@ -417,7 +420,10 @@ function recordingMetrics(
   };
 }
 
-/** Staged files: bytes in (stored) and out (handed to a page), refusals by reason, and what is held at scrape time. */
+/**
+ * Staged files: bytes in (stored) and out (handed to a page), refusals by reason, and what is held at scrape
+ * time (documents and kept downloads together); kept downloads' bytes in and out, and those not kept, apart.
+ */
 function fileMetrics(registers: Registers, held: MetricsDeps['files']): (event: FileStoreEvent) => void {
   const bytes = new Counter({
     name: 'deskbatch_staged_bytes_total',
@@ -437,10 +443,22 @@ function fileMetrics(registers: Registers, held: MetricsDeps['files']): (event: 
     labelNames: ['reason'],
     registers,
   });
+  const downloadBytes = new Counter({
+    name: 'deskbatch_download_bytes_total',
+    help: "Bytes of pages' downloads kept for harnesses: in (kept when completed), out (fetched by a harness).",
+    labelNames: ['direction'],
+    registers,
+  });
+  const downloadsNotKept = new Counter({
+    name: 'deskbatch_downloads_not_kept_total',
+    help: 'Completed downloads the daemon did not keep for the harness, by reason (the bound that refused it).',
+    labelNames: ['reason'],
+    registers,
+  });
   if (held) {
     new Gauge({
       name: 'deskbatch_staged_bytes',
-      help: "Bytes the sessions' staged files hold now (bounded by --max-staged-bytes).",
+      help: "Bytes the sessions' staged files and kept downloads hold now (bounded by --max-staged-bytes).",
       registers,
       collect() {
         this.set(held().bytes);
@@ -448,7 +466,10 @@ function fileMetrics(registers: Registers, held: MetricsDeps['files']): (event: 
     });
   }
   return (event) => {
-    if (event.kind === 'stored') {
+    if (event.fileKind === 'download') {
+      if (event.kind === 'refused') downloadsNotKept.inc({ reason: event.code });
+      else downloadBytes.inc({ direction: event.kind === 'stored' ? 'in' : 'out' }, event.bytes);
+    } else if (event.kind === 'stored') {
       bytes.inc({ direction: 'in' }, event.bytes);
       files.inc({ kind: event.fileKind });
     } else if (event.kind === 'read') bytes.inc({ direction: 'out' }, event.bytes);

@@ -16,7 +16,7 @@ import { mkdir, open, stat, type FileHandle } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
-import type { Activity, ActivityHub, StagedFileActivity } from '../base/activity.ts';
+import type { Activity, ActivityHub, KeptDownloadActivity, StagedFileActivity } from '../base/activity.ts';
 import type { RecordingSettings } from '../base/config.ts';
 import type { DesktopResources } from '../desktop-pool/desktop.ts';
 import type { Logger } from '../base/log.ts';
@@ -57,7 +57,7 @@ export type VideoStarter = (
 ) => Promise<VideoHandle | undefined>;
 
 /** Where recorded bytes go, by artifact, for the metrics. */
-export type Artifact = 'trajectory' | 'images' | 'video' | 'trace' | 'documents';
+export type Artifact = 'trajectory' | 'images' | 'video' | 'trace' | 'documents' | 'downloads';
 
 export interface RecorderDeps {
   settings: RecordingSettings;
@@ -72,10 +72,14 @@ export interface RecorderDeps {
   onBytes?: (artifact: Artifact, bytes: number) => void;
   /** A staged document's content, while its session holds it (copied only with `settings.documents`). */
   documentContent?: (sessionId: string, documentId: string) => Readable | undefined;
+  /** A kept download's content, while its session holds it (copied only with `settings.downloads`). */
+  downloadContent?: (sessionId: string, downloadId: string) => Readable | undefined;
 }
 
 /** The folder of a recording that holds the staged documents' copies (`--record-documents`). */
 export const DOCUMENTS_DIR = 'documents';
+/** The folder of a recording that holds the kept downloads' copies (`--record-downloads`). */
+export const DOWNLOADS_DIR = 'downloads';
 
 const EXTENSION: Record<string, string> = {
   'image/png': 'png',
@@ -190,16 +194,36 @@ class SessionRecording {
    * (`--record-documents`) a copy beside the trajectory, written before the line that names it.
    */
   documentStaged(document: StagedFileActivity, at: number, content: Readable | undefined): void {
-    const path = content ? `${DOCUMENTS_DIR}/${sanitizeId(document.document_id, 64)}` : undefined;
-    if (content && path) {
-      this.enqueue(async () => {
-        if (this.stopped) return content.destroy();
-        await mkdir(join(this.dir, DOCUMENTS_DIR), { recursive: true, mode: 0o700 });
-        await pipeline(content, createWriteStream(join(this.dir, path), { flags: 'wx', mode: 0o600 }));
-        this.count('documents', document.size);
-      });
-    }
+    const path = this.copyFile(DOCUMENTS_DIR, 'documents', document.document_id, document.size, content);
     this.line({ type: 'document_staged', at, ...document, ...(path ? { path } : {}) });
+  }
+
+  /**
+   * A download kept for the harness: a line with its name, size and sha256, and with `content`
+   * (`--record-downloads`) a copy beside the trajectory, written before the line that names it.
+   */
+  downloadKept(download: KeptDownloadActivity, at: number, content: Readable | undefined): void {
+    const path = this.copyFile(DOWNLOADS_DIR, 'downloads', download.download_id, download.size, content);
+    this.line({ type: 'download_kept', at, ...download, ...(path ? { path } : {}) });
+  }
+
+  /** Copies a session's file into `folder` of the recording, in the queue; its path there, or undefined without content. */
+  private copyFile(
+    folder: string,
+    artifact: 'documents' | 'downloads',
+    id: string,
+    size: number,
+    content: Readable | undefined,
+  ): string | undefined {
+    if (!content) return undefined;
+    const path = `${folder}/${sanitizeId(id, 64)}`;
+    this.enqueue(async () => {
+      if (this.stopped) return content.destroy();
+      await mkdir(join(this.dir, folder), { recursive: true, mode: 0o700 });
+      await pipeline(content, createWriteStream(join(this.dir, path), { flags: 'wx', mode: 0o600 }));
+      this.count(artifact, size);
+    });
+    return path;
   }
 
   batchStarted(batchId: string, toolUses: readonly ToolUse[], at: number): void {
@@ -469,6 +493,12 @@ export class Recorder {
           ? this.deps.documentContent?.(session, a.document.document_id)
           : undefined;
         return r.documentStaged(a.document, a.at, content);
+      }
+      case 'download_kept': {
+        const content = this.deps.settings.downloads
+          ? this.deps.downloadContent?.(session, a.download.download_id)
+          : undefined;
+        return r.downloadKept(a.download, a.at, content);
       }
       case 'document_removed':
         return r.line({ type: 'document_removed', at: a.at, document_id: a.document_id });

@@ -63,6 +63,8 @@ import {
   BatchRefusedError,
   DeskbatchClient,
   type ConnectOptions,
+  type DownloadInfo,
+  type FetchedDownload,
   type ToolResult,
   type ToolsetInfo,
 } from '../client/index.ts';
@@ -327,6 +329,31 @@ export class DeskbatchBrowserToolset extends BetaAbstractBrowserToolset20260801 
       toolset.#ownsClient = true;
       return toolset;
     });
+  }
+
+  /**
+   * The downloads this session's pages completed, which the daemon kept for the harness (docs/PROTOCOL.md
+   * "Downloads"): each by the `download_id` its `download_completed` state change carried.
+   */
+  downloads(): Promise<DownloadInfo[]> {
+    return this.client.downloads();
+  }
+
+  /** One of this session's downloads: a stream, or with `{ path }` a file here (DeskbatchClient.fetchDownload). */
+  fetchDownload(downloadId: string, options?: { signal?: AbortSignal }): Promise<FetchedDownload>;
+  fetchDownload(
+    downloadId: string,
+    options: { path: string; signal?: AbortSignal },
+  ): Promise<Omit<FetchedDownload, 'body'>>;
+  fetchDownload(
+    downloadId: string,
+    options: { path?: string; signal?: AbortSignal } = {},
+  ): Promise<FetchedDownload | Omit<FetchedDownload, 'body'>> {
+    const { path, signal } = options;
+    const withSignal = signal ? { signal } : {};
+    return path === undefined
+      ? this.client.fetchDownload(downloadId, withSignal)
+      : this.client.fetchDownload(downloadId, { path, ...withSignal });
   }
 
   /** Sends the call to the daemon as a batch of one (see the module comment). */

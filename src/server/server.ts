@@ -41,6 +41,12 @@ export interface HttpRoute {
   path: string;
   /** Also answers every path under `path/` (the handler reads the rest from `req.url`). */
   prefix?: boolean;
+  /**
+   * For a prefix route that shares its prefix with others (the session's documents and downloads under
+   * /v1/sessions): the paths it answers. Prefix routes are tried in the order given; one without `accepts`
+   * answers every path under its prefix, so it goes last.
+   */
+  accepts?: (path: string) => boolean;
   auth: 'none' | 'token';
   handle(req: IncomingMessage, res: ServerResponse): void | Promise<void>;
 }
@@ -111,6 +117,7 @@ export class DeskbatchServer {
   private closing: Promise<void> | undefined;
   readonly activity: ActivityHub;
   private readonly routes: ReadonlyMap<string, HttpRoute>;
+  private readonly prefixRoutes: readonly HttpRoute[];
   private readonly sockets: ReadonlyMap<string, { route: SocketRoute; wss: WebSocketServer }>;
 
   constructor(private readonly deps: ServerDeps) {
@@ -124,9 +131,9 @@ export class DeskbatchServer {
       auth: 'none',
       handle: (_req, res) => void res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}'),
     };
-    this.routes = new Map(
-      [healthz, ...(deps.routes ?? [])].map((r) => [`${r.method} ${r.path}${r.prefix ? '/*' : ''}`, r]),
-    );
+    const routes = [healthz, ...(deps.routes ?? [])];
+    this.routes = new Map(routes.filter((r) => !r.prefix).map((r) => [`${r.method} ${r.path}`, r]));
+    this.prefixRoutes = routes.filter((r) => r.prefix);
     this.http = createServer((req, res) => void this.onRequest(req, res));
     this.wss = new WebSocketServer({
       noServer: true,
@@ -163,7 +170,9 @@ export class DeskbatchServer {
     const method = req.method === 'HEAD' ? 'GET' : req.method;
     const route =
       this.routes.get(`${method} ${path}`) ??
-      [...this.routes.values()].find((r) => r.prefix === true && r.method === method && path.startsWith(`${r.path}/`));
+      this.prefixRoutes.find(
+        (r) => r.method === method && path.startsWith(`${r.path}/`) && (r.accepts?.(path) ?? true),
+      );
     if (!route) {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
       return;

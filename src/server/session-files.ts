@@ -1,13 +1,15 @@
 /**
  * The files a session holds on the daemon's disk: documents its harness
- * staged for `file_upload` (docs/PROTOCOL.md "Staged documents"), and, of
- * the same shape, a later kind for downloads handed back to the harness.
+ * staged for `file_upload` (docs/PROTOCOL.md "Staged documents"), and the
+ * downloads its pages completed, kept for the harness to fetch
+ * (docs/PROTOCOL.md "Downloads").
  *
  * - One `FileStore` per daemon: a private folder (0700, the daemon's own
  *   user: a sandboxed desktop's uid cannot read it), the bounds over every
  *   session, and one `SessionFiles` per session.
- * - A file is stored under a random id, never its name: a name can never
- *   reach a path. The bytes are streamed to disk and hashed as they come;
+ * - A file is stored under its id, never its name: a name can never reach a
+ *   path. A document's id is random; a download's is the `download_id` its
+ *   `download_completed` carried (`dl-N`, unique within the session). The bytes are streamed to disk and hashed as they come;
  *   bounds are checked chunk by chunk, so an upload over one stops at that
  *   byte and leaves nothing behind.
  * - A session's files are looked up only in its own map: another session's
@@ -35,6 +37,24 @@ export interface FileInfo {
   created_at: string;
 }
 
+/**
+ * A session's download as the harness lists it (docs/PROTOCOL.md "Downloads"): `complete` ones can be
+ * fetched; `not_kept` ones completed in the browser, but the daemon's store refused them (`reason`: its code).
+ */
+export interface DownloadInfo {
+  download_id: string;
+  name: string;
+  media_type: string;
+  size: number;
+  sha256: string | null;
+  state: 'complete' | 'not_kept';
+  reason?: FileRefusal['code'];
+  created_at: string;
+}
+
+/** Downloads not kept that a session remembers (the browser's cap, --max-downloads, bounds them already). */
+const NOT_KEPT_MAX = 256;
+
 /** Why a file was refused, with the HTTP status the route answers. `code` is stable; `message` names the bound. */
 export class FileRefusal extends Error {
   override readonly name = 'FileRefusal';
@@ -48,6 +68,7 @@ export class FileRefusal extends Error {
       | 'session_bytes'
       | 'daemon_bytes'
       | 'session_gone'
+      | 'id_taken'
       | 'aborted',
     message: string,
     readonly status: number,
@@ -58,6 +79,8 @@ export class FileRefusal extends Error {
 
 /** Longest name, in UTF-8 bytes (a file name on most file systems). */
 export const MAX_NAME_BYTES = 255;
+/** A download's id as `download_completed` carries it (src/browser/downloads.ts). */
+export const DOWNLOAD_ID = /^dl-[1-9][0-9]{0,8}$/;
 /** Longest media type. */
 const MAX_MEDIA_TYPE = 127;
 
@@ -93,7 +116,7 @@ export function checkMediaType(raw: string | undefined): string {
 export type FileStoreEvent =
   | { kind: 'stored'; fileKind: FileKind; bytes: number }
   | { kind: 'read'; fileKind: FileKind; bytes: number }
-  | { kind: 'refused'; code: FileRefusal['code'] };
+  | { kind: 'refused'; fileKind: FileKind; code: FileRefusal['code'] };
 
 interface Entry {
   info: FileInfo;
@@ -173,6 +196,8 @@ export interface DocumentForUpload {
 /** One session's files. */
 export class SessionFiles {
   private readonly entries = new Map<string, Entry>();
+  /** Downloads the store refused, listed as `not_kept`. */
+  private readonly notKept: DownloadInfo[] = [];
   /** Files being written: they hold their place in the count. */
   private writing = 0;
   private bytes = 0;
@@ -192,7 +217,8 @@ export class SessionFiles {
   /**
    * Streams `body` to disk under a new random id. Refused (nothing kept) when the name or media type is bad,
    * the body is empty, or it would pass a bound: the session's files, a file's bytes, the session's bytes or
-   * the daemon's. `declared` (Content-Length) refuses an upload over a bound before a byte is read.
+   * the daemon's. `declared` (Content-Length) refuses an upload over a bound before a byte is read. `id`
+   * names a download by its `download_id` (DOWNLOAD_ID); a document always gets a random one.
    */
   async add(
     kind: FileKind,
@@ -200,12 +226,16 @@ export class SessionFiles {
     rawMediaType: string | undefined,
     body: Readable,
     declared?: number,
+    id?: string,
   ): Promise<FileInfo> {
     const { settings } = this.store;
     try {
       if (this.removed) throw new FileRefusal('session_gone', 'the session has ended', 404);
       const name = checkFileName(rawName);
       const mediaType = checkMediaType(rawMediaType);
+      if (id !== undefined && (kind !== 'download' || !DOWNLOAD_ID.test(id) || this.entries.has(id))) {
+        throw new FileRefusal('id_taken', 'the id is not a new download id of this session', 409);
+      }
       if (this.entries.size + this.writing >= settings.maxPerSession) {
         throw new FileRefusal(
           'too_many_files',
@@ -216,12 +246,12 @@ export class SessionFiles {
       if (declared !== undefined) this.checkBytes(declared, declared);
       this.writing++;
       try {
-        return await this.write(kind, name, mediaType, body);
+        return await this.write(kind, name, mediaType, body, id);
       } finally {
         this.writing--;
       }
     } catch (err) {
-      if (err instanceof FileRefusal) this.store.onEvent({ kind: 'refused', code: err.code });
+      if (err instanceof FileRefusal) this.store.onEvent({ kind: 'refused', fileKind: kind, code: err.code });
       throw err;
     }
   }
@@ -245,11 +275,17 @@ export class SessionFiles {
     }
   }
 
-  private async write(kind: FileKind, name: string, mediaType: string, body: Readable): Promise<FileInfo> {
+  private async write(
+    kind: FileKind,
+    name: string,
+    mediaType: string,
+    body: Readable,
+    given: string | undefined,
+  ): Promise<FileInfo> {
     this.made ??= mkdir(this.dir, { recursive: true, mode: 0o700 });
     await this.made;
     if (this.removed) throw new FileRefusal('session_gone', 'the session has ended', 404);
-    const id = `${kind === 'document' ? 'doc' : 'dl'}_${randomBytes(16).toString('base64url')}`;
+    const id = given ?? `${kind === 'document' ? 'doc' : 'dl'}_${randomBytes(16).toString('base64url')}`;
     const path = join(this.dir, id);
     const hash = createHash('sha256');
     const abort = new AbortController();
@@ -309,6 +345,38 @@ export class SessionFiles {
     return [...this.entries.values()].filter((e) => e.info.kind === kind).map((e) => ({ ...e.info }));
   }
 
+  /** A completed download the store refused: listed as `not_kept`, with the refusal's code. */
+  downloadNotKept(downloadId: string, name: string, size: number, reason: FileRefusal['code']): void {
+    if (this.removed || this.notKept.length >= NOT_KEPT_MAX) return;
+    this.notKept.push({
+      download_id: downloadId,
+      name,
+      media_type: 'application/octet-stream',
+      size,
+      sha256: null,
+      state: 'not_kept',
+      reason,
+      created_at: new Date().toISOString(),
+    });
+  }
+
+  /** The session's downloads, kept or not, in the order they completed. */
+  downloads(): DownloadInfo[] {
+    const kept = this.list('download').map(
+      ({ document_id, name, media_type, size, sha256, created_at }): DownloadInfo => ({
+        download_id: document_id,
+        name,
+        media_type,
+        size,
+        sha256,
+        state: 'complete',
+        created_at,
+      }),
+    );
+    const order = (d: DownloadInfo): number => Number(d.download_id.slice(3));
+    return [...kept, ...this.notKept.map((d) => ({ ...d }))].sort((a, b) => order(a) - order(b));
+  }
+
   info(id: string, kind?: FileKind): FileInfo | undefined {
     const entry = this.entries.get(id);
     return entry && (!kind || entry.info.kind === kind) ? { ...entry.info } : undefined;
@@ -318,6 +386,25 @@ export class SessionFiles {
   open(id: string): Readable | undefined {
     const entry = this.entries.get(id);
     return entry ? createReadStream(entry.path) : undefined;
+  }
+
+  /**
+   * A file handed back to the harness (a download's route): its info and its bytes as a stream, whose bytes
+   * count as read (`read` events, as they go). Undefined when the session has no file of `kind` by that id.
+   */
+  handOut(id: string, kind: FileKind): { info: FileInfo; body: Readable } | undefined {
+    const entry = this.entries.get(id);
+    if (!entry || entry.info.kind !== kind) return undefined;
+    const file = createReadStream(entry.path);
+    const counted = new Transform({
+      transform: (chunk: Buffer, _encoding, done) => {
+        this.store.onEvent({ kind: 'read', fileKind: kind, bytes: chunk.length });
+        done(null, chunk);
+      },
+    });
+    file.on('error', (err) => counted.destroy(err));
+    counted.on('close', () => file.destroy());
+    return { info: { ...entry.info }, body: file.pipe(counted) };
   }
 
   /** A staged document for a member (`file_upload`): its bytes read whole, as the page is handed them. */
@@ -357,6 +444,7 @@ export class SessionFiles {
       this.bytes -= entry.info.size;
     }
     this.entries.clear();
+    this.notKept.length = 0;
     this.store.forget(this);
     await rm(this.dir, { recursive: true, force: true });
   }

@@ -313,6 +313,17 @@ function renderSession(group) {
     }
     node.append(el('p', 'session-files-title', `Staged files: ${documents.length}`), list);
   }
+  // The downloads its pages completed, kept for its harness (names are the page's: text, never markup).
+  const downloads = Array.isArray(session.downloads) ? session.downloads : [];
+  if (downloads.length) {
+    const list = el('ul', 'session-files session-downloads');
+    for (const dl of downloads) {
+      const item = el('li', null, `${dl.name} (${dl.size} bytes, ${dl.media_type})`);
+      item.title = `${dl.download_id}, sha256 ${dl.sha256}`;
+      list.append(item);
+    }
+    node.append(el('p', 'session-files-title', `Downloads: ${downloads.length}`), list);
+  }
   const batches = [...group.batches.values()].reverse();
   if (batches.length === 0) node.append(el('p', 'empty', 'No calls in the timeline.'));
   for (const batch of batches) node.append(renderBatch(batch));

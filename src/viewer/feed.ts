@@ -70,6 +70,15 @@ export interface StagedFileView {
   sha256: string;
 }
 
+/** A download a session's page completed and the daemon kept for its harness (docs/PROTOCOL.md "Downloads"). */
+export interface KeptDownloadView {
+  download_id: string;
+  name: string;
+  media_type: string;
+  size: number;
+  sha256: string;
+}
+
 /** Staged files listed per session at most (the daemon's own bound is usually lower: --max-documents). */
 const MAX_LISTED_FILES = 64;
 
@@ -77,6 +86,8 @@ export interface SessionView {
   id: string;
   /** Its staged files, oldest first; absent when it has none. They go when the session ends. */
   documents?: StagedFileView[];
+  /** The downloads kept for its harness, oldest first (at most MAX_LISTED_FILES); absent when it has none. */
+  downloads?: KeptDownloadView[];
   /** The desktop it acts on: `shared`, or a pooled desktop's `d<N>` (its screenshots show that desktop only). */
   desktop?: string;
   opened_at: number;
@@ -386,7 +397,7 @@ export class ViewerFeed {
         const known = this.sessions.get(activity.session) ?? { id: activity.session, opened_at: activity.at };
         for (const key of this.running.keys()) if (key.startsWith(`${activity.session}\n`)) this.running.delete(key);
         // Its staged files went with it.
-        const { documents: _gone, ...rest } = known;
+        const { documents: _gone, downloads: _kept, ...rest } = known;
         return this.sessionChanged({ ...rest, closed_at: activity.at, close_reason: activity.reason });
       }
       case 'document_staged': {
@@ -395,6 +406,13 @@ export class ViewerFeed {
         const { document_id, name, media_type, size, sha256 } = activity.document;
         const documents = [...(known.documents ?? []), { document_id, name, media_type, size, sha256 }];
         return this.sessionChanged({ ...known, documents: documents.slice(-MAX_LISTED_FILES) });
+      }
+      case 'download_kept': {
+        const known = this.sessions.get(activity.session);
+        if (!known) return;
+        const { download_id, name, media_type, size, sha256 } = activity.download;
+        const downloads = [...(known.downloads ?? []), { download_id, name, media_type, size, sha256 }];
+        return this.sessionChanged({ ...known, downloads: downloads.slice(-MAX_LISTED_FILES) });
       }
       case 'document_removed': {
         const known = this.sessions.get(activity.session);
