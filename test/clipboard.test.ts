@@ -212,6 +212,10 @@ describe('the clipboard to and from the harness', () => {
     assert.equal(unknown.status, 404);
     assert.equal(JSON.parse(unknown.body).error, 'session_not_found');
     assert.equal((await raw(d, 'GET', '/v1/sessions/s_nosuchsession/clipboard')).status, 404);
+    // HEAD would read the clipboard (the server answers it as GET) for an answer with no body.
+    const head = await raw(d, 'HEAD', path);
+    assert.equal(head.status, 405);
+    assert.equal(head.headers.allow, 'GET, PUT');
 
     assert.equal(await a.clipboard(), PASTED, 'no refused set changed the clipboard');
   });

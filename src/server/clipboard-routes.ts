@@ -182,6 +182,11 @@ export function clipboardRoutes(deps: ClipboardRouteDeps): HttpRoute[] {
   };
 
   const get = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    // The server answers HEAD as GET: here that would read the clipboard (and count and record a read) for nothing.
+    if (req.method === 'HEAD') {
+      res.setHeader('allow', 'GET, PUT');
+      return json(res, 405, 'method_not_allowed', 'HEAD would read the clipboard; use GET');
+    }
     const found = clipboardOf(req, res, (a) => a());
     if (!found) return;
     const asked = new URL(req.url ?? '/', 'http://daemon').searchParams.get('type');
