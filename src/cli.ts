@@ -77,6 +77,11 @@ Options:
                            bytes one session's staged documents may hold (default ${DEFAULT_CONFIG.documents.maxSessionBytes})
   --max-staged-bytes B     bytes every session's staged documents and kept downloads may hold together
                            (default ${DEFAULT_CONFIG.documents.maxTotalBytes}, 512 MiB)
+  --max-clipboard-text-bytes B
+                           bytes of text a harness may set on or read from its desktop's clipboard
+                           (default ${DEFAULT_CONFIG.clipboard.maxTextBytes}, 1 MiB; at most 64 MiB)
+  --max-clipboard-image-bytes B
+                           bytes of a PNG image on the clipboard (default ${DEFAULT_CONFIG.clipboard.maxImageBytes}, 10 MiB)
   --expose-download-paths  show the model where downloads were saved; only for an agent
                            with another tool that can read that path (default: hidden)
   --record                 record every session: its batches, a video of its desktop, its
@@ -253,6 +258,8 @@ const SERVE_OPTIONS = {
   'max-session-document-bytes': { type: 'string' },
   'max-staged-bytes': { type: 'string' },
   'record-documents': { type: 'boolean' },
+  'max-clipboard-text-bytes': { type: 'string' },
+  'max-clipboard-image-bytes': { type: 'string' },
   'record-downloads': { type: 'boolean' },
   record: { type: 'boolean' },
   'record-on-request': { type: 'boolean' },
@@ -377,6 +384,10 @@ function configFrom(
       maxFileBytes: num(values['max-document-bytes']),
       maxSessionBytes: num(values['max-session-document-bytes']),
       maxTotalBytes: num(values['max-staged-bytes']),
+    },
+    clipboard: {
+      maxTextBytes: num(values['max-clipboard-text-bytes']),
+      maxImageBytes: num(values['max-clipboard-image-bytes']),
     },
     takeover: {
       enabled: values['allow-takeover'],

@@ -17,6 +17,7 @@ import { PROTOCOL_PATH } from './base/protocol.ts';
 import { ScreenshotStore } from './base/screenshot-store.ts';
 import { DeskbatchServer, type HttpRoute, type SocketRoute } from './server/server.ts';
 import { checkFileName, FileRefusal, FileStore } from './server/session-files.ts';
+import { clipboardRoutes } from './server/clipboard-routes.ts';
 import { documentRoutes } from './server/document-routes.ts';
 import { downloadMediaType, downloadRoutes } from './server/download-routes.ts';
 import { safeFileName, type DownloadSettings } from './browser/downloads.ts';
@@ -354,9 +355,18 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // Each session's staged files (docs/PROTOCOL.md "Staged documents"), in a private folder of the daemon's.
   const files = await FileStore.open(config.documents, (event) => reportTo.metrics?.fileEvent(event));
   // Endpoints beside the protocol's own, on the same port; each module adds its own.
-  // Prefix routes are tried in order: the downloads' answer only their own paths, the documents' the rest.
+  // Prefix routes are tried in order: the downloads' and the clipboard's answer only their own paths, the
+  // documents' the rest.
   const routes: HttpRoute[] = [
     ...downloadRoutes({ filesOf: (id) => server.findSession(id)?.files }),
+    ...clipboardRoutes({
+      sessionOf: (id) => {
+        const session = server.findSession(id);
+        return session && { desktop: session.desktop?.desktop };
+      },
+      settings: config.clipboard,
+      used: (session, op, clipboard) => activity.publish({ type: 'clipboard', session, op, clipboard, at: Date.now() }),
+    }),
     ...documentRoutes({
       filesOf: (id) => server.findSession(id)?.files,
       settings: config.documents,

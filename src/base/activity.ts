@@ -24,6 +24,13 @@ export interface KeptDownloadActivity {
   sha256: string;
 }
 
+/** What the harness put on or read from its desktop's clipboard (docs/PROTOCOL.md "Clipboard"): never the content. */
+export interface ClipboardActivity {
+  media_type: string;
+  size: number;
+  sha256: string;
+}
+
 export type Activity =
   | {
       type: 'session_opened';
@@ -46,6 +53,8 @@ export type Activity =
   | { type: 'document_removed'; session: string; document_id: string; at: number }
   /** A page's download completed and was kept for the harness; its content stays with the session's files. */
   | { type: 'download_kept'; session: string; download: KeptDownloadActivity; at: number }
+  /** The harness set (`set`) or read (`read`) its desktop's clipboard; only the size and hash travel. */
+  | { type: 'clipboard'; session: string; op: 'set' | 'read'; clipboard: ClipboardActivity; at: number }
   /** The agent asked for a person (docs/PROTOCOL.md "Takeover"); `reason` is model-written text. */
   | { type: 'help_requested'; session: string; request_id: string; reason: string; at: number }
   /** A person took a desktop: the batches of `sessions` wait until it is handed back. */

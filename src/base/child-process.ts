@@ -430,6 +430,40 @@ export function runTool(command: string, args: readonly string[], options: ToolO
   });
 }
 
+/** What a short run of a tool printed as bytes (runToolBytes); `truncated` when it printed more than its bound. */
+export interface ToolBytesRun {
+  stdout: Buffer;
+  stderr: string;
+  truncated: boolean;
+  error?: ExecFileException;
+}
+
+/**
+ * Runs a short-lived tool whose output is bytes (xclip's reading of a
+ * clipboard, an image): it is killed after `timeoutMs`, and once it printed
+ * more than `maxBytes` (then `truncated`). Never rejects.
+ */
+export function runToolBytes(
+  command: string,
+  args: readonly string[],
+  options: ToolOptions & { maxBytes: number },
+): Promise<ToolBytesRun> {
+  const within = options.within;
+  const [cmd, argv] = within ? within.wrap(command, args) : [command, args];
+  const env = within ? within.environment(options.env ?? process.env) : options.env;
+  return new Promise((resolve) => {
+    execFile(
+      cmd,
+      argv,
+      { env, timeout: options.timeoutMs, encoding: 'buffer', maxBuffer: options.maxBytes },
+      (err, stdout, stderr) => {
+        const truncated = err?.code === 'ERR_CHILD_PROCESS_STDIO_MAXBUFFER';
+        resolve({ stdout, stderr: stderr.toString('utf8'), truncated, ...(err ? { error: err } : {}) });
+      },
+    );
+  });
+}
+
 /** runTool, synchronously: only for an exit hook, where nothing asynchronous runs any more. Throws on failure. */
 export function runToolSync(command: string, args: readonly string[], options: ToolOptions): void {
   execFileSync(command, args, { env: options.env, timeout: options.timeoutMs, stdio: 'ignore' });

@@ -96,6 +96,8 @@ export interface DaemonConfig {
   recording: RecordingSettings;
   /** Documents a harness stages for its session (docs/PROTOCOL.md "Staged documents"). */
   documents: DocumentSettings;
+  /** The clipboard a harness sets and reads on its session's desktop (docs/PROTOCOL.md "Clipboard"). */
+  clipboard: ClipboardSettings;
   /** Human takeover from the viewer (docs/VIEWER.md "Takeover"). */
   takeover: TakeoverSettings;
   /**
@@ -200,6 +202,16 @@ export interface DocumentSettings {
   /** Bytes every session's files may hold together. */
   maxTotalBytes: number;
 }
+
+export interface ClipboardSettings {
+  /** Bytes of text a harness may put on the clipboard, and read back. */
+  maxTextBytes: number;
+  /** Bytes of a PNG image a harness may put on the clipboard, and read back. */
+  maxImageBytes: number;
+}
+
+/** The most the clipboard bounds may be raised to: a set or read is held in memory whole. */
+export const MAX_CLIPBOARD_BYTES = 64 * 1024 ** 2;
 
 /** The most one staged file may hold: `file_upload` hands the page a file's bytes whole. */
 export const MAX_STAGED_FILE_BYTES = 50 * 1024 ** 2;
@@ -328,6 +340,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     // Half the 1 GiB /tmp the compose file gives the container (deploy/compose.yaml), shared with the desktops.
     maxTotalBytes: 512 * 1024 ** 2,
   },
+  clipboard: { maxTextBytes: 1024 ** 2, maxImageBytes: 10 * 1024 ** 2 },
   takeover: { enabled: false, leaseMs: 10 * 60_000, graceMs: 15_000, novncDir: '/usr/share/novnc' },
   sandbox: { mode: 'auto', uids: { first: 2_000_000_000, count: 1000 } },
   limits: {
@@ -495,6 +508,8 @@ export function resolveConfig(
       `documents.${k}`,
       config.documents[k],
     ]),
+    ['clipboard.maxTextBytes', config.clipboard.maxTextBytes],
+    ['clipboard.maxImageBytes', config.clipboard.maxImageBytes],
     ['takeover.leaseMs', config.takeover.leaseMs],
     ['takeover.graceMs', config.takeover.graceMs],
     ['resilience.breaker.failures', config.resilience.breaker.failures],
@@ -528,6 +543,14 @@ export function resolveConfig(
     throw new ConfigError(
       `--max-document-bytes must be at most ${MAX_STAGED_FILE_BYTES} (a page is handed a file whole), got ${config.documents.maxFileBytes}`,
     );
+  }
+  for (const [flag, value] of [
+    ['--max-clipboard-text-bytes', config.clipboard.maxTextBytes],
+    ['--max-clipboard-image-bytes', config.clipboard.maxImageBytes],
+  ] as const) {
+    if (value > MAX_CLIPBOARD_BYTES) {
+      throw new ConfigError(`${flag} must be at most ${MAX_CLIPBOARD_BYTES} (a clipboard is held whole), got ${value}`);
+    }
   }
   const settle = config.screenshot.settle;
   for (const [k, v] of Object.entries(settle)) {

@@ -46,6 +46,7 @@ import {
   type StageOptions,
   type StagedDocumentInfo,
 } from './documents.ts';
+import { clipboardUrl, readClipboard, setClipboard, type ClipboardContent } from './clipboard.ts';
 import {
   downloadsUrl,
   listDownloads,
@@ -243,6 +244,25 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
   /** Every download this session kept, as one zip (entries stored, named as listed), streamed. */
   fetchDownloadsZip(options: { signal?: AbortSignal } = {}): Promise<{ size: number; body: Readable }> {
     return openDownloadsZip(downloadsUrl(this.url, this.sessionId), this.options.token, options.signal);
+  }
+
+  /**
+   * Puts a text (or `{ png }`, a PNG image's bytes) on this session's desktop clipboard (docs/PROTOCOL.md
+   * "Clipboard"), so the model pastes it with ctrl+v instead of typing it. Rejects with ClipboardError
+   * (`clipboard_too_large`, `empty_clipboard`, `clipboard_not_offered` on the shared desktop, …).
+   */
+  setClipboard(content: ClipboardContent): Promise<void> {
+    return setClipboard(clipboardUrl(this.url, this.sessionId), this.options.token, content);
+  }
+
+  /** What this session's desktop clipboard holds as text (or, with `'image/png'`, a PNG); undefined when empty. */
+  clipboard(type?: 'text'): Promise<string | undefined>;
+  clipboard(type: 'image/png'): Promise<Buffer | undefined>;
+  clipboard(type: 'text' | 'image/png' = 'text'): Promise<string | Buffer | undefined> {
+    const url = clipboardUrl(this.url, this.sessionId);
+    return type === 'text'
+      ? readClipboard(url, this.options.token, 'text')
+      : readClipboard(url, this.options.token, type);
   }
 
   /** The toolsets the daemon serves, with their members and texts. */

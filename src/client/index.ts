@@ -25,6 +25,7 @@ export {
   type StagedDocumentInfo,
   type StagedDocumentList,
 } from './documents.ts';
+export { ClipboardError, type ClipboardContent } from './clipboard.ts';
 export { DownloadError, type DownloadInfo, type FetchedDownload } from './downloads.ts';
 export { DEFAULT_RECONNECT, type ClientState, type ConnectOptions, type ReconnectOptions } from './link.ts';
 export {

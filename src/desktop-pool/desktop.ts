@@ -9,6 +9,9 @@
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { BrowserManager } from '../browser/manager.ts';
+import { DesktopClipboard } from '../desktop-driver/clipboard.ts';
+// What the server's clipboard routes need of a desktop's clipboard: it reaches desktops through this layer only.
+export { ClipboardUnavailable, type ClipboardType } from '../desktop-driver/clipboard.ts';
 import type { DesktopDriver } from '../desktop-driver/driver.ts';
 import type { WorkerDesktopDriver } from '../desktop-driver/worker-driver.ts';
 import { FRAMEBUFFER_ENV } from '../desktop-driver/worker-protocol.ts';
@@ -39,6 +42,11 @@ export interface DesktopResources {
    * those programs then run in.
    */
   readonly screen?: { display: string; xauthority?: string; within?: ScreenSandbox };
+  /**
+   * Its clipboard as the harness sets and reads it (docs/PROTOCOL.md "Clipboard"): a pooled desktop's
+   * own; undefined for the shared desktop, whose clipboard is the operator's display's, every session's.
+   */
+  readonly clipboard?: DesktopClipboard;
 }
 
 /** A desktop's sandbox as the programs that watch its screen need it: to run in it, and a folder of theirs there. */
@@ -52,6 +60,8 @@ export interface DesktopParts {
   driver: WorkerDesktopDriver;
   browser: BrowserManager | undefined;
   display: VirtualDisplay;
+  /** Its CLIPBOARD selection as the harness sets it (the xclip serving it, stopped with the desktop). */
+  clipboard: DesktopClipboard;
   /** The desktop's own HOME (Chromium's and the worker's), removed with it. */
   home: string;
   /** Its browser downloads folder, removed with it. */
@@ -156,9 +166,15 @@ export async function buildDesktop(options: BuildOptions): Promise<DesktopParts>
       await made.driver.displaySize();
       await made.browser?.browserNow();
     }
+    const clipboard = new DesktopClipboard({
+      display: display.display,
+      xauthority: display.xauthority,
+      ...(sandbox ? { within: sandbox } : {}),
+    });
     return {
       ...made,
       display,
+      clipboard,
       home,
       downloads,
       ...(sandbox ? { sandbox } : {}),
@@ -182,6 +198,7 @@ export async function buildDesktop(options: BuildOptions): Promise<DesktopParts>
 
 /** Ends every process of a desktop and removes its folders. Never throws. */
 export async function destroyParts(parts: Partial<DesktopParts>): Promise<void> {
+  await parts.clipboard?.close();
   await parts.browser?.close().catch(() => undefined);
   await parts.driver?.close().catch(() => undefined);
   await parts.display?.stop().catch(() => undefined);

@@ -161,6 +161,10 @@ class PooledDesktop implements DesktopResources {
     return this.need().browser;
   }
 
+  get clipboard(): DesktopResources['clipboard'] {
+    return this.parts?.clipboard;
+  }
+
   get screen(): DesktopResources['screen'] {
     const d = this.parts?.display;
     const within = this.parts?.sandbox;

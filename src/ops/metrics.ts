@@ -510,9 +510,16 @@ export function createMetrics(deps: MetricsDeps): Metrics {
   const takeover = takeoverMetrics(registers);
   const recording = recordingMetrics(registers, deps.recordings);
   const fileEvent = fileMetrics(registers, deps.files);
+  const clipboardBytes = new Counter({
+    name: 'deskbatch_clipboard_bytes_total',
+    help: "Bytes harnesses put on their desktops' clipboards (in) and read from them (out).",
+    labelNames: ['direction'],
+    registers,
+  });
 
   const observe = (a: Activity): void => {
     if (a.type === 'tool_event') calls.toolEvent(a.event);
+    else if (a.type === 'clipboard') clipboardBytes.inc({ direction: a.op === 'set' ? 'in' : 'out' }, a.clipboard.size);
     else if (a.type === 'batch_finished') calls.batchFinished(a.result);
     else if (a.type === 'batch_replayed') calls.batchReplayed();
     else takeover(a);

@@ -502,6 +502,9 @@ export class Recorder {
       }
       case 'document_removed':
         return r.line({ type: 'document_removed', at: a.at, document_id: a.document_id });
+      case 'clipboard':
+        // Its size and hash, never its content: a clipboard can hold what the harness keeps from the model's log.
+        return r.line({ type: a.op === 'set' ? 'clipboard_set' : 'clipboard_read', at: a.at, ...a.clipboard });
       case 'session_closed':
         void this.finish(a.session, r, a.at, a.reason);
         return;

@@ -62,6 +62,7 @@ import {
   BatchOutcomeUnknownError,
   BatchRefusedError,
   DeskbatchClient,
+  type ClipboardContent,
   type ConnectOptions,
   type DownloadInfo,
   type FetchedDownload,
@@ -205,6 +206,18 @@ export class DeskbatchComputerToolset extends BetaAbstractComputerToolset2026080
       toolset.#ownsClient = true;
       return toolset;
     });
+  }
+
+  /** Puts a text or `{ png }` on this session's desktop clipboard (DeskbatchClient.setClipboard). */
+  setClipboard(content: ClipboardContent): Promise<void> {
+    return this.client.setClipboard(content);
+  }
+
+  /** This session's desktop clipboard as text, or with `'image/png'` a PNG (DeskbatchClient.clipboard). */
+  clipboard(type?: 'text'): Promise<string | undefined>;
+  clipboard(type: 'image/png'): Promise<Buffer | undefined>;
+  clipboard(type: 'text' | 'image/png' = 'text'): Promise<string | Buffer | undefined> {
+    return type === 'text' ? this.client.clipboard('text') : this.client.clipboard(type);
   }
 
   /** Sends the call to the daemon as a batch of one (see the module comment). */
@@ -354,6 +367,18 @@ export class DeskbatchBrowserToolset extends BetaAbstractBrowserToolset20260801 
     return path === undefined
       ? this.client.fetchDownload(downloadId, withSignal)
       : this.client.fetchDownload(downloadId, { path, ...withSignal });
+  }
+
+  /** Puts a text or `{ png }` on this session's desktop clipboard (DeskbatchClient.setClipboard). */
+  setClipboard(content: ClipboardContent): Promise<void> {
+    return this.client.setClipboard(content);
+  }
+
+  /** This session's desktop clipboard as text, or with `'image/png'` a PNG (DeskbatchClient.clipboard). */
+  clipboard(type?: 'text'): Promise<string | undefined>;
+  clipboard(type: 'image/png'): Promise<Buffer | undefined>;
+  clipboard(type: 'text' | 'image/png' = 'text'): Promise<string | Buffer | undefined> {
+    return type === 'text' ? this.client.clipboard('text') : this.client.clipboard(type);
   }
 
   /** Sends the call to the daemon as a batch of one (see the module comment). */

@@ -37,7 +37,7 @@ import type { FileStore } from './session-files.ts';
  * `auth: 'token'` routes need `Authorization: Bearer <token>`; the server checks it before `handle` runs.
  */
 export interface HttpRoute {
-  method: 'GET' | 'POST' | 'DELETE';
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE';
   path: string;
   /** Also answers every path under `path/` (the handler reads the rest from `req.url`). */
   prefix?: boolean;
