@@ -324,7 +324,7 @@ export const SLIDE_MS = 300;
  * A box fixed near the top right corner of the kiosk page; a click on it slides a bar across the
  * page for SLIDE_MS, drawn frame by frame (a string: tsx would wrap a function passed to evaluate).
  */
-const ANIMATED_BOX = `(() => {
+export const ANIMATED_BOX = `(() => {
   document.getElementById('bench-slide-box')?.remove();
   const box = document.createElement('div');
   box.id = 'bench-slide-box';

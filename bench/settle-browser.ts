@@ -13,7 +13,16 @@ import type { VirtualDisplay } from '../src/desktop-driver/xvfb.ts';
 import { startWebServer } from '../testkit/web.ts';
 import { BenchClient, nextId, toolUse } from './client.ts';
 import { BENCH_TOKEN, startDaemonProcess } from './daemon-process.ts';
-import { batchedVsSequential, computer, Link, padPoint, SLIDE_MS, sizeTag, type Size } from './desktop.ts';
+import {
+  ANIMATED_BOX,
+  batchedVsSequential,
+  computer,
+  Link,
+  padPoint,
+  SLIDE_MS,
+  sizeTag,
+  type Size,
+} from './desktop.ts';
 import { startDelayProxy } from './proxy.ts';
 import { ONE_WAY_MS } from './ratios.ts';
 import { figure, interleave, ITERATIONS, progress, type Figure } from './stats.ts';
@@ -22,21 +31,9 @@ import sharp from 'sharp';
 /** The box's colour (#335): found in a screenshot to click it. */
 const BOX_RGB = [0x33, 0x33, 0x55] as const;
 
-/** A still white page with the kiosk's animated box (bench/desktop.ts ANIMATED_BOX) from the start. */
+/** A still white page with the kiosk's animated box (bench/desktop.ts ANIMATED_BOX), added as it loads. */
 const PAGE = `<!doctype html><html><head><title>settle</title><style>html,body{margin:0;height:100%;background:#fff}</style></head>
-<body><div id=box style="position:fixed;top:20px;right:20px;width:120px;height:60px;background:#335"></div>
-<div id=bar style="position:fixed;top:100px;left:0;width:40px;height:40px;background:#0c0"></div><script>
-  const bar = document.getElementById('bar');
-  document.getElementById('box').addEventListener('mousedown', () => {
-    const t0 = performance.now();
-    const step = () => {
-      const f = Math.min(1, (performance.now() - t0) / ${SLIDE_MS});
-      bar.style.left = Math.round((innerWidth - 40) * f) + 'px';
-      if (f < 1) requestAnimationFrame(step);
-    };
-    requestAnimationFrame(step);
-  });
-</script></body></html>`;
+<body><script>${ANIMATED_BOX}</script></body></html>`;
 
 /** The centre of the box's pixels in a screenshot, or undefined when it is not on it yet. */
 async function findBox(png: string): Promise<{ x: number; y: number } | undefined> {

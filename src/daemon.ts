@@ -19,7 +19,8 @@ import { DeskbatchServer, type HttpRoute, type SocketRoute } from './server/serv
 import { checkFileName, FileRefusal, FileStore } from './server/session-files.ts';
 import { clipboardRoutes } from './server/clipboard-routes.ts';
 import { documentRoutes } from './server/document-routes.ts';
-import { downloadMediaType, downloadRoutes } from './server/download-routes.ts';
+import { downloadRoutes } from './server/download-routes.ts';
+import { mediaTypeOf } from './base/media-types.ts';
 import { safeFileName, type DownloadSettings } from './browser/downloads.ts';
 import { ActivityHub } from './base/activity.ts';
 import { createOps } from './ops/index.ts';
@@ -321,7 +322,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     }
     const t0 = performance.now();
     try {
-      const info = await kept.add('download', name, downloadMediaType(name), body, download.size, download.downloadId);
+      const info = await kept.add('download', name, mediaTypeOf(name), body, download.size, download.downloadId);
       log.debug('download kept for the harness', { session, bytes: info.size, ms: Math.round(performance.now() - t0) });
       const { document_id, media_type, size, sha256 } = info;
       activity.publish({

@@ -5,9 +5,9 @@
  * read back. `DeskbatchClient.setClipboard` and `clipboard` call these with
  * the client's URL, token and session.
  */
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import type { IncomingMessage } from 'node:http';
 import { DeskbatchError } from './errors.ts';
+import { readBounded, refusalOf, send, sessionUrl } from './session-http.ts';
 
 /** What a clipboard is set to: a text (sent as UTF-8), or a PNG image's bytes. */
 export type ClipboardContent = string | { png: Buffer | Uint8Array };
@@ -29,70 +29,25 @@ export class ClipboardError extends DeskbatchError {
 
 /** Where a session's clipboard is, on the daemon that `wsUrl` (`ws://host:port/v1`) names. */
 export function clipboardUrl(wsUrl: string, sessionId: string): URL {
-  const url = new URL(wsUrl);
-  url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
-  url.pathname = `/v1/sessions/${encodeURIComponent(sessionId)}/clipboard`;
-  url.search = '';
-  return url;
+  return sessionUrl(wsUrl, sessionId, 'clipboard');
 }
 
 /** Largest answer read: the daemon's own bound on a clipboard read is at most 64 MiB (src/base/config.ts). */
 const MAX_ANSWER_BYTES = 64 * 1024 ** 2;
 
-function send(
-  url: URL,
-  token: string,
-  method: 'GET' | 'PUT',
-  body?: { type: string; data: Buffer },
-): Promise<IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const request = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, {
-      method,
-      headers: {
-        authorization: `Bearer ${token}`,
-        ...(body ? { 'content-type': body.type, 'content-length': String(body.data.length) } : {}),
-      },
-    });
-    request.on('response', resolve);
-    request.on('error', reject);
-    request.end(body?.data);
-  });
-}
-
-async function readAll(res: IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of res as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_ANSWER_BYTES) {
-      res.destroy();
-      throw new DeskbatchError('the daemon answered more than expected');
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size);
-}
-
 async function refused(res: IncomingMessage): Promise<ClipboardError> {
-  let body: { error?: unknown; message?: unknown } = {};
-  try {
-    body = JSON.parse((await readAll(res)).toString('utf8')) as typeof body;
-  } catch {
-    // Not JSON (401's plain text): the status says it.
-  }
-  const status = res.statusCode ?? 0;
-  const code = typeof body.error === 'string' ? body.error : `http_${status}`;
-  const message = typeof body.message === 'string' ? body.message : `the daemon answered HTTP ${status}`;
+  const { code, message, status } = await refusalOf(res);
   return new ClipboardError(code, message, status);
 }
 
 /** Puts a text or a PNG image on the session's desktop clipboard; resolves once it is there. */
 export async function setClipboard(url: URL, token: string, content: ClipboardContent): Promise<void> {
-  const body =
+  const [type, data] =
     typeof content === 'string'
-      ? { type: 'text/plain; charset=utf-8', data: Buffer.from(content, 'utf8') }
-      : { type: 'image/png', data: Buffer.from(content.png) };
-  const res = await send(url, token, 'PUT', body);
+      ? ['text/plain; charset=utf-8', Buffer.from(content, 'utf8')]
+      : ['image/png', Buffer.from(content.png)];
+  const headers = { 'content-type': type, 'content-length': String(data.length) };
+  const res = await send(url, token, { method: 'PUT', headers, body: data });
   if (res.statusCode !== 204) throw await refused(res);
   res.resume();
 }
@@ -107,12 +62,12 @@ export async function readClipboard(
 ): Promise<string | Buffer | undefined> {
   const target = new URL(url);
   if (type === 'image/png') target.searchParams.set('type', 'image/png');
-  const res = await send(target, token, 'GET');
+  const res = await send(target, token);
   if (res.statusCode === 204) {
     res.resume();
     return undefined;
   }
   if (res.statusCode !== 200) throw await refused(res);
-  const data = await readAll(res);
+  const data = await readBounded(res, MAX_ANSWER_BYTES);
   return type === 'text' ? data.toString('utf8') : data;
 }

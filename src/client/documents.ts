@@ -11,6 +11,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { Readable } from 'node:stream';
 import { DeskbatchError } from './errors.ts';
+import { refusalFrom, sessionUrl } from './session-http.ts';
 
 /** A staged document, as the daemon describes it. */
 export interface StagedDocumentInfo {
@@ -56,11 +57,7 @@ export class DocumentRefusedError extends DeskbatchError {
 
 /** Where a session's documents are, on the daemon that `wsUrl` (`ws://host:port/v1`) names. */
 export function documentsUrl(wsUrl: string, sessionId: string): URL {
-  const url = new URL(wsUrl);
-  url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
-  url.pathname = `/v1/sessions/${encodeURIComponent(sessionId)}/documents`;
-  url.search = '';
-  return url;
+  return sessionUrl(wsUrl, sessionId, 'documents');
 }
 
 /** Largest answer read: a list of the session's documents. */
@@ -129,10 +126,8 @@ function send(
 }
 
 function refused(answer: Answer): DocumentRefusedError {
-  const body = (answer.body ?? {}) as { error?: unknown; message?: unknown };
-  const code = typeof body.error === 'string' ? body.error : `http_${answer.status}`;
-  const message = typeof body.message === 'string' ? body.message : `the daemon answered HTTP ${answer.status}`;
-  return new DocumentRefusedError(code, message, answer.status);
+  const { code, message, status } = refusalFrom(answer.status, answer.body);
+  return new DocumentRefusedError(code, message, status);
 }
 
 /** Stages `source` as `name` for the session whose documents are at `url`. */

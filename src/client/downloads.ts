@@ -8,11 +8,11 @@
 import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { unlink } from 'node:fs/promises';
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import type { IncomingMessage } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { DeskbatchError } from './errors.ts';
+import { readBounded, refusalOf, send, sessionUrl } from './session-http.ts';
 
 /** A download of the session's, as the daemon lists it. */
 export interface DownloadInfo {
@@ -56,58 +56,24 @@ export class DownloadError extends DeskbatchError {
 
 /** Where a session's downloads are, on the daemon that `wsUrl` (`ws://host:port/v1`) names. */
 export function downloadsUrl(wsUrl: string, sessionId: string): URL {
-  const url = new URL(wsUrl);
-  url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
-  url.pathname = `/v1/sessions/${encodeURIComponent(sessionId)}/downloads`;
-  url.search = '';
-  return url;
+  return sessionUrl(wsUrl, sessionId, 'downloads');
 }
 
-/** Largest JSON answer read (a list, or a refusal). */
+/** Largest JSON answer read (a list). */
 const MAX_ANSWER_BYTES = 1024 * 1024;
 
-function get(url: URL, token: string, signal: AbortSignal | undefined): Promise<IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const request = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, {
-      headers: { authorization: `Bearer ${token}` },
-      ...(signal ? { signal } : {}),
-    });
-    request.on('response', resolve);
-    request.on('error', reject);
-    request.end();
-  });
-}
-
-async function readJson(res: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of res as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_ANSWER_BYTES) {
-      res.destroy();
-      throw new DeskbatchError('the daemon answered more than expected');
-    }
-    chunks.push(chunk);
-  }
-  try {
-    return JSON.parse(Buffer.concat(chunks).toString());
-  } catch {
-    return undefined;
-  }
-}
+const get = (url: URL, token: string, signal: AbortSignal | undefined): Promise<IncomingMessage> =>
+  send(url, token, signal ? { signal } : {});
 
 async function refused(res: IncomingMessage): Promise<DownloadError> {
-  const body = ((await readJson(res).catch(() => undefined)) ?? {}) as { error?: unknown; message?: unknown };
-  const status = res.statusCode ?? 0;
-  const code = typeof body.error === 'string' ? body.error : `http_${status}`;
-  const message = typeof body.message === 'string' ? body.message : `the daemon answered HTTP ${status}`;
+  const { code, message, status } = await refusalOf(res);
   return new DownloadError(code, message, status);
 }
 
 export async function listDownloads(url: URL, token: string): Promise<DownloadInfo[]> {
   const res = await get(url, token, undefined);
   if (res.statusCode !== 200) throw await refused(res);
-  return ((await readJson(res)) as { downloads: DownloadInfo[] }).downloads;
+  return (JSON.parse((await readBounded(res, MAX_ANSWER_BYTES)).toString()) as { downloads: DownloadInfo[] }).downloads;
 }
 
 /** The name in a Content-Disposition: `filename*` (RFC 5987, UTF-8) when given, else `filename`. */

@@ -17,14 +17,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ClipboardActivity } from '../base/activity.ts';
 import type { ClipboardSettings } from '../base/config.ts';
 import { ClipboardUnavailable, type ClipboardType, type DesktopResources } from '../desktop-pool/desktop.ts';
-import { SESSIONS_PATH } from './document-routes.ts';
+import { refuseUpload, sendJson, sessionNotFound, sessionPath, SESSIONS_PATH } from './session-routes.ts';
 import type { HttpRoute } from './server.ts';
 
-/** A session id as newSessionId makes them (session.ts); anything else is not looked up. */
-const SESSION_ID = /^s_[A-Za-z0-9_-]{1,64}$/;
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-/** A refused body's rest is read and dropped up to this much, so the client reads the answer; then the connection closes. */
-const DRAIN_MAX_BYTES = 64 * 1024 ** 2;
 
 export interface ClipboardRouteDeps {
   /** The live session's desktop (`desktop` undefined while it has none), or undefined when no session is live by that id. */
@@ -34,33 +30,18 @@ export interface ClipboardRouteDeps {
   used(sessionId: string, op: 'set' | 'read', info: ClipboardActivity): void;
 }
 
-function json(res: ServerResponse, status: number, error: string, message: string): void {
-  res
-    .writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' })
-    .end(JSON.stringify({ error, message }));
-}
+const json = (res: ServerResponse, status: number, error: string, message: string): void =>
+  sendJson(res, status, { error, message });
 
 /** The session id of `/v1/sessions/<id>/clipboard`, or undefined for any other path. */
 function parse(path: string): string | undefined {
-  if (!path.startsWith(`${SESSIONS_PATH}/`)) return undefined;
-  const [sessionId, what, ...more] = path.slice(SESSIONS_PATH.length + 1).split('/');
-  return sessionId && SESSION_ID.test(sessionId) && what === 'clipboard' && !more.length ? sessionId : undefined;
+  const [sessionId, what, ...more] = sessionPath(path) ?? [];
+  return what === 'clipboard' && !more.length ? sessionId : undefined;
 }
 
 /** Whether a path is these routes' (the server asks before it hands a request to them). */
 export function isClipboardPath(path: string): boolean {
   return parse(path) !== undefined;
-}
-
-/** Answers a refused PUT once the rest of its body is dropped as it comes (up to DRAIN_MAX_BYTES). */
-function refuse(req: IncomingMessage, res: ServerResponse, answer: () => void): void {
-  let drained = 0;
-  req.on('data', (chunk: Buffer) => {
-    drained += chunk.length;
-    if (drained > DRAIN_MAX_BYTES) req.socket.destroy();
-  });
-  req.resume();
-  answer();
 }
 
 /** The body, whole, or 'too_large' as soon as it passes `max` bytes. */
@@ -124,7 +105,7 @@ export function clipboardRoutes(deps: ClipboardRouteDeps): HttpRoute[] {
     const sessionId = parse((req.url ?? '').split('?')[0] ?? '');
     const session = sessionId ? deps.sessionOf(sessionId) : undefined;
     if (!sessionId || !session) {
-      return void answer(() => json(res, 404, 'session_not_found', 'no live session with this id'));
+      return void answer(() => sessionNotFound(res));
     }
     const desktop = session.desktop;
     if (!desktop) {
@@ -141,12 +122,12 @@ export function clipboardRoutes(deps: ClipboardRouteDeps): HttpRoute[] {
   };
 
   const put = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const found = clipboardOf(req, res, (a) => refuse(req, res, a));
+    const found = clipboardOf(req, res, (a) => refuseUpload(req, res, a));
     if (!found) return;
     const type = mediaType(req.headers['content-type']);
     if (!type) {
       const message = 'give Content-Type text/plain; charset=utf-8, or image/png';
-      return refuse(req, res, () => json(res, 415, 'unsupported_media_type', message));
+      return refuseUpload(req, res, () => json(res, 415, 'unsupported_media_type', message));
     }
     const max = bound(type);
     const tooLarge = () =>
@@ -157,9 +138,9 @@ export function clipboardRoutes(deps: ClipboardRouteDeps): HttpRoute[] {
         `the clipboard takes at most ${max} bytes of ${type === 'text' ? 'text' : 'image'}`,
       );
     const declared = Number(req.headers['content-length'] ?? NaN);
-    if (declared > max) return refuse(req, res, tooLarge);
+    if (declared > max) return refuseUpload(req, res, tooLarge);
     const data = await readBody(req, max);
-    if (data === 'too_large') return refuse(req, res, tooLarge);
+    if (data === 'too_large') return refuseUpload(req, res, tooLarge);
     if (!data.length) {
       return json(res, 400, 'empty_clipboard', 'the body is empty: give the text or image to put on the clipboard');
     }
@@ -169,7 +150,7 @@ export function clipboardRoutes(deps: ClipboardRouteDeps): HttpRoute[] {
     }
     // The session may have ended while the body came: its desktop is not its any more.
     if (deps.sessionOf(found.sessionId)?.desktop?.clipboard !== found.clipboard) {
-      return json(res, 404, 'session_not_found', 'no live session with this id');
+      return sessionNotFound(res);
     }
     try {
       await found.clipboard.set(data, type);

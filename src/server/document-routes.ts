@@ -17,11 +17,8 @@ import { PassThrough } from 'node:stream';
 import type { DocumentSettings } from '../base/config.ts';
 import type { HttpRoute } from './server.ts';
 import { FileRefusal, type FileInfo, type SessionFiles } from './session-files.ts';
+import { refuseUpload, sendJson, sessionNotFound, sessionPath, SESSIONS_PATH } from './session-routes.ts';
 
-export const SESSIONS_PATH = '/v1/sessions';
-
-/** A session id as newSessionId makes them (session.ts); anything else is not looked up. */
-const SESSION_ID = /^s_[A-Za-z0-9_-]{1,64}$/;
 const DOCUMENT_ID = /^doc_[A-Za-z0-9_-]{1,64}$/;
 
 export interface DocumentRouteDeps {
@@ -33,37 +30,11 @@ export interface DocumentRouteDeps {
   removed(sessionId: string, documentId: string): void;
 }
 
-function json(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
-}
-
-const noSession = (res: ServerResponse): void =>
-  json(res, 404, { error: 'session_not_found', message: 'no live session with this id' });
-
-/**
- * Bytes of a refused upload read and dropped, so a client still sending reads the answer on a live
- * connection (a closed one would cut its write first, and many clients then report the reset, not the
- * answer); past this much the connection is closed.
- */
-const DRAIN_MAX_BYTES = 64 * 1024 ** 2;
-
-/** Answers a refused upload: the rest of its body is dropped as it comes, up to DRAIN_MAX_BYTES. */
-function refuse(req: IncomingMessage, res: ServerResponse, answer: () => void): void {
-  let drained = 0;
-  req.on('data', (chunk: Buffer) => {
-    drained += chunk.length;
-    if (drained > DRAIN_MAX_BYTES) req.socket.destroy();
-  });
-  req.resume();
-  answer();
-}
-
-/** `[sessionId, rest]` of `/v1/sessions/<id>/documents[/<rest>]`, or undefined for any other path. */
+/** The session and document of `/v1/sessions/<id>/documents[/<document_id>]`, or undefined for any other path. */
 function parse(req: IncomingMessage): { sessionId: string; documentId?: string; url: URL } | undefined {
   const url = new URL(req.url ?? '/', 'http://daemon');
-  const parts = url.pathname.slice(SESSIONS_PATH.length + 1).split('/');
-  const [sessionId, what, documentId, ...more] = parts;
-  if (!sessionId || !SESSION_ID.test(sessionId) || what !== 'documents' || more.length) return undefined;
+  const [sessionId, what, documentId, ...more] = sessionPath(url.pathname) ?? [];
+  if (!sessionId || what !== 'documents' || more.length) return undefined;
   if (documentId === undefined) return { sessionId, url };
   return { sessionId, documentId, url };
 }
@@ -72,10 +43,12 @@ export function documentRoutes(deps: DocumentRouteDeps): HttpRoute[] {
   const stage = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const target = parse(req);
     const files = target && target.documentId === undefined ? deps.filesOf(target.sessionId) : undefined;
-    if (!target || !files) return refuse(req, res, () => noSession(res));
+    if (!target || !files) return refuseUpload(req, res, () => sessionNotFound(res));
     const name = target.url.searchParams.get('name');
     if (name === null) {
-      return refuse(req, res, () => json(res, 400, { error: 'bad_name', message: 'give the name as ?name=' }));
+      return refuseUpload(req, res, () =>
+        sendJson(res, 400, { error: 'bad_name', message: 'give the name as ?name=' }),
+      );
     }
     const length = req.headers['content-length'];
     const declared = length === undefined ? undefined : Number(length);
@@ -85,24 +58,24 @@ export function documentRoutes(deps: DocumentRouteDeps): HttpRoute[] {
     try {
       const info = await files.add('document', name, req.headers['content-type'], body, declared);
       deps.staged(target.sessionId, info);
-      json(res, 201, info);
+      sendJson(res, 201, info);
     } catch (err) {
       req.unpipe(body);
       if (!(err instanceof FileRefusal)) {
         req.socket.destroy();
         throw err;
       }
-      if (err.code === 'session_gone') return refuse(req, res, () => noSession(res));
-      refuse(req, res, () => json(res, err.status, { error: err.code, message: err.message }));
+      if (err.code === 'session_gone') return refuseUpload(req, res, () => sessionNotFound(res));
+      refuseUpload(req, res, () => sendJson(res, err.status, { error: err.code, message: err.message }));
     }
   };
 
   const list = (req: IncomingMessage, res: ServerResponse): void => {
     const target = parse(req);
     const files = target && target.documentId === undefined ? deps.filesOf(target.sessionId) : undefined;
-    if (!files) return noSession(res);
+    if (!files) return sessionNotFound(res);
     const { maxPerSession, maxFileBytes, maxSessionBytes } = deps.settings;
-    json(res, 200, {
+    sendJson(res, 200, {
       documents: files.list('document'),
       limits: { max_documents: maxPerSession, max_document_bytes: maxFileBytes, max_session_bytes: maxSessionBytes },
     });
@@ -111,10 +84,13 @@ export function documentRoutes(deps: DocumentRouteDeps): HttpRoute[] {
   const remove = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const target = parse(req);
     const files = target ? deps.filesOf(target.sessionId) : undefined;
-    if (!target || !files) return noSession(res);
+    if (!target || !files) return sessionNotFound(res);
     const id = target.documentId;
     if (!id || !DOCUMENT_ID.test(id) || !(await files.delete(id, 'document'))) {
-      return json(res, 404, { error: 'document_not_found', message: 'this session staged no document with this id' });
+      return sendJson(res, 404, {
+        error: 'document_not_found',
+        message: 'this session staged no document with this id',
+      });
     }
     deps.removed(target.sessionId, id);
     res.writeHead(204).end();

@@ -19,19 +19,12 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { HttpRoute } from './server.ts';
 import { DOWNLOAD_ID, type SessionFiles } from './session-files.ts';
-import { SESSIONS_PATH } from './document-routes.ts';
+import { sendJson, sessionNotFound, sessionPath, SESSIONS_PATH } from './session-routes.ts';
 import { zipLength, zipStream, type ZipStreamEntry } from './zip-stream.ts';
-
-/** A session id as newSessionId makes them (session.ts); anything else is not looked up. */
-const SESSION_ID = /^s_[A-Za-z0-9_-]{1,64}$/;
 
 export interface DownloadRouteDeps {
   /** The live session's files, or undefined when there is no live session by that id. */
   filesOf(sessionId: string): SessionFiles | undefined;
-}
-
-function json(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
 }
 
 /**
@@ -39,9 +32,8 @@ function json(res: ServerResponse, status: number, body: unknown): void {
  * `/v1/sessions/<id>/downloads.zip`, or undefined for any other path.
  */
 function parse(path: string): { sessionId: string; downloadId?: string; zip?: true } | undefined {
-  if (!path.startsWith(`${SESSIONS_PATH}/`)) return undefined;
-  const [sessionId, what, downloadId, ...more] = path.slice(SESSIONS_PATH.length + 1).split('/');
-  if (!sessionId || !SESSION_ID.test(sessionId) || more.length) return undefined;
+  const [sessionId, what, downloadId, ...more] = sessionPath(path) ?? [];
+  if (!sessionId || more.length) return undefined;
   if (what === 'downloads.zip') return downloadId === undefined ? { sessionId, zip: true } : undefined;
   if (what !== 'downloads') return undefined;
   return downloadId === undefined ? { sessionId } : { sessionId, downloadId };
@@ -73,7 +65,7 @@ async function sendZip(files: SessionFiles, sessionId: string, req: IncomingMess
   }));
   const length = zipLength(entries);
   if (length === undefined) {
-    return json(res, 413, {
+    return sendJson(res, 413, {
       error: 'archive_too_large',
       message: 'the downloads are too many or too large for one zip',
     });
@@ -94,31 +86,6 @@ export function isDownloadPath(path: string): boolean {
   return parse(path) !== undefined;
 }
 
-/** Media types by a download's extension: Playwright's download does not tell the response's Content-Type. */
-const MEDIA_TYPES: Readonly<Record<string, string>> = {
-  pdf: 'application/pdf',
-  zip: 'application/zip',
-  json: 'application/json',
-  csv: 'text/csv',
-  txt: 'text/plain',
-  html: 'text/html',
-  xml: 'application/xml',
-  png: 'image/png',
-  jpg: 'image/jpeg',
-  jpeg: 'image/jpeg',
-  gif: 'image/gif',
-  webp: 'image/webp',
-  svg: 'image/svg+xml',
-  xlsx: 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
-  docx: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
-};
-
-/** A download's media type from its name's extension; application/octet-stream when unknown. */
-export function downloadMediaType(name: string): string {
-  const ext = /\.([A-Za-z0-9]{1,8})$/.exec(name)?.[1]?.toLowerCase();
-  return (ext && MEDIA_TYPES[ext]) ?? 'application/octet-stream';
-}
-
 /**
  * `attachment` with the name twice: an ASCII `filename` (anything else, and `"` `\` `%`, as `_`) for old
  * readers, and the exact UTF-8 name as `filename*` (RFC 5987 percent-encoding), which readers prefer.
@@ -134,14 +101,14 @@ export function downloadRoutes(deps: DownloadRouteDeps): HttpRoute[] {
     const target = parse((req.url ?? '').split('?')[0] ?? '');
     const files = target ? deps.filesOf(target.sessionId) : undefined;
     if (!target || !files) {
-      return json(res, 404, { error: 'session_not_found', message: 'no live session with this id' });
+      return sessionNotFound(res);
     }
     if (target.zip) return sendZip(files, target.sessionId, req, res);
-    if (target.downloadId === undefined) return json(res, 200, { downloads: files.downloads() });
+    if (target.downloadId === undefined) return sendJson(res, 200, { downloads: files.downloads() });
     const found = DOWNLOAD_ID.test(target.downloadId) ? files.handOut(target.downloadId, 'download') : undefined;
     if (!found) {
       const message = 'this session kept no download with this id (GET …/downloads lists them)';
-      return json(res, 404, { error: 'download_not_found', message });
+      return sendJson(res, 404, { error: 'download_not_found', message });
     }
     const { info, body } = found;
     res.writeHead(200, {

@@ -4,13 +4,14 @@
  * `read_network`, `file_upload`. index.ts serves them only when enabled.
  */
 import { readFile, realpath, stat } from 'node:fs/promises';
-import { basename, extname, isAbsolute, relative, sep } from 'node:path';
+import { basename, isAbsolute, relative, sep } from 'node:path';
 import type { Request } from 'playwright';
 import { z } from 'zod';
 import { oneLine } from '../../src/base/text.ts';
 import { refElement } from '../../src/browser/frame-worlds.ts';
 import { ToolInputError, ToolRefusedError } from '../../src/base/errors.ts';
 import { orAfter } from '../../src/base/resilience.ts';
+import { mediaTypeOf } from '../../src/base/media-types.ts';
 import type { StagedDocument } from '../../src/toolset-api/types.ts';
 import { browserMember, refTarget, tabId } from './context.ts';
 
@@ -151,33 +152,11 @@ async function insideRoots(path: string, roots: readonly string[]): Promise<stri
 /** Bytes one uploaded file may have: the page is handed them whole (Playwright's limit for that is 50 MiB). */
 const MAX_UPLOAD_BYTES = 50 * 2 ** 20;
 
-/** The media type a file input reports for a file, by its extension, as a browser picking it from disk would. */
-const MEDIA_TYPES: Record<string, string> = {
-  txt: 'text/plain',
-  csv: 'text/csv',
-  html: 'text/html',
-  htm: 'text/html',
-  json: 'application/json',
-  pdf: 'application/pdf',
-  png: 'image/png',
-  jpg: 'image/jpeg',
-  jpeg: 'image/jpeg',
-  gif: 'image/gif',
-  webp: 'image/webp',
-  svg: 'image/svg+xml',
-  zip: 'application/zip',
-  xml: 'application/xml',
-};
-
 /** The refusal of an upload whose files, up to `field`, hold more than the page may be handed. */
 function tooMuch(field: string): ToolRefusedError {
   return new ToolRefusedError(
     `${field} takes the files past ${MAX_UPLOAD_BYTES / 2 ** 20} MiB in all; nothing was uploaded.`,
   );
-}
-
-function mediaType(path: string): string {
-  return MEDIA_TYPES[extname(path).slice(1).toLowerCase()] ?? 'application/octet-stream';
 }
 
 export const fileUpload = browserMember({
@@ -252,7 +231,11 @@ export const fileUpload = browserMember({
     // nor the daemon's staged files.
     const files = [
       ...(await Promise.all(
-        found.map(async (path) => ({ name: basename(path), mimeType: mediaType(path), buffer: await readFile(path) })),
+        found.map(async (path) => ({
+          name: basename(path),
+          mimeType: mediaTypeOf(basename(path)),
+          buffer: await readFile(path),
+        })),
       )),
       ...(await Promise.all(
         staged.map(async (doc) => ({ name: doc.name, mimeType: doc.mediaType, buffer: await doc.read() })),
