@@ -379,12 +379,41 @@ describe('staged documents on a shared desktop', () => {
       authorization: 'Bearer wrong-token-wrong-token-wrong-token',
     });
     assert.equal(noToken.status, 401);
+
     await client.close();
     await other.close();
     await until(
       'both sessions to end and their files to go',
       async () => d.daemon.files.usage.files === 0 && (await filesUnder(d.daemon.files.root)).length === 0,
     );
+  });
+
+  test('an upload whose client goes mid-body ends: its bytes are given back, nothing stays on disk', async () => {
+    const client = await connect();
+    const path = documentsUrl(d.url, client.sessionId).pathname;
+    // Before, the write waited for the session's end: its place, its bytes and a file stayed held meanwhile.
+    const heldBefore = d.daemon.files.usage.bytes;
+    const onDisk = (await filesUnder(d.daemon.files.root)).length;
+    const url = new URL(d.url.replace('ws:', 'http:'));
+    const cut = request({
+      host: url.hostname,
+      port: url.port,
+      method: 'POST',
+      path: `${path}?name=cut.bin`,
+      headers: { authorization: `Bearer ${TEST_TOKEN}`, 'content-length': '100000' },
+    });
+    cut.on('error', () => undefined);
+    cut.write(Buffer.alloc(5000, 1));
+    await until('the cut upload to be under way', () => d.daemon.files.usage.bytes >= heldBefore + 5000, {
+      seen: () => d.daemon.files.usage,
+    });
+    cut.destroy();
+    await until('the cut upload to be given back', () => d.daemon.files.usage.bytes === heldBefore, {
+      seen: () => d.daemon.files.usage,
+    });
+    await until('its partial file to go', async () => (await filesUnder(d.daemon.files.root)).length === onDisk);
+    assert.deepEqual(await client.documents(), [], 'the session lists nothing of it');
+    await client.close();
   });
 
   test('a resumed session keeps its documents; an ended one loses them, and a stage into it is refused', async () => {

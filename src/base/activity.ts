@@ -25,10 +25,10 @@ export interface KeptDownloadActivity {
 }
 
 /** What the harness put on or read from its desktop's clipboard (docs/PROTOCOL.md "Clipboard"): never the content. */
+/** What the harness put on its desktop's clipboard or read from it: never the content, nor a hash of it (a short secret's hash can be reversed by trying). */
 export interface ClipboardActivity {
   media_type: string;
   size: number;
-  sha256: string;
 }
 
 export type Activity =

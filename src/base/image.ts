@@ -34,11 +34,11 @@ export interface SettleOptions {
 
 /** Pointer input the daemon sent itself, as a page under the pointer sees it (src/browser/input-frames.ts). */
 export interface InputMark {
-  /** The DOM event that ends it in a page: a move's pointermove, a click's last mouseup, a wheel's. */
-  event: 'pointermove' | 'mouseup' | 'wheel';
+  /** The DOM event that ends it in a page: a move's pointermove, a click's last mouseup. */
+  event: 'pointermove' | 'mouseup';
   /** Least `detail` of that event: a click's count (a double click's last mouseup has detail 2). */
   detail: number;
-  /** Date.now() before the input was sent: its event is dispatched no earlier. */
+  /** Date.now() before the input (a click's last press) was sent: its event is dispatched no earlier. */
   sentAt: number;
 }
 

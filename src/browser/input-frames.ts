@@ -5,8 +5,8 @@
  * app it waits out a reaction window (`SettleOptions.reactionMs`). Where that
  * app is this daemon's own headful Chromium, each tab tells instead: the
  * in-page script (page-script/input-frames.js), installed in an isolated world
- * of every frame before the page's scripts, reports each trusted pointermove,
- * mouseup and wheel event once the animation frame after it has been committed,
+ * of every frame before the page's scripts, reports each trusted pointermove
+ * and mouseup event once the animation frame after it has been committed,
  * through a CDP binding only that world sees. `drawnAfter` answers whether, and
  * when, a report for a given input came.
  *
@@ -27,7 +27,7 @@ const WORLD = 'deskbatch-input-frames';
 const BINDING = 'deskbatchInputFrame';
 const SOURCE = `(${readFileSync(new URL('./page-script/input-frames.js', import.meta.url), 'utf8').trim()})(globalThis.${BINDING})`;
 /** A report: `type detail eventTime`, as page-script/input-frames.js sends it. */
-const REPORT = /^(pointermove|mouseup|wheel) (\d{1,3}) (\d{1,16})$/;
+const REPORT = /^(pointermove|mouseup) (\d{1,3}) (\d{1,16})$/;
 
 interface Heard {
   detail: number;

@@ -80,12 +80,16 @@ export class XPointer {
     await this.conn.sync();
   }
 
-  /** The click, sent: it resolves once the last press and release are written, before the X server answers. */
-  async sendClick(b: MouseButton, count: number, at?: Point): Promise<void> {
+  /**
+   * The click, sent: it resolves once the last press and release are written, before the X server answers.
+   * `beforeLastPress` is called just before the last press is written.
+   */
+  async sendClick(b: MouseButton, count: number, at?: Point, beforeLastPress?: () => void): Promise<void> {
     if (at) this.sendMove(at);
     for (let i = 0; i < count; i++) {
       if (i > 0) await new Promise((resolve) => setTimeout(resolve, CLICK_GAP_MS));
       await this.activateUnderPointer();
+      if (i === count - 1) beforeLastPress?.();
       this.conn.fakeInput(this.xtest, BUTTON_PRESS, MOTION_BUTTONS[b]);
       this.conn.fakeInput(this.xtest, BUTTON_RELEASE, MOTION_BUTTONS[b]);
     }

@@ -243,8 +243,14 @@ export class WorkerDesktopDriver implements DesktopDriver {
     }
     const clicks = integerIn('count', count, 1, CLICK_COUNT_MAX, badInput);
     const point = at && pixelPoint(at, 'at', badInput);
-    // A page's last mouseup of the click carries its count (X's click counting: a fresh click is 1).
-    return this.pointerInput(signal, { event: 'mouseup', detail: clicks }, (p) => p.sendClick(button, clicks, point));
+    // A page's last mouseup of the click carries its count (X's click counting: a fresh click is 1), or more after
+    // a click at the same point just before: so the mark's time is taken again just before the last press, and
+    // only that press's mouseup is dispatched after it.
+    return this.pointerInput(signal, { event: 'mouseup', detail: clicks }, (p) =>
+      p.sendClick(button, clicks, point, () => {
+        if (this.lastMark) this.lastMark = { ...this.lastMark, sentAt: Date.now() };
+      }),
+    );
   }
 
   mouseDown(button: MouseButton, signal?: AbortSignal): Promise<void> {
@@ -269,7 +275,9 @@ export class WorkerDesktopDriver implements DesktopDriver {
       return this.call('scroll', { direction, amount, modifiers }, signal);
     }
     const clicks = integerIn('amount', amount, 1, COMPUTER_SCROLL_AMOUNT_MAX, badInput);
-    return this.pointerInput(signal, { event: 'wheel', detail: 0 }, (p) => p.sendWheel(direction, clicks));
+    // No mark: the wheel's notches are merged and the scroll drawn by the compositor, not in the frame a
+    // page's word follows; the settle step waits its reaction window.
+    return this.pointerInput(signal, undefined, (p) => p.sendWheel(direction, clicks));
   }
 
   pressKeys(chord: DriverKey[], repeat: number, signal?: AbortSignal): Promise<void> {
@@ -363,11 +371,11 @@ export class WorkerDesktopDriver implements DesktopDriver {
    */
   private pointerInput(
     signal: AbortSignal | undefined,
-    mark: Omit<InputMark, 'sentAt'>,
+    mark: Omit<InputMark, 'sentAt'> | undefined,
     send: (pointer: XPointer) => Promise<void> | void,
   ): Promise<void> {
     return this.enqueue(signal, async () => {
-      this.lastMark = { ...mark, sentAt: Date.now() };
+      this.lastMark = mark && { ...mark, sentAt: Date.now() };
       try {
         await this.onDisplay(undefined, async (q) => {
           await send(await this.pointerOn(q));

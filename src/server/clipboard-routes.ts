@@ -63,6 +63,9 @@ function readBody(req: IncomingMessage, max: number): Promise<Buffer | 'too_larg
     req.on('data', onData);
     req.once('end', onEnd);
     req.once('error', reject);
+    req.once('close', () => {
+      if (!req.complete) reject(new Error('the request was aborted'));
+    });
   });
 }
 
@@ -90,7 +93,6 @@ const isUtf8 = (data: Buffer): boolean => {
 const activity = (type: ClipboardType, data: Buffer): ClipboardActivity => ({
   media_type: type === 'text' ? 'text/plain; charset=utf-8' : 'image/png',
   size: data.length,
-  sha256: createHash('sha256').update(data).digest('hex'),
 });
 
 export function clipboardRoutes(deps: ClipboardRouteDeps): HttpRoute[] {
@@ -139,7 +141,9 @@ export function clipboardRoutes(deps: ClipboardRouteDeps): HttpRoute[] {
       );
     const declared = Number(req.headers['content-length'] ?? NaN);
     if (declared > max) return refuseUpload(req, res, tooLarge);
-    const data = await readBody(req, max);
+    // A client gone mid-body: nobody is left to answer.
+    const data = await readBody(req, max).catch(() => undefined);
+    if (data === undefined) return;
     if (data === 'too_large') return refuseUpload(req, res, tooLarge);
     if (!data.length) {
       return json(res, 400, 'empty_clipboard', 'the body is empty: give the text or image to put on the clipboard');
@@ -190,7 +194,7 @@ export function clipboardRoutes(deps: ClipboardRouteDeps): HttpRoute[] {
       .writeHead(200, {
         'content-type': info.media_type,
         'content-length': String(info.size),
-        'x-content-sha256': info.sha256,
+        'x-content-sha256': createHash('sha256').update(read.data).digest('hex'),
         'x-content-type-options': 'nosniff',
         'cache-control': 'no-store',
       })

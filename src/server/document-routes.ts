@@ -55,6 +55,10 @@ export function documentRoutes(deps: DocumentRouteDeps): HttpRoute[] {
     // The request is piped, not handed over: a refusal mid-stream destroys the copy, and the answer still goes out.
     const body = new PassThrough();
     req.pipe(body);
+    // pipe() passes no abort on: a client gone mid-body would leave the write, its place and its bytes held.
+    req.once('close', () => {
+      if (!req.complete) body.destroy(new Error('the upload was aborted'));
+    });
     try {
       const info = await files.add('document', name, req.headers['content-type'], body, declared);
       deps.staged(target.sessionId, info);

@@ -423,7 +423,12 @@ export class DeskbatchServer {
   private async endSession(session: Session): Promise<void> {
     session.close();
     // Its staged files first: nobody may use them once the session is gone, and they go with it, not its desktop.
-    await session.files?.remove();
+    // A folder that cannot be removed must not keep the desktop from going back (the daemon's close sweeps it).
+    await session.files
+      ?.remove()
+      .catch((err: unknown) =>
+        this.deps.log.warn('session files not removed', { session: session.id, error: String(err) }),
+      );
     const lease = session.desktop;
     if (!lease) return;
     session.desktop = undefined;

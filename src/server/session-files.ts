@@ -202,6 +202,8 @@ export class SessionFiles {
   private writing = 0;
   private bytes = 0;
   private readonly aborts = new Set<AbortController>();
+  /** Files being read out (a route's answer, a recording's copy): closed when the session ends. */
+  private readonly reading = new Set<Readable>();
   private removed = false;
   private made: Promise<unknown> | undefined;
 
@@ -282,7 +284,11 @@ export class SessionFiles {
     body: Readable,
     given: string | undefined,
   ): Promise<FileInfo> {
-    this.made ??= mkdir(this.dir, { recursive: true, mode: 0o700 });
+    // A failed mkdir (a full disk, for a while) is not kept: the next file tries again.
+    this.made ??= mkdir(this.dir, { recursive: true, mode: 0o700 }).catch((err: unknown) => {
+      this.made = undefined;
+      throw err;
+    });
     await this.made;
     if (this.removed) throw new FileRefusal('session_gone', 'the session has ended', 404);
     const id = given ?? `${kind === 'document' ? 'doc' : 'dl'}_${randomBytes(16).toString('base64url')}`;
@@ -385,7 +391,19 @@ export class SessionFiles {
   /** The file's content as a stream (for a route that hands it back, or a recording's copy). */
   open(id: string): Readable | undefined {
     const entry = this.entries.get(id);
-    return entry ? createReadStream(entry.path) : undefined;
+    return entry ? this.track(createReadStream(entry.path)) : undefined;
+  }
+
+  /**
+   * A stream reading one of the session's files, closed when the session ends (an unlinked file stays
+   * readable on Linux: a stalled reader would hold its bytes on disk). A failed read ends it with its error,
+   * heard here so that it never goes unheard.
+   */
+  private track<T extends Readable>(stream: T): T {
+    this.reading.add(stream);
+    stream.on('error', () => undefined);
+    stream.once('close', () => this.reading.delete(stream));
+    return stream;
   }
 
   /**
@@ -395,7 +413,7 @@ export class SessionFiles {
   handOut(id: string, kind: FileKind): { info: FileInfo; body: Readable } | undefined {
     const entry = this.entries.get(id);
     if (!entry || entry.info.kind !== kind) return undefined;
-    const file = createReadStream(entry.path);
+    const file = this.track(createReadStream(entry.path));
     const counted = new Transform({
       transform: (chunk: Buffer, _encoding, done) => {
         this.store.onEvent({ kind: 'read', fileKind: kind, bytes: chunk.length });
@@ -439,6 +457,7 @@ export class SessionFiles {
   async remove(): Promise<void> {
     this.removed = true;
     for (const a of this.aborts) a.abort();
+    for (const stream of this.reading) stream.destroy();
     for (const entry of this.entries.values()) {
       this.store.give(entry.info.size);
       this.bytes -= entry.info.size;

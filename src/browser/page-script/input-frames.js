@@ -3,7 +3,7 @@
  * reads this file's text and installs it, with CDP `Page.addScriptToEvaluateOnNewDocument`,
  * in an isolated world of every frame of a tab, before the page's own scripts run).
  *
- * For each trusted `pointermove`, `mouseup` and `wheel` event this frame dispatches,
+ * For each trusted `pointermove` and `mouseup` event this frame dispatches,
  * it waits for the next animation frame and then one task more (a message to
  * itself: by then the frame that holds the event handlers' changes has been
  * committed) and calls the binding `report`, which only that world sees, with
@@ -18,12 +18,12 @@
  */
 /* exported inputFrames */
 function inputFrames(report) {
-  for (const type of ['pointermove', 'mouseup', 'wheel']) {
+  for (const type of ['pointermove', 'mouseup']) {
     window.addEventListener(
       type,
       (event) => {
         if (!event.isTrusted) return;
-        // All three are UIEvents: a mouseup's detail is its click count.
+        // Both are UIEvents: a mouseup's detail is its click count.
         const line = `${type} ${/** @type {UIEvent} */ (event).detail || 0} ${Date.now()}`;
         window.requestAnimationFrame(() => {
           const channel = new window.MessageChannel();
