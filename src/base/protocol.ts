@@ -476,3 +476,35 @@ export const ServerMessageSchema = z.discriminatedUnion('type', [
   TakeoverSchema,
 ]);
 export type ServerMessage = z.output<typeof ServerMessageSchema>;
+
+// ---------------------------------------------------------------------------
+// The answers of the HTTP routes under /v1/sessions/<session_id>/ (docs/PROTOCOL.md "Staged documents",
+// "Downloads"): JSON the daemon writes and the client library reads, typed once for both.
+
+/** A staged document, as the daemon describes it. */
+export interface StagedDocumentInfo {
+  document_id: string;
+  name: string;
+  media_type: string;
+  size: number;
+  /** Hex SHA-256 of the bytes the daemon stored. */
+  sha256: string;
+  created_at: string;
+}
+
+/**
+ * A session's download as the daemon lists it: `complete` ones can be fetched; `not_kept` ones completed in the
+ * browser, but the daemon's store refused them (`reason`: the refusal's code, e.g. `file_too_large`).
+ */
+export interface DownloadInfo {
+  /** The id its `download_completed` carried (`dl-N`). */
+  download_id: string;
+  name: string;
+  media_type: string;
+  size: number;
+  /** Hex SHA-256 of the bytes the daemon kept; null when it did not keep them. */
+  sha256: string | null;
+  state: 'complete' | 'not_kept';
+  reason?: string;
+  created_at: string;
+}

@@ -10,19 +10,11 @@ import { stat } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { Readable } from 'node:stream';
+import type { StagedDocumentInfo } from '../base/protocol.ts';
 import { DeskbatchError } from './errors.ts';
 import { refusalFrom, sessionUrl } from './session-http.ts';
 
-/** A staged document, as the daemon describes it. */
-export interface StagedDocumentInfo {
-  document_id: string;
-  name: string;
-  media_type: string;
-  size: number;
-  /** Hex SHA-256 of the bytes the daemon stored. */
-  sha256: string;
-  created_at: string;
-}
+export type { StagedDocumentInfo };
 
 /** The session's documents and the bounds they are held to. */
 export interface StagedDocumentList {

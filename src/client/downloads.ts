@@ -11,23 +11,11 @@ import { unlink } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import type { DownloadInfo } from '../base/protocol.ts';
 import { DeskbatchError } from './errors.ts';
 import { readBounded, refusalOf, send, sessionUrl } from './session-http.ts';
 
-/** A download of the session's, as the daemon lists it. */
-export interface DownloadInfo {
-  /** The id its `download_completed` carried (`dl-N`). */
-  download_id: string;
-  name: string;
-  media_type: string;
-  size: number;
-  /** Hex SHA-256 of the bytes the daemon kept; null when it did not keep them. */
-  sha256: string | null;
-  /** `complete`: it can be fetched; `not_kept`: the daemon's store refused it (`reason`, e.g. `file_too_large`). */
-  state: 'complete' | 'not_kept';
-  reason?: string;
-  created_at: string;
-}
+export type { DownloadInfo };
 
 /** A download being fetched: what the daemon said of it, and its bytes as they come. */
 export interface FetchedDownload {

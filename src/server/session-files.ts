@@ -22,35 +22,17 @@ import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { DocumentSettings } from '../base/config.ts';
+import type { DownloadInfo, StagedDocumentInfo } from '../base/protocol.ts';
 import { ownedTempFolder, sweepOwnedTempFolders } from '../base/temp-folder.ts';
 
 export type FileKind = 'document' | 'download';
 
-/** What a session's file is, as the harness reads it (the HTTP answer, the list). */
-export interface FileInfo {
-  document_id: string;
+/** What a session's file is, as the harness reads it (the HTTP answer, the list), and its kind. */
+export interface FileInfo extends StagedDocumentInfo {
   kind: FileKind;
-  name: string;
-  media_type: string;
-  size: number;
-  sha256: string;
-  created_at: string;
 }
 
-/**
- * A session's download as the harness lists it (docs/PROTOCOL.md "Downloads"): `complete` ones can be
- * fetched; `not_kept` ones completed in the browser, but the daemon's store refused them (`reason`: its code).
- */
-export interface DownloadInfo {
-  download_id: string;
-  name: string;
-  media_type: string;
-  size: number;
-  sha256: string | null;
-  state: 'complete' | 'not_kept';
-  reason?: FileRefusal['code'];
-  created_at: string;
-}
+export type { DownloadInfo };
 
 /** Downloads not kept that a session remembers (the browser's cap, --max-downloads, bounds them already). */
 const NOT_KEPT_MAX = 256;
