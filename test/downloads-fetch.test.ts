@@ -267,7 +267,10 @@ describe('downloads handed to the harness', () => {
     await a.close();
     await until('the session to end', () => !d.daemon.server.findSession(session));
     assert.equal((await rawGet(d, `/v1/sessions/${session}/downloads`)).status, 404);
-    assert.deepEqual(await filesUnder(d.daemon.files.root), []);
+    // The session leaves the server's map before its files' folder is removed (an rm on the thread pool).
+    await until('its files to leave the disk', async () => (await filesUnder(d.daemon.files.root)).length === 0, {
+      seen: () => filesUnder(d.daemon.files.root),
+    });
   });
 });
 
