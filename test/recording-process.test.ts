@@ -9,7 +9,7 @@
  * browser's trace working files it left are swept by the next daemon.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -45,12 +45,12 @@ async function connect(url: string): Promise<{
   };
 }
 
-/** The browser trace folders (src/browser/trace-folder.ts) whose owner file names process `pid`. */
-async function tracesOwnedBy(pid: number): Promise<string[]> {
+/** The browser trace folders (src/browser/trace-folder.ts) in `root` whose owner file names process `pid`. */
+async function tracesOwnedBy(pid: number, root: string): Promise<string[]> {
   const found: string[] = [];
-  for (const name of await readdir(tmpdir())) {
+  for (const name of await readdir(root)) {
     if (!name.startsWith('deskbatch-traces-')) continue;
-    const owner = await readFile(join(tmpdir(), name, 'owner'), 'utf8').catch(() => '');
+    const owner = await readFile(join(root, name, 'owner'), 'utf8').catch(() => '');
     if (Number(owner.trim()) === pid) found.push(name);
   }
   return found;
@@ -71,9 +71,13 @@ describe('recording, as the operator runs it', () => {
     for (const d of dirs) await rm(d, { recursive: true, force: true });
   });
 
-  const start = async (): Promise<{ daemon: DaemonProcess; dir: string }> => {
+  const start = async (): Promise<{ daemon: DaemonProcess; dir: string; temp: string }> => {
     const dir = await mkdtemp(join(tmpdir(), 'deskbatch-rec-proc-'));
     dirs.push(dir);
+    // A temporary folder of its own: another test file's daemon, starting a browser meanwhile, would sweep a
+    // killed daemon's trace folder from the shared one before this file looks for it (seen once in CI).
+    const temp = join(dir, 'tmp');
+    await mkdir(temp);
     const daemon = await startDaemonProcess({
       display: display.display,
       token: TEST_TOKEN,
@@ -83,10 +87,10 @@ describe('recording, as the operator runs it', () => {
         ...['--screenshots-dir', join(dir, 'shots'), '--downloads-dir', join(dir, 'downloads')],
         '--allow-private-networks',
       ],
-      env: { DESKBATCH_FRAMEBUFFER: display.framebuffer ?? '' },
+      env: { DESKBATCH_FRAMEBUFFER: display.framebuffer ?? '', TMPDIR: temp },
       echo: true,
     });
-    return { daemon, dir };
+    return { daemon, dir, temp };
   };
 
   test('a session leaves its trajectory, a video with a chapter per call, and the browser trace', async () => {
@@ -155,7 +159,7 @@ describe('recording, as the operator runs it', () => {
   });
 
   test('killed with SIGKILL mid-session: ffmpeg goes with it, the video still plays, every whole line parses', async () => {
-    const { daemon, dir } = await start();
+    const { daemon, dir, temp } = await start();
     let ffmpeg: number | undefined;
     try {
       const c = await connect(daemon.url);
@@ -185,10 +189,13 @@ describe('recording, as the operator runs it', () => {
       const text = await readFile(join(dir, 'recordings', session, 'trajectory.jsonl'), 'utf8');
       // The browser's trace working files (unredacted) outlive the killed daemon; the next one to start a
       // browser sweeps them.
-      const left = await tracesOwnedBy(daemon.pid);
+      const left = await tracesOwnedBy(daemon.pid, temp);
       assert.equal(left.length, 1, 'the killed daemon left its browser trace folder');
-      await TraceFolder.sweepStale(createLogger('error', () => undefined));
-      assert.deepEqual(await tracesOwnedBy(daemon.pid), [], 'swept once its owner is gone');
+      await TraceFolder.sweepStale(
+        createLogger('error', () => undefined),
+        temp,
+      );
+      assert.deepEqual(await tracesOwnedBy(daemon.pid, temp), [], 'swept once its owner is gone');
       // The last piece is empty, or a line the kill cut short: every piece before it is a whole line.
       const whole = text.split('\n').slice(0, -1);
       assert.ok(whole.length >= 3);
