@@ -729,7 +729,7 @@ describe('profiles off, and key files refused at start', () => {
     }
   });
 
-  test('a key file readable by others, of the wrong length, missing or a link: the daemon does not start, and says why', async () => {
+  test('a key file readable by others (also through a link), of the wrong length, missing or a folder: the daemon does not start, and says why', async () => {
     const dir = join(tmp, 'profiles');
     // startDaemon itself: the refusal comes before anything is started, so there is nothing to close; a daemon
     // that starts all the same is closed, and fails the test.
@@ -764,9 +764,10 @@ describe('profiles off, and key files refused at start', () => {
       await assert.rejects(start(path), /--profile-key .*which is not a key: give 32 bytes raw, 64 hex/);
     }
     await assert.rejects(start(join(tmp, 'missing')), /--profile-key .*missing: cannot read it \(ENOENT\)/);
-    const target = await writeKey(tmp, 'target', good);
-    await symlink(target, join(tmp, 'link'));
-    await assert.rejects(start(join(tmp, 'link')), /is a symbolic link/);
+    // A link (as a mounted secret's file often is) is followed, and the file it leads to is the one checked.
+    await symlink(await writeKey(tmp, 'shared', good, 0o644), join(tmp, 'link-open'));
+    await assert.rejects(start(join(tmp, 'link-open')), /link-open: its mode is 0644/);
+    await assert.rejects(start(tmp), /is not a regular file/);
     await assert.rejects(stat(dir), { code: 'ENOENT' }, 'no folder made for a refused key');
   });
 
@@ -818,6 +819,9 @@ describe('sealed files', () => {
     }
     assert.equal(ids.size, 1);
     assert.equal([...ids][0], profileKey(raw).id);
+    // Through a link (a Kubernetes secret's file is one): the file it leads to is read.
+    await symlink(join(tmp, 'hex'), join(tmp, 'via-link'));
+    assert.equal((await loadProfileKey(join(tmp, 'via-link'))).id, profileKey(raw).id);
     assert.match([...ids][0]!, /^[0-9a-f]{16}$/);
   });
 

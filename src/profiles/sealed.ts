@@ -63,13 +63,10 @@ export function profileKey(bytes: Buffer): ProfileKey {
  */
 export async function loadProfileKey(path: string): Promise<ProfileKey> {
   const refuse = (why: string): ConfigError => new ConfigError(`--profile-key ${path}: ${why}`);
-  // O_NOFOLLOW: the mode checked is the key file's own, not a link's target chosen by someone else.
-  const file = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW).catch((err: NodeJS.ErrnoException) => {
-    throw refuse(
-      err.code === 'ELOOP'
-        ? 'is a symbolic link; name the key file itself'
-        : `cannot read it (${err.code ?? err.message})`,
-    );
+  // A link is followed (a mounted secret's file often is one): the mode checked is that of the file opened,
+  // through its descriptor, so it is the file whose bytes are read.
+  const file = await open(path, constants.O_RDONLY).catch((err: NodeJS.ErrnoException) => {
+    throw refuse(`cannot read it (${err.code ?? err.message})`);
   });
   let raw: Buffer;
   try {
