@@ -39,7 +39,7 @@ const browserGlobals = Object.fromEntries(
 
 /**
  * The layers, top to bottom; an import may only point down (docs/ARCHITECTURE.md):
- *   cli → daemon → ops, viewer → recording → server → executor → toolset API ← toolsets
+ *   cli → daemon → ops, viewer → recording, takeover, profiles → server → executor → toolset API ← toolsets
  *   → desktop pool → drivers (desktop driver, browser) → base (the leaves).
  * Only the composition root (src/daemon.ts, src/cli.ts) names the toolsets; the rest knows them by the
  * interface they implement (src/toolset-api/).
@@ -53,6 +53,7 @@ const GROUPS = {
   ops: ['**/ops/**', '**/viewer/**'],
   takeover: ['**/takeover/**'],
   recording: ['**/recording/**'],
+  profiles: ['**/profiles/**'],
   server: ['**/server/**'],
   executor: ['**/executor/**'],
   toolsets: ['**/toolsets/**'],
@@ -93,15 +94,20 @@ function layer(name, files, ...below) {
   };
 }
 
-/** `config` (a layer) with some files of the desktop driver allowed: its pattern for that group gets exceptions. */
-function onlyFromDesktop(config, ...files) {
+/** `config` (a layer) with some files of the group `name` allowed: its pattern for that group gets exceptions. */
+function onlyFrom(config, name, what, ...files) {
   const options = config.rules['no-restricted-imports'][1];
   for (const p of options.patterns) {
-    if (p.group !== GROUPS.desktop) continue;
-    p.group = [...GROUPS.desktop, ...files.map((f) => `!**/${f.replace(/^src\//, '')}`)];
-    p.message = `of the desktop driver, only ${files.join(' and ')} may be imported here (docs/ARCHITECTURE.md).`;
+    if (p.group !== GROUPS[name]) continue;
+    p.group = [...GROUPS[name], ...files.map((f) => `!**/${f.replace(/^src\//, '')}`)];
+    p.message = `of ${what}, only ${files.join(' and ')} may be imported here (docs/ARCHITECTURE.md).`;
   }
   return config;
+}
+
+/** `config` (a layer) with some files of the desktop driver allowed. */
+function onlyFromDesktop(config, ...files) {
+  return onlyFrom(config, 'desktop', 'the desktop driver', ...files);
 }
 
 export default defineConfig(
@@ -159,6 +165,15 @@ export default defineConfig(
     'src/desktop-driver/keymap-watch.ts',
     'src/desktop-driver/display.ts',
   ),
+  // Named browser profiles (src/profiles/): the leaves, and of the server only its route seam (HttpRoute in
+  // server.ts) and the routes' helpers (session-routes.ts); the daemon wires the store to sessions.
+  onlyFrom(
+    layer('profiles', ['src/profiles/**']),
+    'server',
+    'the server',
+    'src/server/server.ts',
+    'src/server/session-routes.ts',
+  ),
   layer(
     'ops and viewer',
     ['src/ops/**', 'src/viewer/**'],
@@ -174,6 +189,7 @@ export default defineConfig(
     ['src/daemon.ts'],
     'ops',
     'takeover',
+    'profiles',
     'recording',
     'server',
     'executor',

@@ -82,6 +82,14 @@ Options:
                            (default ${DEFAULT_CONFIG.clipboard.maxTextBytes}, 1 MiB; at most 64 MiB)
   --max-clipboard-image-bytes B
                            bytes of a PNG image on the clipboard (default ${DEFAULT_CONFIG.clipboard.maxImageBytes}, 10 MiB)
+  --profile-key FILE       the key that seals named browser profiles at rest (AES-256-GCM): a file of
+                           32 bytes, 64 hex characters or base64, mode 0600 (e.g. openssl rand -out FILE 32);
+                           without it profiles are off (docs/PROTOCOL.md "Profiles")
+  --profiles-dir DIR       where profiles are kept, one sealed file each (default ${DEFAULT_CONFIG.profiles.dir})
+  --max-profiles N         profiles kept at most (default ${DEFAULT_CONFIG.profiles.maxProfiles})
+  --max-profile-bytes B    bytes of one profile's state as JSON (default ${DEFAULT_CONFIG.profiles.maxProfileBytes}, 8 MiB; at most 64 MiB)
+  --profile-max-age AGE    remove a profile neither saved nor used for this long: 30d, 12h, 90m, 45s
+                           (default ${DEFAULT_CONFIG.profiles.maxAgeMs / 86_400_000}d)
   --expose-download-paths  show the model where downloads were saved; only for an agent
                            with another tool that can read that path (default: hidden)
   --record                 record every session: its batches, a video of its desktop, its
@@ -174,6 +182,16 @@ function onOff(name: string, v: string | undefined): boolean | undefined {
 const num = (v: string | undefined): number | undefined =>
   v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : NaN;
 
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A duration such as `30d`, `12h`, `90m`, `45s` or `500ms`, in ms; undefined when not given. */
+export function parseDuration(flag: string, v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const m = /^(\d{1,9})(ms|s|m|h|d)$/.exec(v.trim());
+  if (!m) throw new ConfigError(`${flag} takes a duration such as 30d, 12h, 90m or 45s, got ${JSON.stringify(v)}`);
+  return Number(m[1]) * DURATION_UNITS[m[2]!]!;
+}
+
 /** `--sandbox-uids FIRST-LAST` as a range; undefined when not given. */
 function idRange(v: string | undefined): { first: number; count: number } | undefined {
   if (v === undefined) return undefined;
@@ -260,6 +278,11 @@ const SERVE_OPTIONS = {
   'record-documents': { type: 'boolean' },
   'max-clipboard-text-bytes': { type: 'string' },
   'max-clipboard-image-bytes': { type: 'string' },
+  'profile-key': { type: 'string' },
+  'profiles-dir': { type: 'string' },
+  'max-profiles': { type: 'string' },
+  'max-profile-bytes': { type: 'string' },
+  'profile-max-age': { type: 'string' },
   'record-downloads': { type: 'boolean' },
   record: { type: 'boolean' },
   'record-on-request': { type: 'boolean' },
@@ -388,6 +411,13 @@ function configFrom(
     clipboard: {
       maxTextBytes: num(values['max-clipboard-text-bytes']),
       maxImageBytes: num(values['max-clipboard-image-bytes']),
+    },
+    profiles: {
+      keyFile: values['profile-key'],
+      dir: values['profiles-dir'],
+      maxProfiles: num(values['max-profiles']),
+      maxProfileBytes: num(values['max-profile-bytes']),
+      maxAgeMs: parseDuration('--profile-max-age', values['profile-max-age']),
     },
     takeover: {
       enabled: values['allow-takeover'],

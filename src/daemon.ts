@@ -47,6 +47,7 @@ import { DesktopVideo } from './recording/video.ts';
 import { recordingRoutes } from './recording/routes.ts';
 import { TakeoverManager } from './takeover/manager.ts';
 import { sweepOwnedTempFolders } from './base/temp-folder.ts';
+import { startProfiles, type ProfileStore } from './profiles/index.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -60,6 +61,8 @@ export interface Daemon {
   activity: ActivityHub;
   /** The sessions' staged files (docs/PROTOCOL.md "Staged documents"). */
   files: FileStore;
+  /** Named browser profiles (docs/PROTOCOL.md "Profiles"); off (every call refused `profiles_off`) without a key. */
+  profiles: ProfileStore;
   /** Graceful shutdown within `config.shutdownDeadlineMs`. Idempotent. */
   close(): Promise<void>;
 }
@@ -300,6 +303,10 @@ function welcomeGeometry(config: DaemonConfig): (desktop: DesktopResources) => P
 export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon> {
   checkDisabled(config.disabledMembers);
   checkEnabled(config.browserSettings.enable);
+  // First: a key file the daemon must refuse stops the start before anything is launched.
+  const profiles = await startProfiles(config.profiles, log.child({ component: 'profiles' }), (event) =>
+    log.debug(`profile ${event.kind}`, { ...event }),
+  );
   const store = new ScreenshotStore(config.screenshotsDir, config.retention, log);
   await store.init();
   // What a daemon killed with SIGKILL left in the temporary folder: its desktops' HOMEs, display files, VNC sockets.
@@ -359,6 +366,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // Prefix routes are tried in order: the downloads' and the clipboard's answer only their own paths, the
   // documents' the rest.
   const routes: HttpRoute[] = [
+    ...profiles.routes,
     ...downloadRoutes({ filesOf: (id) => server.findSession(id)?.files }),
     ...clipboardRoutes({
       sessionOf: (id) => {
@@ -480,12 +488,14 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     store,
     activity,
     files,
+    profiles: profiles.store,
     close() {
       closing ??= (async () => {
         // First: the agents' waiting batches are let go, and told the person's control ended.
         await takeover?.close();
         await server.close();
         await files.close();
+        profiles.store.close();
         // Every session closed: their recordings are finalised (the videos' last fragments written).
         await recorder?.recorder.close();
         ops.metrics.close();

@@ -25,8 +25,9 @@ export const TEST_TOKEN = 'test-token-0123456789abcdef-0123456789';
 
 /** Config overrides; nested settings may be partial (resolveConfig merges them over the defaults). */
 type Overrides = Partial<
-  Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience' | 'desktops' | 'recording'>
+  Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience' | 'desktops' | 'recording' | 'profiles'>
 > & {
+  profiles?: Partial<DaemonConfig['profiles']>;
   recording?: Partial<Omit<DaemonConfig['recording'], 'retention' | 'redact'>> & {
     retention?: Partial<DaemonConfig['recording']['retention']>;
     redact?: DaemonConfig['recording']['redact'];

@@ -98,6 +98,8 @@ export interface DaemonConfig {
   documents: DocumentSettings;
   /** The clipboard a harness sets and reads on its session's desktop (docs/PROTOCOL.md "Clipboard"). */
   clipboard: ClipboardSettings;
+  /** Named browser profiles a harness keeps between sessions (docs/PROTOCOL.md "Profiles"). */
+  profiles: ProfileSettings;
   /** Human takeover from the viewer (docs/VIEWER.md "Takeover"). */
   takeover: TakeoverSettings;
   /**
@@ -209,6 +211,27 @@ export interface ClipboardSettings {
   /** Bytes of a PNG image a harness may put on the clipboard, and read back. */
   maxImageBytes: number;
 }
+
+export interface ProfileSettings {
+  /**
+   * The operator's key file (`--profile-key`): 32 bytes raw, 64 hex characters or base64, mode 0600 or
+   * stricter (src/profiles/sealed.ts). Unset: profiles are off, and their routes answer `profiles_off`.
+   */
+  keyFile?: string;
+  /** The folder the sealed profiles are kept in (0700, one file each, 0600). */
+  dir: string;
+  /** Profiles the store may hold. */
+  maxProfiles: number;
+  /** Bytes of one profile's state as JSON; at most MAX_PROFILE_BYTES. */
+  maxProfileBytes: number;
+  /** A profile neither saved nor leased for this long is removed (ms). */
+  maxAgeMs: number;
+}
+
+/** The most `--max-profile-bytes` may be raised to: a profile is held in memory whole, a few times over. */
+export const MAX_PROFILE_BYTES = 64 * 1024 ** 2;
+/** The longest `--profile-max-age`: ten years. */
+export const MAX_PROFILE_AGE_MS = 3650 * 24 * 3_600_000;
 
 /** The most the clipboard bounds may be raised to: a set or read is held in memory whole. */
 export const MAX_CLIPBOARD_BYTES = 64 * 1024 ** 2;
@@ -341,6 +364,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     maxTotalBytes: 512 * 1024 ** 2,
   },
   clipboard: { maxTextBytes: 1024 ** 2, maxImageBytes: 10 * 1024 ** 2 },
+  profiles: { dir: 'profiles', maxProfiles: 100, maxProfileBytes: 8 * 1024 ** 2, maxAgeMs: 30 * 24 * 3_600_000 },
   takeover: { enabled: false, leaseMs: 10 * 60_000, graceMs: 15_000, novncDir: '/usr/share/novnc' },
   sandbox: { mode: 'auto', uids: { first: 2_000_000_000, count: 1000 } },
   limits: {
@@ -510,6 +534,9 @@ export function resolveConfig(
     ]),
     ['clipboard.maxTextBytes', config.clipboard.maxTextBytes],
     ['clipboard.maxImageBytes', config.clipboard.maxImageBytes],
+    ['--max-profiles', config.profiles.maxProfiles],
+    ['--max-profile-bytes', config.profiles.maxProfileBytes],
+    ['--profile-max-age', config.profiles.maxAgeMs],
     ['takeover.leaseMs', config.takeover.leaseMs],
     ['takeover.graceMs', config.takeover.graceMs],
     ['resilience.breaker.failures', config.resilience.breaker.failures],
@@ -551,6 +578,20 @@ export function resolveConfig(
     if (value > MAX_CLIPBOARD_BYTES) {
       throw new ConfigError(`${flag} must be at most ${MAX_CLIPBOARD_BYTES} (a clipboard is held whole), got ${value}`);
     }
+  }
+  if (config.profiles.maxProfileBytes > MAX_PROFILE_BYTES) {
+    throw new ConfigError(
+      `--max-profile-bytes must be at most ${MAX_PROFILE_BYTES} (a profile is held in memory whole), got ${config.profiles.maxProfileBytes}`,
+    );
+  }
+  if (config.profiles.maxProfiles > 100_000) {
+    throw new ConfigError(`--max-profiles must be at most 100000, got ${config.profiles.maxProfiles}`);
+  }
+  if (config.profiles.maxAgeMs > MAX_PROFILE_AGE_MS) {
+    throw new ConfigError(`--profile-max-age must be at most 3650d, got ${config.profiles.maxAgeMs} ms`);
+  }
+  if (config.profiles.keyFile === '' || !config.profiles.dir) {
+    throw new ConfigError('--profile-key and --profiles-dir take a path, not an empty string');
   }
   const settle = config.screenshot.settle;
   for (const [k, v] of Object.entries(settle)) {

@@ -508,3 +508,37 @@ export interface DownloadInfo {
   reason?: string;
   created_at: string;
 }
+
+// ---------------------------------------------------------------------------
+// Named browser profiles (docs/PROTOCOL.md "Profiles"): the name rule, and the answers of the HTTP routes under
+// /v1/profiles, which the daemon writes and the client library reads, typed once for both.
+
+/** A profile's name: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. Never a path. */
+export const PROFILE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** A stored profile, as `GET /v1/profiles` lists it (never its content). */
+export interface ProfileInfo {
+  name: string;
+  /** Bytes of its state's JSON, which --max-profile-bytes bounds (the sealed file holds 41 more). */
+  bytes: number;
+  /** When it was last imported, saved, or leased by a session (ISO 8601): the retention's clock. */
+  updated_at: string;
+  /** The session holding it read-write on this daemon, or null. */
+  held: null | { session_id: string; mode: 'read_write' };
+  /** Read-only leases held on this daemon. */
+  readers: number;
+}
+
+/** `GET /v1/profiles`: every stored profile, by name, and the bounds the store holds them to. */
+export interface ProfileList {
+  profiles: ProfileInfo[];
+  limits: { max_profiles: number; max_profile_bytes: number; max_age_ms: number };
+}
+
+/** `PUT /v1/profiles/<name>`: what was stored (`bytes`: the state's JSON) and whether the name is new. */
+export interface ProfileStored {
+  name: string;
+  bytes: number;
+  created: boolean;
+  updated_at: string;
+}

@@ -48,6 +48,15 @@ import {
 } from './documents.ts';
 import { clipboardUrl, readClipboard, setClipboard, type ClipboardContent } from './clipboard.ts';
 import {
+  deleteProfile,
+  exportProfile,
+  importProfile,
+  listProfiles,
+  type ProfileInfo,
+  type ProfileStored,
+  type StorageState,
+} from './profiles.ts';
+import {
   downloadsUrl,
   listDownloads,
   openDownload,
@@ -263,6 +272,34 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     return type === 'text'
       ? readClipboard(url, this.options.token, 'text')
       : readClipboard(url, this.options.token, type);
+  }
+
+  /**
+   * The named browser profiles the daemon keeps (docs/PROTOCOL.md "Profiles"), by name: their size, when they
+   * were last saved or used, and which session holds them. Profiles are the daemon's, not this session's.
+   * Rejects with ProfileRefusedError (`profiles_off` when the daemon has no profile key).
+   */
+  async profiles(): Promise<ProfileInfo[]> {
+    return (await listProfiles(this.url, this.options.token)).profiles;
+  }
+
+  /** A profile's storage state, decrypted (ProfileRefusedError `not_found`, `unreadable`, …). */
+  exportProfile(name: string): Promise<StorageState> {
+    return exportProfile(this.url, this.options.token, name);
+  }
+
+  /**
+   * Stores a storage state (what Playwright's `context.storageState({ indexedDB: true })` returns) as the
+   * profile `name`, new or replaced. Rejects with ProfileRefusedError: `held` while a session holds it
+   * read-write, `bad_state`, `too_large`, `too_many`, `bad_name`.
+   */
+  importProfile(name: string, state: StorageState): Promise<ProfileStored> {
+    return importProfile(this.url, this.options.token, name, state);
+  }
+
+  /** Removes a profile (ProfileRefusedError `held` while any session holds it, `not_found`). */
+  deleteProfile(name: string): Promise<void> {
+    return deleteProfile(this.url, this.options.token, name);
   }
 
   /** The toolsets the daemon serves, with their members and texts. */

@@ -27,6 +27,17 @@ export {
 } from './documents.ts';
 export { ClipboardError, type ClipboardContent } from './clipboard.ts';
 export { DownloadError, type DownloadInfo, type FetchedDownload } from './downloads.ts';
+export {
+  ProfileRefusedError,
+  deleteProfile,
+  exportProfile,
+  importProfile,
+  listProfiles,
+  type ProfileInfo,
+  type ProfileList,
+  type ProfileStored,
+  type StorageState,
+} from './profiles.ts';
 export { DEFAULT_RECONNECT, type ClientState, type ConnectOptions, type ReconnectOptions } from './link.ts';
 export {
   mergeToolResults,

@@ -17,7 +17,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ClipboardActivity } from '../base/activity.ts';
 import type { ClipboardSettings } from '../base/config.ts';
 import { ClipboardUnavailable, type ClipboardType, type DesktopResources } from '../desktop-pool/desktop.ts';
-import { refuseUpload, sendJson, sessionNotFound, sessionPath, SESSIONS_PATH } from './session-routes.ts';
+import { readBody, refuseUpload, sendJson, sessionNotFound, sessionPath, SESSIONS_PATH } from './session-routes.ts';
 import type { HttpRoute } from './server.ts';
 
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -42,31 +42,6 @@ function parse(path: string): string | undefined {
 /** Whether a path is these routes' (the server asks before it hands a request to them). */
 export function isClipboardPath(path: string): boolean {
   return parse(path) !== undefined;
-}
-
-/** The body, whole, or 'too_large' as soon as it passes `max` bytes. */
-function readBody(req: IncomingMessage, max: number): Promise<Buffer | 'too_large'> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let length = 0;
-    const onData = (chunk: Buffer): void => {
-      length += chunk.length;
-      if (length > max) {
-        req.off('data', onData);
-        req.off('end', onEnd);
-        resolve('too_large');
-        return;
-      }
-      chunks.push(chunk);
-    };
-    const onEnd = (): void => resolve(Buffer.concat(chunks, length));
-    req.on('data', onData);
-    req.once('end', onEnd);
-    req.once('error', reject);
-    req.once('close', () => {
-      if (!req.complete) reject(new Error('the request was aborted'));
-    });
-  });
 }
 
 /** `text` for text/plain (UTF-8 or no charset), `image/png`, or undefined for any other media type. */

@@ -1,7 +1,8 @@
 /**
  * What the HTTP routes under `/v1/sessions/<session_id>/…` share (docs/PROTOCOL.md "Staged documents",
  * "Downloads", "Clipboard"): the path and the session id's form, the JSON answer, the one `404` for a
- * session that is not live, and the answer to a refused upload, which drops the rest of its body.
+ * session that is not live, a body read whole within a bound, and the answer to a refused upload, which drops
+ * the rest of its body. The profiles' routes (src/profiles/routes.ts) answer and read bodies the same way.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
@@ -47,4 +48,29 @@ export function refuseUpload(req: IncomingMessage, res: ServerResponse, answer: 
   });
   req.resume();
   answer();
+}
+
+/** The body, whole, or 'too_large' as soon as it passes `max` bytes. */
+export function readBody(req: IncomingMessage, max: number): Promise<Buffer | 'too_large'> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let length = 0;
+    const onData = (chunk: Buffer): void => {
+      length += chunk.length;
+      if (length > max) {
+        req.off('data', onData);
+        req.off('end', onEnd);
+        resolve('too_large');
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = (): void => resolve(Buffer.concat(chunks, length));
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', reject);
+    req.once('close', () => {
+      if (!req.complete) reject(new Error('the request was aborted'));
+    });
+  });
 }
