@@ -25,7 +25,7 @@ export const TEST_TOKEN = 'test-token-0123456789abcdef-0123456789';
 
 /** Config overrides; nested settings may be partial (resolveConfig merges them over the defaults). */
 type Overrides = Partial<
-  Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience' | 'desktops' | 'recording'>
+  Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience' | 'desktops' | 'recording' | 'cdp'>
 > & {
   recording?: Partial<Omit<DaemonConfig['recording'], 'retention' | 'redact'>> & {
     retention?: Partial<DaemonConfig['recording']['retention']>;
@@ -39,6 +39,7 @@ type Overrides = Partial<
   };
   limits?: Partial<DaemonConfig['limits']>;
   browserSettings?: Partial<DaemonConfig['browserSettings']>;
+  cdp?: Partial<DaemonConfig['cdp']>;
 };
 
 export interface TestDaemon {
