@@ -86,7 +86,11 @@ export function cdpRoute(deps: CdpRouteDeps): CdpDoor {
     if (deps.unavailable) return refuse(409, 'cdp_unavailable', deps.unavailable);
     if (!desktop.browser) return refuse(409, 'cdp_unavailable', 'this daemon runs no browser (--browser off)');
     if (!desktop.browser.devtools) {
-      return refuse(409, 'cdp_unavailable', "the session's browser has no DevTools port: it runs without a sandbox");
+      return refuse(
+        409,
+        'cdp_unavailable',
+        "the session's browser has no DevTools port: only a sandboxed pool desktop's browser has one",
+      );
     }
     return desktop.browser;
   };
