@@ -34,6 +34,8 @@ const MAX_FRAME = 4 * MiB;
 const MAX_BUFFERED = 1 * MiB;
 const MAX_PER_SESSION = 4;
 const AUTH = { Authorization: `Bearer ${TEST_TOKEN}` };
+/** Each test's deadline: a CDP command never answered (Playwright's have none) fails the test, not the run. */
+const TEST = { timeout: 4 * START_MS };
 
 const cdpUrl = (d: TestDaemon, sessionId: string): string =>
   `ws://127.0.0.1:${new URL(d.url).port}/v1/sessions/${sessionId}/cdp`;
@@ -101,9 +103,12 @@ class RawCdp {
     { resolve: (m: Record<string, unknown>) => void; reject: (e: Error) => void }
   >();
   readonly closed: Promise<{ code: number; reason: string }>;
+  /** Frames that came as binary: Chromium sends text, and the relay keeps each frame's kind. */
+  binaryFrames = 0;
 
   constructor(readonly ws: WebSocket) {
-    ws.on('message', (data) => {
+    ws.on('message', (data, isBinary) => {
+      if (isBinary) this.binaryFrames++;
       const m = JSON.parse(String(data)) as {
         id?: number;
         error?: { message: string };
@@ -242,56 +247,61 @@ describe('CDP for the harness', () => {
     await run(b, [browserUse('navigate', { url: `${web.origin}/page-b` })]);
   });
   after(async () => {
-    for (const browser of browsers) await browser.close().catch(() => undefined);
+    for (const browser of browsers) await within(browser.close(), 'a browser closed', START_MS).catch(() => undefined);
     for (const c of clients) await c.close().catch(() => undefined);
     await d?.close();
     await web?.close();
     if (recordings) await rm(recordings, { recursive: true, force: true });
   });
 
-  test("connectOverCDP reaches the session's own browser: the harness reads the page the model opened", async (t) => {
-    const browser = await attach(a);
-    const page = pageAt(browser, '/page-a');
-    assert.match(await page.content(), /alpha-content-31/);
-    assert.equal(await page.title(), 'page A');
-    await browser.close();
+  test(
+    "connectOverCDP reaches the session's own browser: the harness reads the page the model opened",
+    TEST,
+    async (t) => {
+      const browser = await attach(a);
+      const page = pageAt(browser, '/page-a');
+      assert.match(await page.content(), /alpha-content-31/);
+      assert.equal(await page.title(), 'page A');
+      await browser.close();
 
-    // Measured: the handshake to the first Browser.getVersion answer, and a relayed round trip against
-    // the same command over the daemon's own Playwright pipe.
-    const attachMs: number[] = [];
-    for (let i = 0; i < 5; i++) {
-      const t0 = performance.now();
+      // Measured: the handshake to the first Browser.getVersion answer, and a relayed round trip against
+      // the same command over the daemon's own Playwright pipe.
+      const attachMs: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const t0 = performance.now();
+        const raw = await RawCdp.open(cdpUrl(d, a.sessionId));
+        await raw.send('Browser.getVersion');
+        attachMs.push(performance.now() - t0);
+        raw.ws.close();
+        await raw.closed;
+      }
       const raw = await RawCdp.open(cdpUrl(d, a.sessionId));
-      await raw.send('Browser.getVersion');
-      attachMs.push(performance.now() - t0);
+      const relayed: number[] = [];
+      for (let i = 0; i < 100; i++) {
+        const t0 = performance.now();
+        await raw.send('Browser.getVersion');
+        relayed.push(performance.now() - t0);
+      }
+      assert.equal(raw.binaryFrames, 0, "Chromium's text frames stay text frames");
       raw.ws.close();
       await raw.closed;
-    }
-    const raw = await RawCdp.open(cdpUrl(d, a.sessionId));
-    const relayed: number[] = [];
-    for (let i = 0; i < 100; i++) {
-      const t0 = performance.now();
-      await raw.send('Browser.getVersion');
-      relayed.push(performance.now() - t0);
-    }
-    raw.ws.close();
-    await raw.closed;
-    const own = await (await managerOf(a).browserNow()).newBrowserCDPSession();
-    const piped: number[] = [];
-    for (let i = 0; i < 100; i++) {
-      const t0 = performance.now();
-      await own.send('Browser.getVersion');
-      piped.push(performance.now() - t0);
-    }
-    await own.detach();
-    t.diagnostic(
-      `attach (handshake to the first Browser.getVersion answer): median ${median(attachMs).toFixed(1)} ms, ` +
-        `max ${Math.max(...attachMs).toFixed(1)} ms over 5; Browser.getVersion round trip: relayed median ` +
-        `${median(relayed).toFixed(2)} ms, the daemon's Playwright pipe median ${median(piped).toFixed(2)} ms (100 each)`,
-    );
-  });
+      const own = await (await managerOf(a).browserNow()).newBrowserCDPSession();
+      const piped: number[] = [];
+      for (let i = 0; i < 100; i++) {
+        const t0 = performance.now();
+        await within(own.send('Browser.getVersion'), "Browser.getVersion over the daemon's pipe", START_MS);
+        piped.push(performance.now() - t0);
+      }
+      await own.detach();
+      t.diagnostic(
+        `attach (handshake to the first Browser.getVersion answer): median ${median(attachMs).toFixed(1)} ms, ` +
+          `max ${Math.max(...attachMs).toFixed(1)} ms over 5; Browser.getVersion round trip: relayed median ` +
+          `${median(relayed).toFixed(2)} ms, the daemon's Playwright pipe median ${median(piped).toFixed(2)} ms (100 each)`,
+      );
+    },
+  );
 
-  test("a cookie the harness sets in the session's context is sent by the model's next navigation", async () => {
+  test("a cookie the harness sets in the session's context is sent by the model's next navigation", TEST, async () => {
     const browser = await attach(a);
     const page = pageAt(browser, '/page-a');
     // The session's pages are in contexts()[0] for Playwright, but that object's context-wide calls
@@ -299,15 +309,23 @@ describe('CDP for the harness', () => {
     await browser.contexts()[0]!.addCookies([{ name: 'via_default', value: 'd1', url: web.origin }]);
     // What does: a CDP session on the page (its own context's cookie jar) …
     const pageCdp = await browser.contexts()[0]!.newCDPSession(page);
-    await pageCdp.send('Network.setCookie', { name: 'via_page', value: 'p1', url: web.origin });
+    await within(
+      pageCdp.send('Network.setCookie', { name: 'via_page', value: 'p1', url: web.origin }),
+      'Network.setCookie',
+      START_MS,
+    );
     // … or the browser's Storage domain, named the page's browserContextId.
-    const { targetInfo } = await pageCdp.send('Target.getTargetInfo');
+    const { targetInfo } = await within(pageCdp.send('Target.getTargetInfo'), 'Target.getTargetInfo', START_MS);
     assert.ok(targetInfo.browserContextId, 'the page names its context');
     const root = await browser.newBrowserCDPSession();
-    await root.send('Storage.setCookies', {
-      cookies: [{ name: 'via_storage', value: 's1', domain: '127.0.0.1', path: '/' }],
-      browserContextId: targetInfo.browserContextId,
-    });
+    await within(
+      root.send('Storage.setCookies', {
+        cookies: [{ name: 'via_storage', value: 's1', domain: '127.0.0.1', path: '/' }],
+        browserContextId: targetInfo.browserContextId,
+      }),
+      'Storage.setCookies',
+      START_MS,
+    );
 
     const text = textOf(
       await run(a, [browserUse('navigate', { url: `${web.origin}/echo-cookie` }), browserUse('get_page_text')]),
@@ -322,12 +340,12 @@ describe('CDP for the harness', () => {
     await run(a, [browserUse('navigate', { url: `${web.origin}/page-a` })]);
   });
 
-  test("one session's connection sees nothing of another session's browser", async () => {
+  test("one session's connection sees nothing of another session's browser", TEST, async () => {
     const browserA = await attach(a);
     const browserB = await attach(b);
     const targetsOf = async (browser: Browser): Promise<string[]> => {
       const root = await browser.newBrowserCDPSession();
-      const { targetInfos } = await root.send('Target.getTargets');
+      const { targetInfos } = await within(root.send('Target.getTargets'), 'Target.getTargets', START_MS);
       await root.detach();
       return targetInfos.map((t) => t.url);
     };
@@ -343,135 +361,178 @@ describe('CDP for the harness', () => {
     await browserB.close();
   });
 
-  test('egress holds: a context without the proxy has no route out of the sandbox; one through it does', async () => {
-    const browser = await attach(a);
-    // Playwright sends Target.createBrowserContext({ proxyServer: 'direct://' }) for this context.
-    const direct = await browser.newContext({ proxy: { server: 'direct://' } });
-    const directPage = await direct.newPage();
-    await assert.rejects(directPage.goto(`${web.origin}/direct-probe`, { timeout: START_MS }), /net::ERR_/);
-    const proxied = await browser.newContext();
-    const proxiedPage = await proxied.newPage();
-    const answer = await proxiedPage.goto(`${web.origin}/proxied-probe`, { timeout: START_MS });
-    assert.equal(answer?.status(), 200);
-    assert.ok(web.requests.some((r) => r.path === '/proxied-probe'));
-    assert.ok(!web.requests.some((r) => r.path === '/direct-probe'), 'the direct request never reached the server');
-    await direct.close();
-    await proxied.close();
-    await browser.close();
-  });
+  test(
+    'egress holds: a context without the proxy has no route out of the sandbox; one through it does',
+    TEST,
+    async () => {
+      const browser = await attach(a);
+      const root = await browser.newBrowserCDPSession();
+      // A context of the harness's own that ignores the browser's proxy: its requests go straight out of
+      // Chromium, into the sandbox's network namespace, where only loopback is.
+      const { browserContextId } = await within(
+        root.send('Target.createBrowserContext', { proxyServer: 'direct://', disposeOnDetach: true }),
+        'Target.createBrowserContext',
+        START_MS,
+      );
+      const opened = browser.contexts()[0]!.waitForEvent('page', { timeout: START_MS });
+      await within(
+        root.send('Target.createTarget', { url: 'about:blank', browserContextId }),
+        'Target.createTarget',
+        START_MS,
+      );
+      const directPage = await opened;
+      const { targetInfo } = await within(
+        (await browser.contexts()[0]!.newCDPSession(directPage)).send('Target.getTargetInfo'),
+        'Target.getTargetInfo',
+        START_MS,
+      );
+      assert.equal(targetInfo.browserContextId, browserContextId);
+      // Nothing listens on the test server's port in the sandbox: refused there, never reaching the server.
+      await assert.rejects(
+        directPage.goto(`${web.origin}/direct-probe`, { timeout: START_MS }),
+        /net::ERR_CONNECTION_REFUSED/,
+      );
+      // A context that keeps the browser's proxy (Playwright's default) loads through the egress proxy.
+      const proxied = await browser.newContext();
+      const proxiedPage = await proxied.newPage();
+      const answer = await proxiedPage.goto(`${web.origin}/proxied-probe`, { timeout: START_MS });
+      assert.equal(answer?.status(), 200);
+      assert.ok(web.requests.some((r) => r.path === '/proxied-probe'));
+      assert.ok(!web.requests.some((r) => r.path === '/direct-probe'), 'the direct request never reached the server');
+      await proxied.close();
+      await browser.close();
+    },
+  );
 
-  test('refusals are HTTP answers: a wrong token, the token as a subprotocol, an Origin, an unknown session, one connection too many', async () => {
-    const url = cdpUrl(d, a.sessionId);
-    const wrong = await refusal(url, { headers: { Authorization: 'Bearer wrong-token-0123456789abcdef-0123456789' } });
-    assert.equal(wrong.status, 401);
-    assert.equal((await refusal(url, { headers: {} })).status, 401);
-    // The protocol's subprotocol form does not count here: Playwright sends the header.
-    const asProtocol = await refusal(url, { protocols: ['deskbatch.v1', `deskbatch.token.${TEST_TOKEN}`] });
-    assert.equal(asProtocol.status, 401);
-    const origin = await refusal(url, { headers: { ...AUTH, Origin: 'http://evil.example' } });
-    assert.equal(origin.status, 403);
-    const unknown = await refusal(cdpUrl(d, 's_nosuchsession'));
-    assert.equal(unknown.status, 404);
-    assert.equal(JSON.parse(unknown.body).error, 'session_not_found');
+  test(
+    'refusals are HTTP answers: a wrong token, the token as a subprotocol, an Origin, an unknown session, one connection too many',
+    TEST,
+    async () => {
+      const url = cdpUrl(d, a.sessionId);
+      const wrong = await refusal(url, {
+        headers: { Authorization: 'Bearer wrong-token-0123456789abcdef-0123456789' },
+      });
+      assert.equal(wrong.status, 401);
+      assert.equal((await refusal(url, { headers: {} })).status, 401);
+      // The protocol's subprotocol form does not count here: Playwright sends the header.
+      const asProtocol = await refusal(url, { protocols: ['deskbatch.v1', `deskbatch.token.${TEST_TOKEN}`] });
+      assert.equal(asProtocol.status, 401);
+      const origin = await refusal(url, { headers: { ...AUTH, Origin: 'http://evil.example' } });
+      assert.equal(origin.status, 403);
+      const unknown = await refusal(cdpUrl(d, 's_nosuchsession'));
+      assert.equal(unknown.status, 404);
+      assert.equal(JSON.parse(unknown.body).error, 'session_not_found');
 
-    await until('no CDP connection of session A open', () => openOf(a.sessionId) === 0, { timeoutMs: START_MS });
-    const held: RawCdp[] = [];
-    for (let i = 0; i < MAX_PER_SESSION; i++) held.push(await RawCdp.open(url));
-    const tooMany = await refusal(url);
-    assert.equal(tooMany.status, 429);
-    assert.equal(JSON.parse(tooMany.body).error, 'too_many_cdp_connections');
-    for (const raw of held) raw.ws.close();
-    await Promise.all(held.map((raw) => raw.closed));
-  });
+      await until('no CDP connection of session A open', () => openOf(a.sessionId) === 0, { timeoutMs: START_MS });
+      const held: RawCdp[] = [];
+      for (let i = 0; i < MAX_PER_SESSION; i++) held.push(await RawCdp.open(url));
+      const tooMany = await refusal(url);
+      assert.equal(tooMany.status, 429);
+      assert.equal(JSON.parse(tooMany.body).error, 'too_many_cdp_connections');
+      for (const raw of held) raw.ws.close();
+      await Promise.all(held.map((raw) => raw.closed));
+    },
+  );
 
-  test('a message larger than the frame bound closes with 1009; a harness that does not read, with 4008', async () => {
-    const url = cdpUrl(d, a.sessionId);
-    const big = await RawCdp.open(url);
-    const page = await big.attachTo('/page-a');
-    void big
-      .send('Runtime.evaluate', { expression: `'x'.repeat(${MAX_FRAME + MiB})`, returnByValue: true }, page)
-      .catch(() => undefined);
-    const tooBig = await within(big.closed, 'the close after a message past the frame bound', START_MS);
-    assert.equal(tooBig.code, 1009);
-    assert.match(tooBig.reason, /a message from the browser passed 4194304 bytes/);
-
-    const slow = await RawCdp.open(url);
-    const slowPage = await slow.attachTo('/page-a');
-    // Published once the browser's side opened, which the answer above proves.
-    const cdpId = lastAttach(a.sessionId);
-    slow.ws.pause();
-    // 40 answers of 3 MiB each: far more than the kernel's socket buffers hold, so they wait in the daemon.
-    for (let i = 0; i < 40; i++) {
-      void slow
-        .send('Runtime.evaluate', { expression: `'y'.repeat(${3 * MiB})`, returnByValue: true }, slowPage)
+  test(
+    'a message larger than the frame bound closes with 1009; a harness that does not read, with 4008',
+    TEST,
+    async () => {
+      const url = cdpUrl(d, a.sessionId);
+      const big = await RawCdp.open(url);
+      const page = await big.attachTo('/page-a');
+      void big
+        .send('Runtime.evaluate', { expression: `'x'.repeat(${MAX_FRAME + MiB})`, returnByValue: true }, page)
         .catch(() => undefined);
-    }
-    const end = await detachOf(cdpId);
-    assert.equal(end.by, 'daemon');
-    assert.equal(end.code, 4008);
-    assert.match(end.reason, /the harness read too slowly/);
-    slow.ws.resume();
-    const closed = await within(slow.closed, 'the slow harness closed', START_MS);
-    assert.equal(closed.code, 4008);
-  });
+      const tooBig = await within(big.closed, 'the close after a message past the frame bound', START_MS);
+      assert.equal(tooBig.code, 1009);
+      assert.match(tooBig.reason, /a message from the browser passed 4194304 bytes/);
 
-  test("detaching leaves the model's browser as it was; it is logged, published, counted and recorded", async () => {
-    const manager = managerOf(a);
-    const generation = manager.generation;
-    const deaths = manager.deaths;
-    const browser = await attach(a);
-    const cdpId = lastAttach(a.sessionId);
-    assert.match(await pageAt(browser, '/page-a').content(), /alpha-content-31/);
-    await browser.close();
-    const end = await detachOf(cdpId);
-    assert.equal(end.by, 'harness');
-    assert.ok(
-      end.messages_in > 0 && end.messages_out > 0 && end.bytes_in > 0 && end.bytes_out > 0,
-      JSON.stringify(end),
-    );
+      const slow = await RawCdp.open(url);
+      const slowPage = await slow.attachTo('/page-a');
+      // Published once the browser's side opened, which the answer above proves.
+      const cdpId = lastAttach(a.sessionId);
+      slow.ws.pause();
+      // 40 answers of 3 MiB each: far more than the kernel's socket buffers hold, so they wait in the daemon.
+      for (let i = 0; i < 40; i++) {
+        void slow
+          .send('Runtime.evaluate', { expression: `'y'.repeat(${3 * MiB})`, returnByValue: true }, slowPage)
+          .catch(() => undefined);
+      }
+      const end = await detachOf(cdpId);
+      assert.equal(end.by, 'daemon');
+      assert.equal(end.code, 4008);
+      assert.match(end.reason, /the harness read too slowly/);
+      slow.ws.resume();
+      const closed = await within(slow.closed, 'the slow harness closed', START_MS);
+      assert.equal(closed.code, 4008);
+    },
+  );
 
-    // The model's session goes on, in the same browser (no relaunch, no death).
-    const text = textOf(await run(a, [browserUse('get_page_text')]));
-    assert.match(text, /alpha-content-31/);
-    assert.equal(manager.generation, generation);
-    assert.equal(manager.deaths, deaths);
+  test(
+    "detaching leaves the model's browser as it was; it is logged, published, counted and recorded",
+    TEST,
+    async () => {
+      const manager = managerOf(a);
+      const generation = manager.generation;
+      const deaths = manager.deaths;
+      const browser = await attach(a);
+      const cdpId = lastAttach(a.sessionId);
+      assert.match(await pageAt(browser, '/page-a').content(), /alpha-content-31/);
+      await browser.close();
+      const end = await detachOf(cdpId);
+      assert.equal(end.by, 'harness');
+      assert.ok(
+        end.messages_in > 0 && end.messages_out > 0 && end.bytes_in > 0 && end.bytes_out > 0,
+        JSON.stringify(end),
+      );
 
-    const log = await readFile(d.logFile, 'utf8');
-    const line = log.split('\n').find((l) => l.includes('"cdp detached"') && l.includes(cdpId));
-    assert.ok(line, 'the detach is logged');
-    const fields = JSON.parse(line) as Record<string, unknown>;
-    assert.equal(fields.session, a.sessionId);
-    assert.equal(typeof fields.remote, 'string');
-    assert.equal(typeof fields.duration_ms, 'number');
-    assert.equal(fields.messages_in, end.messages_in);
-    assert.ok(
-      !/Browser\.getVersion|alpha-content/.test(
-        log
+      // The model's session goes on, in the same browser (no relaunch, no death).
+      const text = textOf(await run(a, [browserUse('get_page_text')]));
+      assert.match(text, /alpha-content-31/);
+      assert.equal(manager.generation, generation);
+      assert.equal(manager.deaths, deaths);
+
+      const log = await readFile(d.logFile, 'utf8');
+      const line = log.split('\n').find((l) => l.includes('"cdp detached"') && l.includes(cdpId));
+      assert.ok(line, 'the detach is logged');
+      const fields = JSON.parse(line) as Record<string, unknown>;
+      assert.equal(fields.session, a.sessionId);
+      assert.equal(typeof fields.remote, 'string');
+      assert.equal(typeof fields.duration_ms, 'number');
+      assert.equal(fields.messages_in, end.messages_in);
+      assert.ok(
+        !/Browser\.getVersion|alpha-content/.test(
+          log
+            .split('\n')
+            .filter((l) => l.includes('"component":"cdp"'))
+            .join('\n'),
+        ),
+        'no content is logged',
+      );
+
+      const metrics = await (await fetch(`http://127.0.0.1:${new URL(d.url).port}/metrics`, { headers: AUTH })).text();
+      assert.match(metrics, /^deskbatch_cdp_attaches_total [1-9]/m);
+      assert.match(
+        metrics,
+        new RegExp(`^deskbatch_cdp_connections ${openOf(a.sessionId) + openOf(b.sessionId)}$`, 'm'),
+      );
+
+      const trajectory = async (): Promise<{ type: string; cdp_id?: string; by?: string }[]> =>
+        (await readFile(join(recordings, a.sessionId, 'trajectory.jsonl'), 'utf8'))
+          .trimEnd()
           .split('\n')
-          .filter((l) => l.includes('"component":"cdp"'))
-          .join('\n'),
-      ),
-      'no content is logged',
-    );
+          .map((l) => JSON.parse(l) as { type: string; cdp_id?: string });
+      const lines = await until('the recording to hold the detach', async () => {
+        const all = await trajectory();
+        return all.some((l) => l.type === 'cdp_detached' && l.cdp_id === cdpId) && all;
+      });
+      assert.ok(lines.some((l) => l.type === 'cdp_attached' && l.cdp_id === cdpId));
+      assert.equal(lines.find((l) => l.type === 'cdp_detached' && l.cdp_id === cdpId)?.by, 'harness');
+    },
+  );
 
-    const metrics = await (await fetch(`http://127.0.0.1:${new URL(d.url).port}/metrics`, { headers: AUTH })).text();
-    assert.match(metrics, /^deskbatch_cdp_attaches_total [1-9]/m);
-    assert.match(metrics, new RegExp(`^deskbatch_cdp_connections ${openOf(a.sessionId) + openOf(b.sessionId)}$`, 'm'));
-
-    const trajectory = async (): Promise<{ type: string; cdp_id?: string; by?: string }[]> =>
-      (await readFile(join(recordings, a.sessionId, 'trajectory.jsonl'), 'utf8'))
-        .trimEnd()
-        .split('\n')
-        .map((l) => JSON.parse(l) as { type: string; cdp_id?: string });
-    const lines = await until('the recording to hold the detach', async () => {
-      const all = await trajectory();
-      return all.some((l) => l.type === 'cdp_detached' && l.cdp_id === cdpId) && all;
-    });
-    assert.ok(lines.some((l) => l.type === 'cdp_attached' && l.cdp_id === cdpId));
-    assert.equal(lines.find((l) => l.type === 'cdp_detached' && l.cdp_id === cdpId)?.by, 'harness');
-  });
-
-  test("the session's end closes its connections; then its id is not found", async () => {
+  test("the session's end closes its connections; then its id is not found", TEST, async () => {
     const raw = await RawCdp.open(cdpUrl(d, b.sessionId));
     await raw.send('Browser.getVersion');
     await b.close();
@@ -484,29 +545,33 @@ describe('CDP for the harness', () => {
 });
 
 describe('CDP is refused where the browser is not the session’s alone, or without the flag', () => {
-  test('without --allow-cdp: 403, and connectOverCDP fails; the pool desktop’s browser has no DevTools port', async () => {
-    const d = await startTestDaemon({ browser: 'headless', desktops: { mode: 'pool', max: 1, warm: 0 } });
-    try {
-      const c = await DeskbatchClient.connect(d.url, {
-        token: TEST_TOKEN,
-        reconnect: false,
-        handshakeTimeoutMs: START_MS,
-      });
-      const refused = await refusal(cdpUrl(d, c.sessionId));
-      assert.equal(refused.status, 403);
-      assert.equal(JSON.parse(refused.body).error, 'cdp_disabled');
-      await assert.rejects(
-        chromium.connectOverCDP(cdpUrl(d, c.sessionId), { headers: AUTH, timeout: START_MS }),
-        /403 Forbidden[\s\S]*--allow-cdp/,
-      );
-      assert.equal(d.daemon.server.findSession(c.sessionId)?.desktop?.desktop.browser?.devtools, false);
-      await c.close();
-    } finally {
-      await d.close();
-    }
-  });
+  test(
+    'without --allow-cdp: 403, and connectOverCDP fails; the pool desktop’s browser has no DevTools port',
+    TEST,
+    async () => {
+      const d = await startTestDaemon({ browser: 'headless', desktops: { mode: 'pool', max: 1, warm: 0 } });
+      try {
+        const c = await DeskbatchClient.connect(d.url, {
+          token: TEST_TOKEN,
+          reconnect: false,
+          handshakeTimeoutMs: START_MS,
+        });
+        const refused = await refusal(cdpUrl(d, c.sessionId));
+        assert.equal(refused.status, 403);
+        assert.equal(JSON.parse(refused.body).error, 'cdp_disabled');
+        await assert.rejects(
+          chromium.connectOverCDP(cdpUrl(d, c.sessionId), { headers: AUTH, timeout: START_MS }),
+          /403 Forbidden[\s\S]*--allow-cdp/,
+        );
+        assert.equal(d.daemon.server.findSession(c.sessionId)?.desktop?.desktop.browser?.devtools, false);
+        await c.close();
+      } finally {
+        await d.close();
+      }
+    },
+  );
 
-  test('the shared desktop: 409', async () => {
+  test('the shared desktop: 409', TEST, async () => {
     const d = await startTestDaemon({
       display: undefined,
       browser: 'headless',
@@ -533,7 +598,7 @@ describe('CDP is refused where the browser is not the session’s alone, or with
     }
   });
 
-  test('a pool desktop without a sandbox: 409, and its browser has no DevTools port', async () => {
+  test('a pool desktop without a sandbox: 409, and its browser has no DevTools port', TEST, async () => {
     const d = await startTestDaemon({
       browser: 'headless',
       desktops: { mode: 'pool', max: 1, warm: 0 },
