@@ -126,6 +126,8 @@ export function cdpRoute(deps: CdpRouteDeps): CdpDoor {
     const fields = { session: sessionId, cdp_id: cdpId, remote };
     let opened = false;
     const opening = browser.openDevtools({ maxPayload: settings.maxFrameBytes, handshakeMs: BROWSER_HANDSHAKE_MS });
+    // The whole error for the operator: the harness's close reason holds at most 123 bytes of it.
+    opening.catch((err: unknown) => log.warn('cdp attach failed', { ...fields, error: String(err) }));
     const relay = new CdpRelay(
       ws,
       opening,
@@ -144,7 +146,7 @@ export function cdpRoute(deps: CdpRouteDeps): CdpDoor {
           const mine = live.get(sessionId);
           mine?.delete(relay);
           if (mine?.size === 0) live.delete(sessionId);
-          if (!opened) return void log.warn('cdp attach failed', { ...fields, reason: end.reason });
+          if (!opened) return void log.info('cdp connection ended before it attached', { ...fields, ...end });
           log.info('cdp detached', { ...fields, ...end });
           deps.activity.publish({ type: 'cdp_detached', ...fields, detach: end, at: Date.now() });
         },
