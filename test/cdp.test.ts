@@ -17,11 +17,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright';
-import { WebSocket } from 'ws';
+import type { AddressInfo } from 'node:net';
+import { WebSocket, WebSocketServer } from 'ws';
 import { DeskbatchClient } from '../src/client/client.ts';
 import type { Activity, CdpDetachActivity } from '../src/base/activity.ts';
 import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import type { BrowserManager } from '../src/browser/manager.ts';
+import { CdpRelay, type RelayBounds } from '../src/server/cdp-relay.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
 import { until, within } from '../testkit/wait.ts';
@@ -619,5 +621,91 @@ describe('CDP is refused where the browser is not the session’s alone, or with
     } finally {
       await d.close();
     }
+  });
+});
+
+describe('the relay on its own (src/server/cdp-relay.ts), between two local sockets', () => {
+  const BOUNDS: RelayBounds = { maxBufferedBytes: 64 * 1024, maxFrameBytes: MiB, heartbeatMs: 60_000 };
+  const servers: WebSocketServer[] = [];
+  after(() => {
+    for (const server of servers) {
+      for (const ws of server.clients) ws.terminate();
+      server.close();
+    }
+  });
+  /** A WebSocket server on loopback; resolves with its URL and the next socket it accepts. */
+  const serve = async (): Promise<{ url: string; accepted: Promise<WebSocket> }> => {
+    const server = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
+    servers.push(server);
+    await new Promise((resolve) => server.once('listening', resolve));
+    const accepted = new Promise<WebSocket>((resolve) => server.once('connection', resolve));
+    return { url: `ws://127.0.0.1:${(server.address() as AddressInfo).port}`, accepted };
+  };
+  /** A harness connected to a relay whose browser's side is `browser`; what the relay ended with. */
+  const relayed = async (browser: () => Promise<WebSocket>) => {
+    const front = await serve();
+    const harness = new WebSocket(front.url, { perMessageDeflate: false });
+    const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+      harness.once('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+    );
+    const ends: CdpDetachActivity[] = [];
+    new CdpRelay(await front.accepted, browser(), BOUNDS, { opened: () => undefined, ended: (e) => ends.push(e) });
+    await new Promise((resolve) => harness.once('open', resolve));
+    return { harness, closed, ends };
+  };
+
+  test(
+    'frames pass byte for byte, text and binary, both ways, those sent before the browser opened first',
+    TEST,
+    async () => {
+      const back = await serve();
+      let open!: (ws: WebSocket) => void;
+      const { harness, ends } = await relayed(() => new Promise<WebSocket>((resolve) => (open = resolve)));
+      // Sent before the browser's side exists: queued, then delivered in order.
+      const text = Buffer.from('{"id":1,  "method":"Grüße.✓" , "params":{"x":"\\u00e9"}}');
+      const binary = Buffer.from([0, 255, 1, 254, 0x80, 0x7f]);
+      harness.send(text, { binary: false });
+      harness.send(binary, { binary: true });
+      const browser = new WebSocket(back.url, { perMessageDeflate: false });
+      await new Promise((resolve) => browser.once('open', resolve));
+      const chromium = await back.accepted;
+      const got: { data: Buffer; isBinary: boolean }[] = [];
+      chromium.on('message', (data, isBinary) => got.push({ data: data as Buffer, isBinary }));
+      open(browser);
+      await until('both frames at the browser', () => got.length === 2);
+      assert.ok(got[0]!.data.equals(text) && !got[0]!.isBinary, 'the text frame, unchanged');
+      assert.ok(got[1]!.data.equals(binary) && got[1]!.isBinary, 'the binary frame, unchanged');
+      const answers: { data: Buffer; isBinary: boolean }[] = [];
+      harness.on('message', (data, isBinary) => answers.push({ data: data as Buffer, isBinary }));
+      chromium.send(text, { binary: false });
+      chromium.send(binary, { binary: true });
+      await until('both frames at the harness', () => answers.length === 2);
+      assert.ok(answers[0]!.data.equals(text) && !answers[0]!.isBinary);
+      assert.ok(answers[1]!.data.equals(binary) && answers[1]!.isBinary);
+      harness.close(1000);
+      await until('the relay to end', () => ends.length === 1);
+      assert.deepEqual(
+        { by: ends[0]!.by, messages_in: ends[0]!.messages_in, messages_out: ends[0]!.messages_out },
+        { by: 'harness', messages_in: 2, messages_out: 2 },
+      );
+      assert.equal(ends[0]!.bytes_in, text.length + binary.length);
+    },
+  );
+
+  test('more than the bound sent before the browser opened closes with 4008', TEST, async () => {
+    const { harness, closed, ends } = await relayed(() => new Promise<WebSocket>(() => undefined));
+    for (let i = 0; i < 5; i++) harness.send(Buffer.alloc(16 * 1024, 'a'));
+    const end = await within(closed, 'the close', START_MS);
+    assert.equal(end.code, 4008);
+    assert.match(end.reason, /bytes came before the browser's side opened/);
+    assert.equal(ends.length, 1);
+  });
+
+  test("a browser's side that cannot be opened closes with 1011 and says why", TEST, async () => {
+    const { closed, ends } = await relayed(() => Promise.reject(new Error('nothing listens on 9222')));
+    const end = await within(closed, 'the close', START_MS);
+    assert.equal(end.code, 1011);
+    assert.equal(end.reason, "cannot reach the session's browser: nothing listens on 9222");
+    assert.equal(ends[0]?.by, 'daemon');
   });
 });
