@@ -121,6 +121,10 @@ Options:
                            (default ${DEFAULT_CONFIG.takeover.leaseMs}, 10 minutes)
   --takeover-grace-ms MS   how long a holder's viewer may be gone before control goes back
                            to the agent (default ${DEFAULT_CONFIG.takeover.graceMs})
+  --allow-cdp              let a harness drive its session's own browser over CDP at
+                           ws://HOST:PORT/v1/sessions/<session_id>/cdp (Playwright's connectOverCDP,
+                           with the token): pool desktops with a sandbox only
+                           (docs/PROTOCOL.md "CDP for the harness", docs/SECURITY.md)
   --sandbox MODE           auto | off (default auto): each desktop in a sandbox of its own, as
                            a uid of its own (root) or in user namespaces (not root); the daemon
                            refuses to start where that is impossible unless this is off
@@ -298,6 +302,7 @@ const SERVE_OPTIONS = {
   'record-max-bytes': { type: 'string' },
   'record-max-age-ms': { type: 'string' },
   'allow-takeover': { type: 'boolean' },
+  'allow-cdp': { type: 'boolean' },
   sandbox: { type: 'string' },
   'sandbox-uids': { type: 'string' },
   'takeover-lease-ms': { type: 'string' },
@@ -424,6 +429,7 @@ function configFrom(
       leaseMs: num(values['takeover-lease-ms']),
       graceMs: num(values['takeover-grace-ms']),
     },
+    cdp: { enabled: values['allow-cdp'] },
     sandbox: {
       mode: values.sandbox as 'auto' | 'off' | undefined,
       uids: idRange(values['sandbox-uids']),

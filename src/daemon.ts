@@ -29,6 +29,8 @@ import { BROWSER_MEMBER_NAMES, BROWSER_OPTIONAL_MEMBERS, createBrowserToolset } 
 import { createLegacyComputerTool } from '../toolsets/computer-legacy/index.ts';
 import { describeToolsets } from '../toolsets/describe.ts';
 import { BrowserManager, BrowserUnavailableError, type LaunchMode } from './browser/manager.ts';
+import { DEVTOOLS_PORT } from './browser/cdp-door.ts';
+import { cdpRoute } from './server/cdp-route.ts';
 import { EgressFilter, parsePrivateAllow, startEgressProxy, type EgressProxy } from './browser/egress.ts';
 import { browserPolicyState, type PolicyState } from './browser/policy.ts';
 import type { Containment } from './ops/health.ts';
@@ -186,12 +188,14 @@ function desktopParts(
     downloadsDir: string,
     sandbox: DesktopSandbox | undefined,
     proxyServer: string | undefined,
+    devtools: boolean,
   ): BrowserManager =>
     new BrowserManager({
       mode,
       display,
       env,
       ...(sandbox ? { sandbox } : {}),
+      ...(sandbox && devtools ? { devtoolsPort: DEVTOOLS_PORT } : {}),
       executablePath: config.browserSettings.executablePath,
       downloadsDir,
       maxDownloads: config.browserSettings.maxDownloads,
@@ -211,10 +215,14 @@ function desktopParts(
     // A sandboxed desktop's Chromium reaches the proxy through the listener on its own loopback.
     if (sandbox?.egress) proxy?.adopt(sandbox.egress.server);
     const proxyServer = sandbox?.egress ? `http://127.0.0.1:${sandbox.egress.port}` : proxy?.url;
+    // The harness's CDP door (--allow-cdp): only a sandboxed pool desktop's browser, which is the session's
+    // alone and whose DevTools port only its sandbox reaches (src/browser/cdp-door.ts). Never the shared
+    // desktop's (every session's contexts), never one without a sandbox (the port would be on the host).
+    const devtools = config.cdp.enabled && sandbox !== undefined && !sandbox.browserOnly;
     const browser =
       mode === 'off'
         ? undefined
-        : (lastBrowser = newBrowser(mode, id, display, env, downloadsDir, sandbox?.box, proxyServer));
+        : (lastBrowser = newBrowser(mode, id, display, env, downloadsDir, sandbox?.box, proxyServer, devtools));
     // Where the kernel refused Chromium its sandbox once, it will again: later desktops launch without trying.
     if (browser && known?.sandbox === false) {
       browser.sandbox = false;
@@ -425,6 +433,24 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       })
     : undefined;
   if (takeover) sockets.push(...takeover.sockets());
+  // The harness's CDP door (docs/PROTOCOL.md "CDP for the harness"): the route answers with a refusal when off.
+  const cdpRefused = cdpUnavailable(config, sandbox.mode);
+  const cdp = cdpRoute({
+    settings: config.cdp,
+    heartbeatMs: config.heartbeatMs,
+    unavailable: cdpRefused,
+    sessionOf: (id) => {
+      const session = server.findSession(id);
+      return session && { desktop: session.desktop?.desktop };
+    },
+    activity,
+    log: log.child({ component: 'cdp' }),
+  });
+  sockets.push(cdp.route);
+  if (config.cdp.enabled) {
+    if (cdpRefused) log.warn(`--allow-cdp: every session's CDP connection will be refused: ${cdpRefused}`);
+    else log.info("harnesses may drive their session's browser over CDP (--allow-cdp)");
+  }
   // /metrics and /readyz (docs/OPERATIONS.md); `server` is read only when a request comes.
   const ops = createOps({
     activity,
@@ -493,6 +519,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       closing ??= (async () => {
         // First: the agents' waiting batches are let go, and told the person's control ended.
         await takeover?.close();
+        cdp.close();
         await server.close();
         await files.close();
         profiles.store.close();
@@ -506,6 +533,21 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       return closing;
     },
   };
+}
+
+/**
+ * Why no session's browser may be reached over CDP on this daemon, or undefined when a pool desktop's may
+ * (src/server/cdp-route.ts answers it with 409).
+ */
+function cdpUnavailable(config: DaemonConfig, sandbox: SandboxMode): string | undefined {
+  if (config.browser === 'off') return 'this daemon runs no browser (--browser off)';
+  if (config.desktops.mode === 'shared') {
+    return "the desktop is shared: its one browser holds every session's contexts, so CDP to it would reach them all";
+  }
+  if (sandbox === 'off') {
+    return "desktops run without a sandbox (--sandbox off): the browser's DevTools port would listen on the host, open to every local process";
+  }
+  return undefined;
 }
 
 /** The recordings' store, its retention applied to what an earlier run left, and the recorder observing `activity`. */

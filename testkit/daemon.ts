@@ -25,7 +25,10 @@ export const TEST_TOKEN = 'test-token-0123456789abcdef-0123456789';
 
 /** Config overrides; nested settings may be partial (resolveConfig merges them over the defaults). */
 type Overrides = Partial<
-  Omit<DaemonConfig, 'screenshot' | 'limits' | 'browserSettings' | 'resilience' | 'desktops' | 'recording' | 'profiles'>
+  Omit<
+    DaemonConfig,
+    'screenshot' | 'limits' | 'browserSettings' | 'resilience' | 'desktops' | 'recording' | 'profiles' | 'cdp'
+  >
 > & {
   profiles?: Partial<DaemonConfig['profiles']>;
   recording?: Partial<Omit<DaemonConfig['recording'], 'retention' | 'redact'>> & {
@@ -40,6 +43,7 @@ type Overrides = Partial<
   };
   limits?: Partial<DaemonConfig['limits']>;
   browserSettings?: Partial<DaemonConfig['browserSettings']>;
+  cdp?: Partial<DaemonConfig['cdp']>;
 };
 
 export interface TestDaemon {

@@ -4,7 +4,7 @@
  * Requests the server received are recorded, so a test can check effects at
  * the server (a form submitted, a link followed).
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer } from 'ws';
 import type { ToolUse } from '../src/base/protocol.ts';
@@ -24,20 +24,25 @@ export interface ReceivedRequest {
   body: string;
   /** The body's bytes as received (a page's binary upload). */
   bytes: Buffer;
+  /** Its headers (a page's cookies, as the browser sent them). */
+  headers: IncomingHttpHeaders;
 }
+
+/** A route made for each request from what it carried (a page that echoes the request's Cookie header). */
+export type RouteMaker = (request: ReceivedRequest) => Route | string;
 
 export interface WebServer {
   /** http://127.0.0.1:PORT */
   origin: string;
   /** Sets (or replaces) what a path serves. */
-  route(path: string, route: Route | string): void;
+  route(path: string, route: Route | string | RouteMaker): void;
   requests: ReceivedRequest[];
   close(): Promise<void>;
 }
 
 /** Listens on 127.0.0.1, on `port` (default 0: a free one). */
 export async function startWebServer(port = 0): Promise<WebServer> {
-  const routes = new Map<string, Route>();
+  const routes = new Map<string, Route | RouteMaker>();
   const requests: ReceivedRequest[] = [];
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
@@ -45,8 +50,11 @@ export async function startWebServer(port = 0): Promise<WebServer> {
     req.on('end', () => {
       const path = req.url ?? '/';
       const bytes = Buffer.concat(chunks);
-      requests.push({ method: req.method ?? 'GET', path, body: bytes.toString(), bytes });
-      const route = routes.get(path) ?? routes.get(path.split('?')[0]!);
+      const received = { method: req.method ?? 'GET', path, body: bytes.toString(), bytes, headers: req.headers };
+      requests.push(received);
+      const found = routes.get(path) ?? routes.get(path.split('?')[0]!);
+      const made = typeof found === 'function' ? found(received) : found;
+      const route = typeof made === 'string' ? { body: made } : made;
       if (!route) {
         res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
         return;

@@ -31,6 +31,22 @@ export interface ClipboardActivity {
   size: number;
 }
 
+/** How a harness's CDP connection ended, and what went through it (counts, never content). */
+export interface CdpDetachActivity {
+  /** Who closed first: the harness, the browser, or the daemon (a bound passed, the session ended, shutdown). */
+  by: 'harness' | 'browser' | 'daemon';
+  /** The close code the harness was sent or sent, and its reason (the daemon's or the browser's words). */
+  code: number;
+  reason: string;
+  duration_ms: number;
+  /** Messages and their bytes from the harness to the browser. */
+  messages_in: number;
+  bytes_in: number;
+  /** Messages and their bytes from the browser to the harness. */
+  messages_out: number;
+  bytes_out: number;
+}
+
 export type Activity =
   | {
       type: 'session_opened';
@@ -55,6 +71,13 @@ export type Activity =
   | { type: 'download_kept'; session: string; download: KeptDownloadActivity; at: number }
   /** The harness set (`set`) or read (`read`) its desktop's clipboard; only the size and hash travel. */
   | { type: 'clipboard'; session: string; op: 'set' | 'read'; clipboard: ClipboardActivity; at: number }
+  /**
+   * The harness attached to its session's browser over CDP (docs/PROTOCOL.md "CDP for the harness");
+   * `cdp_id` pairs it with its `cdp_detached`.
+   */
+  | { type: 'cdp_attached'; session: string; cdp_id: string; remote: string; at: number }
+  /** That CDP connection ended: counts only, never a message's content. */
+  | { type: 'cdp_detached'; session: string; cdp_id: string; remote: string; detach: CdpDetachActivity; at: number }
   /** The agent asked for a person (docs/PROTOCOL.md "Takeover"); `reason` is model-written text. */
   | { type: 'help_requested'; session: string; request_id: string; reason: string; at: number }
   /** A person took a desktop: the batches of `sessions` wait until it is handed back. */

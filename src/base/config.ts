@@ -102,6 +102,8 @@ export interface DaemonConfig {
   profiles: ProfileSettings;
   /** Human takeover from the viewer (docs/VIEWER.md "Takeover"). */
   takeover: TakeoverSettings;
+  /** The harness's CDP door to its session's browser (docs/PROTOCOL.md "CDP for the harness"). */
+  cdp: CdpSettings;
   /**
    * Each desktop's sandbox (docs/SECURITY.md "A sandbox per desktop"):
    * `auto` picks `uid` as root and `userns` otherwise, and the daemon refuses
@@ -250,6 +252,26 @@ export interface TakeoverSettings {
   novncDir: string;
 }
 
+export interface CdpSettings {
+  /**
+   * Whether a harness may drive its session's browser over CDP (`--allow-cdp`); off by default. Only a
+   * sandboxed pool desktop's browser is offered (docs/SECURITY.md "CDP for the harness").
+   */
+  enabled: boolean;
+  /** Largest frame either side may send through the door, in bytes: a full-page screenshot can be tens of MiB. */
+  maxFrameBytes: number;
+  /**
+   * Bytes that may wait for the harness to read them (its socket's `bufferedAmount`), or to reach the browser
+   * (those sent before its side opened included); past it both sides are closed with 4008.
+   */
+  maxBufferedBytes: number;
+  /** CDP connections one session may hold at once. */
+  maxPerSession: number;
+}
+
+/** The most cdp.maxFrameBytes may be raised to: a frame is held in memory whole. */
+export const MAX_CDP_FRAME_BYTES = 1024 ** 3;
+
 export interface DesktopSettings {
   /**
    * 'pool': each session leases a desktop of its own (own Xvfb, window manager, worker, browser, HOME),
@@ -366,6 +388,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
   clipboard: { maxTextBytes: 1024 ** 2, maxImageBytes: 10 * 1024 ** 2 },
   profiles: { dir: 'profiles', maxProfiles: 100, maxProfileBytes: 8 * 1024 ** 2, maxAgeMs: 30 * 24 * 3_600_000 },
   takeover: { enabled: false, leaseMs: 10 * 60_000, graceMs: 15_000, novncDir: '/usr/share/novnc' },
+  cdp: { enabled: false, maxFrameBytes: 256 * 1024 ** 2, maxBufferedBytes: 64 * 1024 ** 2, maxPerSession: 4 },
   sandbox: { mode: 'auto', uids: { first: 2_000_000_000, count: 1000 } },
   limits: {
     maxPayloadBytes: 1024 * 1024,
@@ -539,6 +562,9 @@ export function resolveConfig(
     ['--profile-max-age', config.profiles.maxAgeMs],
     ['takeover.leaseMs', config.takeover.leaseMs],
     ['takeover.graceMs', config.takeover.graceMs],
+    ['cdp.maxFrameBytes', config.cdp.maxFrameBytes],
+    ['cdp.maxBufferedBytes', config.cdp.maxBufferedBytes],
+    ['cdp.maxPerSession', config.cdp.maxPerSession],
     ['resilience.breaker.failures', config.resilience.breaker.failures],
     ['resilience.breaker.coolDownMs', config.resilience.breaker.coolDownMs],
     ['resilience.retry.initialDelayMs', config.resilience.retry.initialDelayMs],
@@ -592,6 +618,11 @@ export function resolveConfig(
   }
   if (config.profiles.keyFile === '' || !config.profiles.dir) {
     throw new ConfigError('--profile-key and --profiles-dir take a path, not an empty string');
+  }
+  if (config.cdp.maxFrameBytes > MAX_CDP_FRAME_BYTES) {
+    throw new ConfigError(
+      `cdp.maxFrameBytes must be at most ${MAX_CDP_FRAME_BYTES} (a frame is held whole), got ${config.cdp.maxFrameBytes}`,
+    );
   }
   const settle = config.screenshot.settle;
   for (const [k, v] of Object.entries(settle)) {

@@ -18,6 +18,8 @@ import type { SettleCounts } from './call-watch.ts';
 import { InputFrames } from './input-frames.ts';
 import type { InputMark } from '../base/image.ts';
 import { BrowserSession, type SessionHost } from './session.ts';
+import { openDevtools, type DevtoolsOptions, type DevtoolsSandbox } from './cdp-door.ts';
+import type { WebSocket } from 'ws';
 import { TraceFolder } from './trace-folder.ts';
 import type { UrlPolicy } from './url-policy.ts';
 
@@ -58,6 +60,15 @@ export interface BrowserOptions {
    * sandbox's environment.
    */
   sandbox?: BrowserSandbox;
+  /**
+   * Chromium's DevTools also listen on this port, on the sandbox's own
+   * loopback (`--remote-debugging-port`), for the harness's CDP door
+   * (cdp-door.ts). Only with `sandbox`: without one it would listen on the
+   * host's loopback, where any local process could drive the browser with no
+   * token. The daemon sets it for a pool desktop's browser alone, with
+   * `--allow-cdp` (src/daemon.ts).
+   */
+  devtoolsPort?: number;
   log: Logger;
 }
 
@@ -70,6 +81,8 @@ export interface BrowserSandbox {
   hostPid(innerPid: number): number | undefined;
   /** Where Chromium writes downloads (a folder both sides see). */
   folders: { downloads: string };
+  /** A connection to a port on its own loopback, with the DevTools WebSocket path there (cdp-door.ts). */
+  connectInside: DevtoolsSandbox['connectInside'];
 }
 
 /**
@@ -145,6 +158,8 @@ export class BrowserManager implements SessionHost {
   readonly inputFrames: InputFrames | undefined;
 
   constructor(readonly options: BrowserOptions) {
+    if (options.devtoolsPort !== undefined && !options.sandbox)
+      throw new Error('a DevTools port is opened only inside a sandbox: outside, any local process could use it');
     const { downloadsDir, maxDownloads, maxDownloadBytes, exposeDownloadPaths, log } = options;
     // No download is saved before the folders an earlier run left are removed.
     const swept = removeStaleDownloads(
@@ -254,6 +269,10 @@ export class BrowserManager implements SessionHost {
           ...CHROMIUM_ARGS,
           ...(this.options.proxyServer
             ? [`--proxy-server=${this.options.proxyServer}`, '--proxy-bypass-list=<-loopback>']
+            : []),
+          // Next to Playwright's --remote-debugging-pipe, on the sandbox's loopback (the constructor checks).
+          ...(confined && this.options.devtoolsPort !== undefined
+            ? [`--remote-debugging-port=${this.options.devtoolsPort}`]
             : []),
         ],
         timeout: launchTimeoutMs,
@@ -365,6 +384,24 @@ export class BrowserManager implements SessionHost {
     } finally {
       death.dispose();
     }
+  }
+
+  /** Whether the harness may reach this browser over CDP: its DevTools listen in its sandbox (`devtoolsPort`). */
+  get devtools(): boolean {
+    return this.options.devtoolsPort !== undefined && this.options.sandbox !== undefined;
+  }
+
+  /**
+   * A WebSocket client to the running browser's own DevTools endpoint, open
+   * (cdp-door.ts); the harness's CDP door relays it. Launches the browser
+   * first if it does not run. Rejects when there is no door (`devtools`),
+   * the browser does not start, or its endpoint does not answer.
+   */
+  async openDevtools(options: DevtoolsOptions): Promise<WebSocket> {
+    const { devtoolsPort, sandbox } = this.options;
+    if (devtoolsPort === undefined || !sandbox) throw new BrowserUnavailableError('this browser has no DevTools port');
+    await this.browserNow();
+    return openDevtools(sandbox, devtoolsPort, options);
   }
 
   /** Whether the browser of `generation` is still the one running. */

@@ -25,6 +25,11 @@
  * daemon over its IPC channel; the daemon's proxy serves connections on it.
  * Chromium's `--proxy-server` names that address. A request that ignores
  * the proxy setting has no route anywhere.
+ *
+ * The mirror image, for the harness's CDP door (src/browser/cdp-door.ts): a
+ * short-lived process inside connects to a port on the sandbox's loopback
+ * (Chromium's DevTools) and hands the connected socket to the daemon
+ * (connectInside). Nothing outside the sandbox can reach that port otherwise.
  */
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { chmod, chown, mkdir, mkdtemp, rm, statfs, writeFile } from 'node:fs/promises';
@@ -66,6 +71,45 @@ const HOLDER = '/usr/bin/sleep';
 const BWRAP_NOT_FOUND = 'bubblewrap not found: run `npm run setup` (Debian package bubblewrap)';
 const HOLDER_START_MS = 10_000;
 const PROXY_LISTENER_START_MS = 15_000;
+/** connectInside: how long its process may take, from its spawn to the socket in the daemon's hands. */
+const CONNECT_INSIDE_MS = 15_000;
+/** The path a DevTools endpoint's `/json/version` names for the browser's WebSocket (Chromium's form). */
+const DEVTOOLS_BROWSER_PATH = /^\/devtools\/browser\/[A-Za-z0-9-]{1,64}$/;
+
+/**
+ * The process connectInside runs in the sandbox (CommonJS, `node -e`; the port is its argument): asks
+ * `/json/version` for the browser's WebSocket path (retrying while nothing listens yet: a browser just
+ * launched may not have opened its port), connects, and sends the socket with the path over its IPC
+ * channel, then leaves. Its errors go to stderr, which the daemon quotes.
+ */
+const CONNECT_INSIDE_CODE = `
+const http = require('node:http');
+const net = require('node:net');
+const port = Number(process.argv[1]);
+const fail = (message) => { process.stderr.write(message + '\\n'); process.exit(1); };
+const until = Date.now() + ${CONNECT_INSIDE_MS - 3_000};
+const ask = () => {
+  const req = http.get({ host: '127.0.0.1', port, path: '/json/version', timeout: 5000 }, (res) => {
+    let body = '';
+    res.setEncoding('utf8');
+    res.on('data', (chunk) => { if (body.length < 65536) body += chunk; });
+    res.on('end', () => {
+      let path;
+      try { path = new URL(JSON.parse(body).webSocketDebuggerUrl).pathname; }
+      catch { return fail('no webSocketDebuggerUrl in /json/version (HTTP ' + res.statusCode + '): ' + body.slice(0, 200)); }
+      const socket = net.connect(port, '127.0.0.1', () =>
+        process.send({ path }, socket, () => process.disconnect()));
+      socket.on('error', (err) => fail('cannot connect to 127.0.0.1:' + port + ': ' + err.message));
+    });
+  });
+  req.on('timeout', () => req.destroy(new Error('no answer within 5000 ms')));
+  req.on('error', (err) => {
+    if (err.code === 'ECONNREFUSED' && Date.now() < until) setTimeout(ask, 50);
+    else fail('GET http://127.0.0.1:' + port + '/json/version: ' + err.message);
+  });
+};
+ask();
+`;
 /** Bytes of the sandbox's private /tmp and /dev/shm (memory): Chromium's profile and shared memory live there. */
 const TMPFS_BYTES = 1024 * 1024 * 1024;
 /**
@@ -352,6 +396,50 @@ export class DesktopSandbox implements Confinement {
             resolve({ server: handle as Server, port: msg.port }),
           );
         }),
+    });
+    return ready;
+  }
+
+  /**
+   * A TCP connection to `port` on the sandbox's own loopback, handed to the
+   * daemon, with the path of the browser's DevTools WebSocket there (from
+   * `/json/version`, e.g. `/devtools/browser/<guid>`): a process inside
+   * connects and passes the socket over its IPC channel, then exits (the
+   * mirror image of proxyListener). Rejects with SandboxError saying why:
+   * nothing listens, no DevTools answer, or no socket within 15 s.
+   */
+  async connectInside(port: number): Promise<{ socket: Socket; path: string }> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw new SandboxError('bad_options', `not a port: ${port}`);
+    const output = new OutputLines();
+    const { ready } = await startChild({
+      name: 'the DevTools connector',
+      command: process.execPath,
+      args: ['-e', CONNECT_INSIDE_CODE, String(port)],
+      spawn: { stdio: ['ignore', 'ignore', 'pipe', 'ipc'] },
+      within: this,
+      error: SandboxError,
+      notInstalled: `${process.execPath} not found`,
+      timeoutMs: CONNECT_INSIDE_MS,
+      exitedBefore: 'before it handed over its socket',
+      notReady: 'did not hand over its socket',
+      tail: () => output.quoted(),
+      ready: (child) => {
+        output.read(child.stderr);
+        return new Promise<{ socket: Socket; path: string }>((resolve, reject) => {
+          child.once('message', (msg: { path?: unknown }, handle: unknown) => {
+            const path = typeof msg?.path === 'string' ? msg.path : '';
+            if (DEVTOOLS_BROWSER_PATH.test(path) && handle) return resolve({ socket: handle as Socket, path });
+            (handle as Socket | undefined)?.destroy();
+            reject(
+              new SandboxError(
+                'start_failed',
+                `the DevTools connector sent no socket or an odd path: ${path.slice(0, 100)}`,
+              ),
+            );
+          });
+        });
+      },
     });
     return ready;
   }

@@ -377,6 +377,40 @@ function takeoverMetrics(registers: Registers): (a: Activity) => void {
 }
 
 /** Recordings: bytes written and removals as they happen, and what is on disk at scrape time. */
+/** The harness's CDP door (docs/PROTOCOL.md "CDP for the harness"), from its `cdp_attached`/`cdp_detached` activity. */
+function cdpMetrics(registers: Registers): (a: Activity) => void {
+  const attaches = new Counter({
+    name: 'deskbatch_cdp_attaches_total',
+    help: "Times a harness attached to its session's browser over CDP (--allow-cdp).",
+    registers,
+  });
+  let open = 0;
+  new Gauge({
+    name: 'deskbatch_cdp_connections',
+    help: "Harnesses' CDP connections open now.",
+    registers,
+    collect() {
+      this.set(open);
+    },
+  });
+  const bytes = new Counter({
+    name: 'deskbatch_cdp_bytes_total',
+    help: 'Bytes of CDP messages relayed, from the harness to the browser (in) and back (out); counted as a connection ends.',
+    labelNames: ['direction'],
+    registers,
+  });
+  return (a) => {
+    if (a.type === 'cdp_attached') {
+      attaches.inc();
+      open++;
+    } else if (a.type === 'cdp_detached') {
+      open = Math.max(0, open - 1);
+      bytes.inc({ direction: 'in' }, a.detach.bytes_in);
+      bytes.inc({ direction: 'out' }, a.detach.bytes_out);
+    }
+  };
+}
+
 function recordingMetrics(
   registers: Registers,
   recordings: MetricsDeps['recordings'],
@@ -510,6 +544,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
   const takeover = takeoverMetrics(registers);
   const recording = recordingMetrics(registers, deps.recordings);
   const fileEvent = fileMetrics(registers, deps.files);
+  const cdp = cdpMetrics(registers);
   const clipboardBytes = new Counter({
     name: 'deskbatch_clipboard_bytes_total',
     help: "Bytes harnesses put on their desktops' clipboards (in) and read from them (out).",
@@ -522,6 +557,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
     else if (a.type === 'clipboard') clipboardBytes.inc({ direction: a.op === 'set' ? 'in' : 'out' }, a.clipboard.size);
     else if (a.type === 'batch_finished') calls.batchFinished(a.result);
     else if (a.type === 'batch_replayed') calls.batchReplayed();
+    else if (a.type === 'cdp_attached' || a.type === 'cdp_detached') cdp(a);
     else takeover(a);
   };
   // A throwing observer is unsubscribed by the hub for good; one odd event must not end the metrics.

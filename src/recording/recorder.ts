@@ -505,6 +505,11 @@ export class Recorder {
       case 'clipboard':
         // Its size and hash, never its content: a clipboard can hold what the harness keeps from the model's log.
         return r.line({ type: a.op === 'set' ? 'clipboard_set' : 'clipboard_read', at: a.at, ...a.clipboard });
+      case 'cdp_attached':
+        // Who attached and when; the harness's CDP messages are not recorded (docs/RECORDING.md).
+        return r.line({ type: 'cdp_attached', at: a.at, cdp_id: a.cdp_id, remote: a.remote });
+      case 'cdp_detached':
+        return r.line({ type: 'cdp_detached', at: a.at, cdp_id: a.cdp_id, remote: a.remote, ...a.detach });
       case 'session_closed':
         void this.finish(a.session, r, a.at, a.reason);
         return;

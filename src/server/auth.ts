@@ -23,18 +23,23 @@ function offeredSubprotocols(req: IncomingMessage): string[] {
 
 /**
  * The token a client presented, if any. The subprotocol form counts only next to the endpoint's
- * own subprotocol (`deskbatch.v1` unless another is named).
+ * own subprotocol (`deskbatch.v1` unless another is named); `null`: the endpoint has none, and only
+ * the Authorization header counts (the harness's CDP door, whose clients cannot offer one).
  */
-export function presentedToken(req: IncomingMessage, subprotocol: string = PROTOCOL_VERSION): string | undefined {
+export function presentedToken(
+  req: IncomingMessage,
+  subprotocol: string | null = PROTOCOL_VERSION,
+): string | undefined {
   const auth = req.headers.authorization;
   const bearer = auth && /^Bearer\s+(\S+)\s*$/i.exec(auth);
   if (bearer) return bearer[1];
+  if (subprotocol === null) return undefined;
   const offered = offeredSubprotocols(req);
   if (!offered.includes(subprotocol)) return undefined;
   return offered.find((p) => p.startsWith(TOKEN_SUBPROTOCOL_PREFIX))?.slice(TOKEN_SUBPROTOCOL_PREFIX.length);
 }
 
-export function isAuthorized(req: IncomingMessage, token: string, subprotocol?: string): boolean {
+export function isAuthorized(req: IncomingMessage, token: string, subprotocol?: string | null): boolean {
   const presented = presentedToken(req, subprotocol);
   return presented !== undefined && tokensEqual(presented, token);
 }

@@ -3,7 +3,13 @@
  * heartbeat, limits, and an idempotent close. Tool work is delegated to the
  * Executor through Sessions; this file knows the protocol, not the tools.
  */
-import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  STATUS_CODES,
+  type IncomingMessage,
+  type Server as HttpServer,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -52,16 +58,37 @@ export interface HttpRoute {
 }
 
 /**
- * A WebSocket endpoint other than the protocol's own (the viewer's feed). The server runs the same
- * handshake checks as for /v1: rate limit, Origin, token (header, or `deskbatch.token.<token>` offered
- * next to `subprotocol`). With `sameOrigin`, a page served by this daemon may connect too: its Origin
- * must name the Host it was served from.
+ * A WebSocket endpoint other than the protocol's own (the viewer's feed, the takeover's VNC bridge, the
+ * harness's CDP door). The server runs the same handshake checks as for /v1 first: rate limit, Origin,
+ * token. The token comes in the Authorization header, or as `deskbatch.token.<token>` offered next to the
+ * route's `subprotocol` (a browser page cannot set headers); a route without a subprotocol takes the header
+ * only, and selects no subprotocol. With `sameOrigin`, a page served by this daemon may connect too: its
+ * Origin must name the Host it was served from.
  */
 export interface SocketRoute {
   path: string;
-  subprotocol: string;
+  /** Also answers paths under `path/`, those `accepts` takes (all when it is absent), as HttpRoute's. */
+  prefix?: boolean;
+  accepts?: (path: string) => boolean;
+  /** The subprotocol the client must offer, and is selected; absent: none (header token only). */
+  subprotocol?: string;
   sameOrigin?: boolean;
+  /** Largest frame a client may send, in bytes (default 64 KiB); a larger one closes the socket with 1009. */
+  maxPayload?: number;
+  /**
+   * Asked after the handshake checks, before the upgrade: a refusal is answered as HTTP (its status, a JSON
+   * body `{error, message}`) and the socket closed, so the client reads why instead of a dropped handshake.
+   * `path` is the request's path without its query.
+   */
+  check?: (req: IncomingMessage, path: string) => SocketRefusal | undefined | Promise<SocketRefusal | undefined>;
   handle(ws: WebSocket, req: IncomingMessage): void;
+}
+
+/** Why a SocketRoute's check refused a handshake: an HTTP status, a stable code and a one-line message. */
+export interface SocketRefusal {
+  status: number;
+  error: string;
+  message: string;
 }
 
 /** What the daemon holds now, for readiness and metrics. */
@@ -118,7 +145,7 @@ export class DeskbatchServer {
   readonly activity: ActivityHub;
   private readonly routes: ReadonlyMap<string, HttpRoute>;
   private readonly prefixRoutes: readonly HttpRoute[];
-  private readonly sockets: ReadonlyMap<string, { route: SocketRoute; wss: WebSocketServer }>;
+  private readonly sockets: readonly { route: SocketRoute; wss: WebSocketServer }[];
 
   constructor(private readonly deps: ServerDeps) {
     const { config } = deps;
@@ -141,19 +168,16 @@ export class DeskbatchServer {
       // Browser clients carry the token as a second subprotocol; we select only the version.
       handleProtocols: (protocols) => (protocols.has(PROTOCOL_VERSION) ? PROTOCOL_VERSION : false),
     });
-    this.sockets = new Map(
-      (deps.sockets ?? []).map((route) => [
-        route.path,
-        {
-          route,
-          wss: new WebSocketServer({
-            noServer: true,
-            maxPayload: 64 * 1024,
-            handleProtocols: (protocols) => (protocols.has(route.subprotocol) ? route.subprotocol : false),
-          }),
-        },
-      ]),
-    );
+    this.sockets = (deps.sockets ?? []).map((route) => ({
+      route,
+      wss: new WebSocketServer({
+        noServer: true,
+        maxPayload: route.maxPayload ?? 64 * 1024,
+        // No subprotocol: none is selected, whatever the client offers.
+        handleProtocols: (protocols) =>
+          route.subprotocol !== undefined && protocols.has(route.subprotocol) ? route.subprotocol : false,
+      }),
+    }));
     this.http.on('upgrade', (req, socket, head) => this.onUpgrade(req, socket, head));
   }
 
@@ -232,11 +256,22 @@ export class DeskbatchServer {
   }
 
   /** Answers a refused handshake and destroys the socket: a refused peer may not hold it open. */
-  private reject(socket: Duplex, status: number, reason: string, headers: Record<string, string> = {}): void {
-    const head = Object.entries({ connection: 'close', 'content-type': 'text/plain', ...headers })
+  private reject(
+    socket: Duplex,
+    status: number,
+    reason: string,
+    { body, ...headers }: Record<string, string> & { body?: string } = {},
+  ): void {
+    const text = body ?? `${reason}\n`;
+    const head = Object.entries({
+      connection: 'close',
+      'content-type': 'text/plain',
+      'content-length': String(Buffer.byteLength(text)),
+      ...headers,
+    })
       .map(([k, v]) => `${k}: ${v}\r\n`)
       .join('');
-    socket.end(`HTTP/1.1 ${status} ${reason}\r\n${head}\r\n${reason}\n`, () => socket.destroy());
+    socket.end(`HTTP/1.1 ${status} ${reason}\r\n${head}\r\n${text}`, () => socket.destroy());
   }
 
   offerTools(session: Session, entries: readonly AgentToolEntry[]): void {
@@ -255,7 +290,13 @@ export class DeskbatchServer {
     socket.on('error', () => socket.destroy());
     const path = (req.url ?? '').split('?')[0] ?? '';
     if (this.state !== 'running') return this.reject(socket, 503, 'Service Unavailable');
-    const extra = this.sockets.get(path);
+    const extra =
+      path === PROTOCOL_PATH
+        ? undefined
+        : (this.sockets.find((s) => !s.route.prefix && s.route.path === path) ??
+          this.sockets.find(
+            (s) => s.route.prefix && path.startsWith(`${s.route.path}/`) && (s.route.accepts?.(path) ?? true),
+          ));
     if (path !== PROTOCOL_PATH && !extra) return this.reject(socket, 404, 'Not Found');
     // Before the token check, so guessing tokens is slowed down too.
     if (!this.handshakes.take(req.socket.remoteAddress ?? '')) {
@@ -268,18 +309,44 @@ export class DeskbatchServer {
       log.warn('refused handshake: origin not allowed', { origin: String(req.headers.origin).slice(0, 200) });
       return this.reject(socket, 403, 'Forbidden');
     }
-    if (!isAuthorized(req, config.token, extra?.route.subprotocol)) {
+    // A route without a subprotocol takes the token from the header only (`null`: no subprotocol form).
+    if (!isAuthorized(req, config.token, extra ? (extra.route.subprotocol ?? null) : PROTOCOL_VERSION)) {
       log.warn('refused handshake: missing or wrong token', { remote: req.socket.remoteAddress });
       return this.reject(socket, 401, 'Unauthorized', { 'www-authenticate': 'Bearer' });
     }
-    if (extra) {
-      extra.wss.handleUpgrade(req, socket, head, (ws) => extra.route.handle(ws, req));
-      return;
-    }
+    if (extra) return void this.upgradeRoute(extra, req, socket, head, path);
     if (this.connections.size >= config.limits.maxSessions) {
       return this.reject(socket, 503, 'Service Unavailable');
     }
     this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws, req));
+  }
+
+  /** A SocketRoute's handshake, once the server's checks passed: its own check, then the upgrade. */
+  private async upgradeRoute(
+    extra: { route: SocketRoute; wss: WebSocketServer },
+    req: IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    path: string,
+  ): Promise<void> {
+    const { route, wss } = extra;
+    let refusal: SocketRefusal | undefined;
+    try {
+      refusal = await route.check?.(req, path);
+    } catch (err) {
+      this.deps.log.error('socket route check failed', { path, error: String(err) });
+      refusal = { status: 500, error: 'internal_error', message: 'internal error' };
+    }
+    if (refusal) {
+      const body = JSON.stringify({ error: refusal.error, message: refusal.message });
+      return this.reject(socket, refusal.status, STATUS_CODES[refusal.status] ?? 'Refused', {
+        body,
+        'content-type': 'application/json',
+      });
+    }
+    // The client may have gone while the check ran: ws then destroys the socket and never calls back.
+    if (this.state !== 'running') return this.reject(socket, 503, 'Service Unavailable');
+    wss.handleUpgrade(req, socket, head, (ws) => route.handle(ws, req));
   }
 
   private onConnection(ws: WebSocket, req: IncomingMessage): void {
@@ -566,7 +633,7 @@ export class DeskbatchServer {
       this.closed(s, 'shutdown');
     }
     this.sessions.clear();
-    for (const wss of [this.wss, ...[...this.sockets.values()].map((x) => x.wss)]) {
+    for (const wss of [this.wss, ...this.sockets.map((x) => x.wss)]) {
       for (const ws of wss.clients) ws.terminate();
       wss.close();
     }
