@@ -50,6 +50,8 @@ import { recordingRoutes } from './recording/routes.ts';
 import { TakeoverManager } from './takeover/manager.ts';
 import { sweepOwnedTempFolders } from './base/temp-folder.ts';
 import { startProfiles, type ProfileStore } from './profiles/index.ts';
+import { profileSaveRoute } from './profiles/save-route.ts';
+import { SessionProfiles } from './profiles/session-profile.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -368,6 +370,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const activity = new ActivityHub((err) =>
     log.error('activity observer failed; unsubscribed', { error: String(err) }),
   );
+  // The profile each session's hello names: leased, loaded into its browser, saved at its end (docs/PROTOCOL.md "Profiles").
+  const sessionProfiles = new SessionProfiles({
+    store: profiles.store,
+    activity,
+    log: log.child({ component: 'profiles' }),
+  });
   // Each session's staged files (docs/PROTOCOL.md "Staged documents"), in a private folder of the daemon's.
   const files = await FileStore.open(config.documents, (event) => reportTo.metrics?.fileEvent(event));
   // Endpoints beside the protocol's own, on the same port; each module adds its own.
@@ -375,6 +383,10 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // documents' the rest.
   const routes: HttpRoute[] = [
     ...profiles.routes,
+    // Before the documents' routes, which answer every other path under /v1/sessions.
+    profileSaveRoute({
+      sessionOf: (id) => (server.findSession(id) ? { profile: sessionProfiles.of(id) } : undefined),
+    }),
     ...downloadRoutes({ filesOf: (id) => server.findSession(id)?.files }),
     ...clipboardRoutes({
       sessionOf: (id) => {
@@ -484,6 +496,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     sockets,
     ...(takeover ? { takeover } : {}),
     files,
+    profiles: sessionProfiles,
     ...(recorder
       ? {
           secretInput: (session: string, toolUse: string) => recorder.recorder.secretInput(session, toolUse),

@@ -47,6 +47,14 @@ export interface CdpDetachActivity {
   bytes_out: number;
 }
 
+/** A named browser profile a session uses (docs/PROTOCOL.md "Profiles"): its name and size, never its content. */
+export interface ProfileActivity {
+  name: string;
+  mode: 'read_write' | 'read_only';
+  /** Bytes of the stored state (loaded, or saved). */
+  bytes: number;
+}
+
 export type Activity =
   | {
       type: 'session_opened';
@@ -55,6 +63,8 @@ export type Activity =
       /** Its desktop's id (`shared`, or `d<N>` from a pool). */ desktop?: string;
       /** Whether the session is recorded (docs/RECORDING.md). */
       record?: boolean;
+      /** The browser profile its hello named, as loaded (docs/PROTOCOL.md "Profiles"). */
+      profile?: ProfileActivity;
     }
   /** The agent's `hello.tools`: what its model is offered from now on. */
   | { type: 'tools_offered'; session: string; tools: readonly AgentToolEntry[]; at: number }
@@ -78,6 +88,8 @@ export type Activity =
   | { type: 'cdp_attached'; session: string; cdp_id: string; remote: string; at: number }
   /** That CDP connection ended: counts only, never a message's content. */
   | { type: 'cdp_detached'; session: string; cdp_id: string; remote: string; detach: CdpDetachActivity; at: number }
+  /** The session's browser state was saved to its profile (docs/PROTOCOL.md "Profiles"). */
+  | { type: 'profile_saved'; session: string; profile: ProfileActivity; at: number }
   /** The agent asked for a person (docs/PROTOCOL.md "Takeover"); `reason` is model-written text. */
   | { type: 'help_requested'; session: string; request_id: string; reason: string; at: number }
   /** A person took a desktop: the batches of `sessions` wait until it is handed back. */

@@ -82,6 +82,20 @@ export const TakeoverRequestSchema = z.strictObject({
 });
 export type TakeoverRequest = z.output<typeof TakeoverRequestSchema>;
 
+/** A profile's name: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. Never a path. */
+export const PROFILE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** `hello.profile` (added within v1): the named browser profile this session's browser starts with. */
+export const ProfileRequestSchema = z.strictObject({
+  name: z.string().regex(PROFILE_NAME, 'a profile name is 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit'),
+  /**
+   * `read_write`: the session's browser state is saved back to the profile when the session ends (and when the
+   * harness asks); one such session per profile at a time. `read_only`: never saved; any number may share it.
+   */
+  mode: z.enum(['read_write', 'read_only']),
+});
+export type ProfileRequest = z.output<typeof ProfileRequestSchema>;
+
 /** A help request's reason, and an operator's note: one line or a few, no control characters but newline and tab. */
 export const personText = (max: number) =>
   z
@@ -123,6 +137,12 @@ export const HelloSchema = z.strictObject({
    * even `{}`, also asks for `welcome.capabilities`, `takeover` frames and the `desktop_held` error.
    */
   takeover: TakeoverRequestSchema.optional(),
+  /**
+   * The named browser profile this session's browser starts with (docs/PROTOCOL.md "Profiles"), when the
+   * operator keeps profiles (`--profile-key`); only a new session's first hello is read. Giving it also asks for
+   * `welcome.profile` and the `profile_held` and `profile_unavailable` errors.
+   */
+  profile: ProfileRequestSchema.optional(),
 });
 
 /** The agent asks for a person (only when `welcome.capabilities` lists `help`). */
@@ -361,6 +381,17 @@ export const WelcomeSchema = z.strictObject({
   recording: z.boolean().optional(),
   /** Only when `hello.takeover` was given: `help` when the operator allows takeover (`--allow-takeover`). */
   capabilities: z.array(z.string()).optional(),
+  /** Only when `hello.profile` was given: the profile the session's browser started with. */
+  profile: z
+    .strictObject({
+      name: z.string(),
+      mode: z.enum(['read_write', 'read_only']),
+      /** Bytes of the stored state it started with; 0 for a read-write profile not saved yet. */
+      bytes: z.number().int().nonnegative(),
+      /** False when the profile did not exist yet (read-write): it is made at the first save. */
+      existed: z.boolean(),
+    })
+    .optional(),
   limits: z.strictObject({
     max_tool_uses: z.number().int().positive(),
     max_payload_bytes: z.number().int().positive(),
@@ -398,6 +429,11 @@ export const ERROR_CODES = [
   // Added within v1, sent only to a client whose hello carried `takeover` (or that sent `help`):
   'desktop_held',
   'help_unavailable',
+  // Added within v1, sent only to a client whose hello carried `profile`:
+  /** Another live session holds the profile read-write; the message names it. */
+  'profile_held',
+  /** The profile cannot be used: profiles are off, it does not exist (read-only), or it cannot be read. */
+  'profile_unavailable',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -512,9 +548,6 @@ export interface DownloadInfo {
 // ---------------------------------------------------------------------------
 // Named browser profiles (docs/PROTOCOL.md "Profiles"): the name rule, and the answers of the HTTP routes under
 // /v1/profiles, which the daemon writes and the client library reads, typed once for both.
-
-/** A profile's name: a letter or digit, then up to 63 letters, digits, `.`, `_` or `-`. Never a path. */
-export const PROFILE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /** A stored profile, as `GET /v1/profiles` lists it (never its content). */
 export interface ProfileInfo {

@@ -125,8 +125,19 @@ export interface CallReport {
   tabsChanged: boolean;
 }
 
+/**
+ * A browser's storage as Playwright saves and restores it (cookies, and each origin's localStorage and
+ * IndexedDB): what a named profile holds (docs/PROTOCOL.md "Profiles").
+ */
+export type StorageState = Awaited<ReturnType<BrowserContext['storageState']>>;
+
+/** How long saving a context's storage may take: it visits, in a hidden page, each origin it has not open. */
+const STORAGE_STATE_TIMEOUT_MS = 30_000;
+
 export class BrowserSession {
   private context: BrowserContext | undefined;
+  /** What every context of this session starts with (a profile's state): again after a crash. */
+  private startState: StorageState | undefined;
   private contextGeneration = -1;
   private opening: Promise<BrowserContext> | undefined;
   /**
@@ -206,6 +217,8 @@ export class BrowserSession {
     const context = await browser.newContext({
       viewport: this.manager.options.viewport,
       acceptDownloads: true,
+      // Playwright restores it before the context is handed back: a state that fails leaves no context.
+      ...(this.startState ? { storageState: this.startState } : {}),
     });
     this.context = context;
     this.contextGeneration = this.manager.generation;
@@ -216,6 +229,45 @@ export class BrowserSession {
     const policy = this.guard.inForce;
     if (policy) await this.guardNavigations(policy);
     return context;
+  }
+
+  /**
+   * Opens this session's context with `state` (a profile's cookies and
+   * storage), now: it rejects, and the session keeps no context, when the
+   * browser refuses the state. Later contexts (after a crash) start with it
+   * too.
+   */
+  async startWith(state: StorageState): Promise<void> {
+    if (this.context || this.opening) throw new Error('the session already has a browser context');
+    this.startState = state;
+    try {
+      await this.contextNow();
+    } catch (err) {
+      this.startState = undefined;
+      throw err;
+    }
+  }
+
+  /**
+   * The context's cookies and each origin's localStorage and IndexedDB now
+   * (Playwright's storage state), or undefined when the session has no live
+   * context (it never used the browser, or the browser died).
+   */
+  async storageState(): Promise<StorageState | undefined> {
+    const context = this.context;
+    if (!context || this.contextGeneration !== this.manager.generation || !this.connected()) return undefined;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`the browser did not give its storage within ${STORAGE_STATE_TIMEOUT_MS} ms`)),
+        STORAGE_STATE_TIMEOUT_MS,
+      );
+    });
+    try {
+      return await Promise.race([context.storageState({ indexedDB: true }), late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /**

@@ -52,6 +52,7 @@ import {
   exportProfile,
   importProfile,
   listProfiles,
+  saveSessionProfile,
   type ProfileInfo,
   type ProfileStored,
   type StorageState,
@@ -281,6 +282,14 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
    */
   async profiles(): Promise<ProfileInfo[]> {
     return (await listProfiles(this.url, this.options.token)).profiles;
+  }
+
+  /**
+   * Saves this session's browser state to the profile its `connect({ profile })` named read-write, now (it is
+   * also saved when the session ends). Rejects with ProfileRefusedError (`read_only`, `no_profile`, `too_large`).
+   */
+  saveProfile(): Promise<{ name: string; bytes: number; ms: number }> {
+    return saveSessionProfile(this.url, this.options.token, this.sessionId);
   }
 
   /** A profile's storage state, decrypted (ProfileRefusedError `not_found`, `unreadable`, …). */

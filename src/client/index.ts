@@ -33,6 +33,7 @@ export {
   exportProfile,
   importProfile,
   listProfiles,
+  saveSessionProfile,
   type ProfileInfo,
   type ProfileList,
   type ProfileStored,

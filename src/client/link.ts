@@ -68,6 +68,13 @@ export interface ConnectOptions {
    * (the default) lets it wait for the hand-back.
    */
   takeover?: { whenHeld?: 'wait' | 'refuse' };
+  /**
+   * The named browser profile the session's browser starts with (`hello.profile`, docs/PROTOCOL.md "Profiles"):
+   * `read_write` saves the browser's state back when the session ends (one such session per profile at a time:
+   * `connect` fails with a ConnectError of code `profile_held` naming the holder); `read_only` never saves. A
+   * profile that cannot be used fails `connect` with `profile_unavailable`. It also asks for `welcome.profile`.
+   */
+  profile?: { name: string; mode: 'read_write' | 'read_only' };
   /** Aborting it stops connecting, or closes the client once connected. */
   signal?: AbortSignal;
   /** Limit for the HTTP upgrade and, separately, for the answer to `hello`. Default 10,000 ms. */
@@ -294,6 +301,8 @@ export class ClientLink {
                       takeover: this.options.takeover.whenHeld ? { when_held: this.options.takeover.whenHeld } : {},
                     }
                   : {}),
+                // Only a new session's hello is read for it; a resume keeps the session's lease.
+                ...(this.options.profile ? { profile: this.options.profile } : {}),
               };
               ws.send(JSON.stringify(hello));
             }),

@@ -9,7 +9,7 @@ import type { IncomingMessage } from 'node:http';
 import type { ProfileInfo, ProfileList, ProfileStored } from '../base/protocol.ts';
 import type { StorageState } from '../base/storage-state.ts';
 import { DeskbatchError } from './errors.ts';
-import { readBounded, refusalFrom, send } from './session-http.ts';
+import { readBounded, refusalFrom, send, sessionUrl } from './session-http.ts';
 
 export type { ProfileInfo, ProfileList, ProfileStored, StorageState };
 
@@ -86,4 +86,18 @@ export async function importProfile(
 
 export async function deleteProfile(wsUrl: string, token: string, name: string): Promise<void> {
   await answer(await send(profilesUrl(wsUrl, name), token, { method: 'DELETE' }), [204]);
+}
+
+/**
+ * Saves the session's browser state to the profile its hello named read-write, now (`POST
+ * /v1/sessions/<id>/profile`): the state's bytes and how long the save took. Rejects with ProfileRefusedError:
+ * `no_profile`, `read_only`, `no_browser` (the browser is not running), `too_large` (the stored state stays).
+ */
+export async function saveSessionProfile(
+  wsUrl: string,
+  token: string,
+  sessionId: string,
+): Promise<{ name: string; bytes: number; ms: number }> {
+  const res = await send(sessionUrl(wsUrl, sessionId, 'profile'), token, { method: 'POST' });
+  return (await answer(res, [200])) as { name: string; bytes: number; ms: number };
 }

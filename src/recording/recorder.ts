@@ -16,7 +16,13 @@ import { mkdir, open, stat, type FileHandle } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
-import type { Activity, ActivityHub, KeptDownloadActivity, StagedFileActivity } from '../base/activity.ts';
+import type {
+  Activity,
+  ActivityHub,
+  KeptDownloadActivity,
+  ProfileActivity,
+  StagedFileActivity,
+} from '../base/activity.ts';
 import type { RecordingSettings } from '../base/config.ts';
 import type { DesktopResources } from '../desktop-pool/desktop.ts';
 import type { Logger } from '../base/log.ts';
@@ -463,7 +469,7 @@ export class Recorder {
 
   private on(session: string, a: Activity): void {
     if (a.type === 'session_opened') {
-      if (a.record) this.open(session, this.deps.desktopOf(session));
+      if (a.record) this.open(session, this.deps.desktopOf(session), a.profile);
       return;
     }
     if (!this.live.has(session)) return;
@@ -510,6 +516,9 @@ export class Recorder {
         return r.line({ type: 'cdp_attached', at: a.at, cdp_id: a.cdp_id, remote: a.remote });
       case 'cdp_detached':
         return r.line({ type: 'cdp_detached', at: a.at, cdp_id: a.cdp_id, remote: a.remote, ...a.detach });
+      case 'profile_saved':
+        // Its name and size, never its content: a profile holds the logins the harness keeps from the model.
+        return r.line({ type: 'profile_saved', at: a.at, ...a.profile });
       case 'session_closed':
         void this.finish(a.session, r, a.at, a.reason);
         return;
@@ -540,7 +549,7 @@ export class Recorder {
     }
   }
 
-  private open(sessionId: string, desktop: DesktopResources | undefined): void {
+  private open(sessionId: string, desktop: DesktopResources | undefined, profile?: ProfileActivity): void {
     // The display's size, if the desktop tells it at once (a worker still starting is not waited for).
     const size = desktop
       ? orAfter(
@@ -562,6 +571,8 @@ export class Recorder {
             ...(display ? { display: { width: display.width, height: display.height } } : {}),
           },
           redaction: { typed, passwords },
+          // Its name and size only (docs/RECORDING.md "Privacy").
+          ...(profile ? { profile } : {}),
           daemon: { version: DESKBATCH_VERSION, protocol: PROTOCOL_VERSION },
         });
         this.liveDone.set(sessionId, r);

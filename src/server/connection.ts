@@ -20,6 +20,7 @@ import {
   type ErrorCode,
   type HelloMessage,
   type HelpMessage,
+  type ProfileRequest,
   type ServerMessage,
   type TakeoverMessage,
   type Welcome,
@@ -33,6 +34,8 @@ export interface OpenRequest {
   desktop?: DesktopRequest;
   /** `hello.record`: the client asks for this session to be recorded. */
   record?: boolean;
+  /** `hello.profile`: the browser profile the session starts with. */
+  profile?: ProfileRequest;
   /** Aborts when the connection goes away: a queued session leaves the queue. */
   signal: AbortSignal;
   onQueue?: (position: number, waiting: number) => void;
@@ -78,6 +81,8 @@ export interface WelcomeOptions {
   recording?: boolean;
   /** `hello.takeover` was given: the welcome lists the capabilities. */
   takeover?: boolean;
+  /** `hello.profile` was given: the welcome says which profile the browser started with. */
+  profile?: boolean;
 }
 
 export interface ConnectionDeps {
@@ -279,6 +284,7 @@ export class Connection {
     if (msg.all_limits !== undefined) this.welcomeOptions = { ...this.welcomeOptions, allLimits: msg.all_limits };
     if (msg.desktop !== undefined) this.welcomeOptions = { ...this.welcomeOptions, desktop: true };
     if (msg.record !== undefined) this.welcomeOptions = { ...this.welcomeOptions, recording: true };
+    if (msg.profile !== undefined) this.welcomeOptions = { ...this.welcomeOptions, profile: true };
     if (msg.takeover !== undefined) {
       this.welcomeOptions = { ...this.welcomeOptions, takeover: true };
       this.whenHeld = msg.takeover.when_held ?? 'wait';
@@ -305,6 +311,7 @@ export class Connection {
       const opened = await this.deps.sessions.openSession({
         ...(msg.desktop ? { desktop: msg.desktop } : {}),
         ...(msg.record !== undefined ? { record: msg.record } : {}),
+        ...(msg.profile ? { profile: msg.profile } : {}),
         signal: this.gone.signal,
         // Only a client that asked about desktops meets this frame (a v1 client that parses strictly never does).
         ...(wantsDesktop

@@ -37,6 +37,7 @@ import { ActivityHub } from '../base/activity.ts';
 import { logBatch } from './batch-log.ts';
 import type { TakeoverPort } from './takeover-port.ts';
 import type { FileStore } from './session-files.ts';
+import type { ProfilePort, SessionProfile } from './profile-port.ts';
 
 /**
  * A plain HTTP route on the daemon's port (health, metrics, the viewer page).
@@ -125,6 +126,8 @@ export interface ServerDeps {
   takeover?: TakeoverPort;
   /** Where each session's staged files live (session-files.ts); they go when the session ends. */
   files: FileStore;
+  /** Named browser profiles, when the operator keeps them (`--profile-key`; src/profiles/). */
+  profiles?: ProfilePort;
 }
 
 type State = 'idle' | 'running' | 'closing' | 'closed';
@@ -378,6 +381,68 @@ export class DeskbatchServer {
       return { code: 'invalid_message', message: `hello.desktop.display must be one of: ${allowed}` };
     }
     const id = newSessionId();
+    // The profile first: a refused one starts no desktop, and a held one is known at once, not after a wait.
+    let profile: SessionProfile | undefined;
+    if (request.profile) {
+      const leased = await this.leaseProfile(id, request.profile);
+      if (!('welcome' in leased)) return leased;
+      profile = leased;
+    }
+    const opened = await this.openDesktop(id, request, size, pooled);
+    if (!('desktop' in opened)) {
+      profile?.release();
+      return opened;
+    }
+    const lease = opened;
+    if (profile) {
+      try {
+        const t0 = performance.now();
+        await profile.load(lease.desktop);
+        log.info('profile loaded', {
+          session: id,
+          profile: profile.welcome.name,
+          mode: profile.welcome.mode,
+          bytes: profile.welcome.bytes,
+          ms: Math.round(performance.now() - t0),
+        });
+      } catch (err) {
+        profile.release();
+        // The session's browser context may hold part of it: it goes with the session's context, never used.
+        await this.deps.executor.closeSession(id, lease.desktop).catch(() => undefined);
+        lease.release();
+        log.warn('profile not loaded', { session: id, profile: profile.welcome.name, error: String(err) });
+        return {
+          code: 'profile_unavailable',
+          message: `the profile ${profile.welcome.name} could not be loaded into the browser: ${err instanceof Error ? err.message : String(err)}`,
+        };
+      }
+    }
+    const mode = config.recording.mode;
+    return this.createSession(id, lease, mode === 'all' || (mode === 'on_request' && request.record === true), profile);
+  }
+
+  /** A lease on the profile a hello names, or why not. */
+  private async leaseProfile(
+    id: string,
+    request: NonNullable<OpenRequest['profile']>,
+  ): Promise<SessionProfile | SessionRefusal> {
+    if (!this.deps.profiles) {
+      return {
+        code: 'profile_unavailable',
+        message: 'this daemon keeps no browser profiles (the operator did not start it with --profile-key)',
+      };
+    }
+    return this.deps.profiles.lease(id, request);
+  }
+
+  /** The new session's desktop, checked against what its hello asked, or why there is none. */
+  private async openDesktop(
+    id: string,
+    request: OpenRequest,
+    size: Size | undefined,
+    pooled: boolean,
+  ): Promise<DesktopLease | SessionRefusal> {
+    const { log } = this.deps;
     let lease: DesktopLease;
     this.opening++;
     try {
@@ -414,11 +479,10 @@ export class DeskbatchServer {
         };
       }
     }
-    const mode = config.recording.mode;
-    return this.createSession(id, lease, mode === 'all' || (mode === 'on_request' && request.record === true));
+    return lease;
   }
 
-  private createSession(id: string, lease: DesktopLease, record: boolean): Session {
+  private createSession(id: string, lease: DesktopLease, record: boolean, profile?: SessionProfile): Session {
     const { config, executor, log } = this.deps;
     const repeats = new RepeatTracker();
     const activity = this.activity;
@@ -470,17 +534,21 @@ export class DeskbatchServer {
     session.desktop = lease;
     session.files = files;
     session.recorded = record;
+    session.profile = profile;
     this.sessions.set(session.id, session);
+    const used = profile && { name: profile.welcome.name, mode: profile.welcome.mode, bytes: profile.welcome.bytes };
     log.info('session opened', {
       session: session.id,
       desktop: lease.desktop.id,
       ...(record ? { recorded: true } : {}),
+      ...(used ? { profile: used.name, profile_mode: used.mode } : {}),
     });
     this.activity.publish({
       type: 'session_opened',
       session: session.id,
       desktop: lease.desktop.id,
       record,
+      ...(used ? { profile: used } : {}),
       at: Date.now(),
     });
     return session;
@@ -500,6 +568,8 @@ export class DeskbatchServer {
     if (!lease) return;
     session.desktop = undefined;
     if (session.recorded) await this.deps.sessionEnding?.(session.id).catch(() => undefined);
+    // Saved from the session's browser before its context closes with the session.
+    await session.profile?.end();
     await this.deps.executor.closeSession(session.id, lease.desktop);
     lease.release();
   }
@@ -581,6 +651,7 @@ export class DeskbatchServer {
       ...(described.legacy_tools ? { legacy_tools: described.legacy_tools } : {}),
       ...(options.recording ? { recording: session.recorded } : {}),
       ...(options.takeover ? { capabilities: this.deps.takeover ? ['help'] : [] } : {}),
+      ...(options.profile && session.profile ? { profile: session.profile.welcome } : {}),
       ...(options.desktop && desktop
         ? {
             desktop: {

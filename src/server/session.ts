@@ -10,6 +10,7 @@ import { canonicalJson } from '../base/text.ts';
 import type { AgentOffer } from '../executor/executor.ts';
 import type { DesktopLease } from '../desktop-pool/pool.ts';
 import type { SessionFiles } from './session-files.ts';
+import type { SessionProfile } from './profile-port.ts';
 
 export interface SessionLimits {
   maxQueuedBatches: number;
@@ -116,6 +117,8 @@ export class Session {
   recorded = false;
   /** The files its harness staged (session-files.ts): kept across resumes, removed when the session ends. */
   files: SessionFiles | undefined;
+  /** The browser profile its hello named (profile-port.ts): saved and released when the session ends. */
+  profile: SessionProfile | undefined;
   /** The attached connection, and how to drop it when another resumes the session. */
   private owner: { id: object; evict: () => void } | undefined;
   private readonly batches = new Map<string, StoredBatch>();
