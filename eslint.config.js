@@ -165,14 +165,16 @@ export default defineConfig(
     'src/desktop-driver/keymap-watch.ts',
     'src/desktop-driver/display.ts',
   ),
-  // Named browser profiles (src/profiles/): the leaves, and of the server only its route seam (HttpRoute in
-  // server.ts) and the routes' helpers (session-routes.ts); the daemon wires the store to sessions.
+  // Named browser profiles (src/profiles/): the leaves; of the server only its route seam (HttpRoute in
+  // server.ts), the routes' helpers (session-routes.ts) and the ProfilePort a session's profile implements
+  // (profile-port.ts); the desktops and the browser a session's state is loaded into and saved from.
   onlyFrom(
-    layer('profiles', ['src/profiles/**']),
+    layer('profiles', ['src/profiles/**'], 'desktops', 'browser'),
     'server',
     'the server',
     'src/server/server.ts',
     'src/server/session-routes.ts',
+    'src/server/profile-port.ts',
   ),
   layer(
     'ops and viewer',
