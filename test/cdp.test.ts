@@ -36,6 +36,10 @@ const MAX_FRAME = 4 * MiB;
 const MAX_BUFFERED = 1 * MiB;
 const MAX_PER_SESSION = 4;
 const AUTH = { Authorization: `Bearer ${TEST_TOKEN}` };
+
+/** A new session on `d`, through the client library, that does not reconnect. */
+const session = (d: TestDaemon): Promise<DeskbatchClient> =>
+  DeskbatchClient.connect(d.url, { token: TEST_TOKEN, reconnect: false, handshakeTimeoutMs: START_MS });
 /** Each test's deadline: a CDP command never answered (Playwright's have none) fails the test, not the run. */
 const TEST = { timeout: 4 * START_MS };
 
@@ -172,11 +176,7 @@ describe('CDP for the harness', () => {
   const seen: Activity[] = [];
 
   const connect = async (): Promise<DeskbatchClient> => {
-    const c = await DeskbatchClient.connect(d.url, {
-      token: TEST_TOKEN,
-      reconnect: false,
-      handshakeTimeoutMs: START_MS,
-    });
+    const c = await session(d);
     clients.push(c);
     return c;
   };
@@ -553,11 +553,7 @@ describe('CDP is refused where the browser is not the session’s alone, or with
     async () => {
       const d = await startTestDaemon({ browser: 'headless', desktops: { mode: 'pool', max: 1, warm: 0 } });
       try {
-        const c = await DeskbatchClient.connect(d.url, {
-          token: TEST_TOKEN,
-          reconnect: false,
-          handshakeTimeoutMs: START_MS,
-        });
+        const c = await session(d);
         const refused = await refusal(cdpUrl(d, c.sessionId));
         assert.equal(refused.status, 403);
         assert.equal(JSON.parse(refused.body).error, 'cdp_disabled');
@@ -581,11 +577,7 @@ describe('CDP is refused where the browser is not the session’s alone, or with
       cdp: { enabled: true },
     });
     try {
-      const c = await DeskbatchClient.connect(d.url, {
-        token: TEST_TOKEN,
-        reconnect: false,
-        handshakeTimeoutMs: START_MS,
-      });
+      const c = await session(d);
       const refused = await refusal(cdpUrl(d, c.sessionId));
       assert.equal(refused.status, 409);
       assert.equal(JSON.parse(refused.body).error, 'cdp_unavailable');
@@ -608,11 +600,7 @@ describe('CDP is refused where the browser is not the session’s alone, or with
       cdp: { enabled: true },
     });
     try {
-      const c = await DeskbatchClient.connect(d.url, {
-        token: TEST_TOKEN,
-        reconnect: false,
-        handshakeTimeoutMs: START_MS,
-      });
+      const c = await session(d);
       const refused = await refusal(cdpUrl(d, c.sessionId));
       assert.equal(refused.status, 409);
       assert.match(JSON.parse(refused.body).message, /without a sandbox/);

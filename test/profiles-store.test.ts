@@ -15,7 +15,6 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmod, copyFile, mkdtemp, readFile, readdir, rm, stat, symlink, utimes, writeFile } from 'node:fs/promises';
-import { request } from 'node:http';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -41,6 +40,7 @@ import { FolderStorage } from '../src/profiles/storage.ts';
 import { ensureBuilt } from '../testkit/build.ts';
 import { CHROMIUM_PATH } from '../testkit/chromium.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
+import { rawRequest } from '../testkit/raw-http.ts';
 import { within } from '../testkit/wait.ts';
 import { startWebServer, type WebServer } from '../testkit/web.ts';
 
@@ -109,43 +109,25 @@ interface Answer {
 }
 
 /** One request to the daemon's port, as a harness without the client library sends it (`path` sent as is). */
-function http(
+async function http(
   d: TestDaemon,
   method: string,
   path: string,
   options: { body?: string | Buffer; headers?: Record<string, string>; token?: string | null } = {},
 ): Promise<Answer> {
-  const url = new URL(d.url);
   const token = options.token === undefined ? TEST_TOKEN : options.token;
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        // A connection each: the server closes one whose refused request left a body unread (a 401 does).
-        agent: false,
-        host: url.hostname,
-        port: url.port,
-        method,
-        path,
-        headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...options.headers },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString();
-          let json: unknown;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            json = undefined;
-          }
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end(options.body);
+  const res = await rawRequest(Number(new URL(d.url).port), path, {
+    method,
+    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...options.headers },
+    ...(options.body !== undefined ? { body: options.body } : {}),
   });
+  let json: unknown;
+  try {
+    json = JSON.parse(res.body);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, text: res.body, json };
 }
 
 const put = (d: TestDaemon, name: string, state: unknown, headers: Record<string, string> = {}): Promise<Answer> =>

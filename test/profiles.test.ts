@@ -12,7 +12,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { createServer, request, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -21,6 +21,7 @@ import { after, before, describe, test } from 'node:test';
 import type { BatchResult, ErrorMessage, ProfileRequest, Welcome } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { TEST_TOKEN, startTestDaemon, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
+import { rawRequest, type RawResponse } from '../testkit/raw-http.ts';
 import { until, within } from '../testkit/wait.ts';
 import { browserUse as use } from '../testkit/web.ts';
 
@@ -99,36 +100,15 @@ function textOf(result: BatchResult): string {
     .join('\n');
 }
 
-interface Raw {
-  status: number;
-  body: string;
-}
-
 /** One request to the daemon's HTTP port with the token. */
-function raw(d: TestDaemon, method: string, path: string, body?: string): Promise<Raw> {
-  const url = new URL(d.url);
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: url.hostname,
-        port: url.port,
-        method,
-        path,
-        headers: {
-          authorization: `Bearer ${TEST_TOKEN}`,
-          ...(body !== undefined
-            ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }
-            : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
+function raw(d: TestDaemon, method: string, path: string, body?: string): Promise<RawResponse> {
+  return rawRequest(Number(new URL(d.url).port), path, {
+    method,
+    headers: {
+      authorization: `Bearer ${TEST_TOKEN}`,
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+    },
+    ...(body !== undefined ? { body } : {}),
   });
 }
 

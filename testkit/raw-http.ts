@@ -13,16 +13,19 @@ export interface RawResponse {
   body: string;
 }
 
-/** GET (or HEAD) `path` on 127.0.0.1:`port`, the path untouched. */
-export function rawGet(
+/**
+ * One request to 127.0.0.1:`port` with `path` untouched, on a connection of its own (the daemon closes one whose
+ * refused request left a body unread, as after a 401): its status, headers and body as text.
+ */
+export function rawRequest(
   port: number,
   path: string,
-  options: { method?: 'GET' | 'HEAD'; headers?: Record<string, string> } = {},
+  options: { method?: string; headers?: Record<string, string>; body?: string | Buffer } = {},
 ): Promise<RawResponse> {
   const method = options.method ?? 'GET';
   return within(
     new Promise((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port, path, method, headers: options.headers }, (res) => {
+      const req = request({ agent: false, host: '127.0.0.1', port, path, method, headers: options.headers }, (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () =>
@@ -30,8 +33,17 @@ export function rawGet(
         );
       });
       req.on('error', reject);
-      req.end();
+      req.end(options.body);
     }),
     `an answer to ${method} ${path}`,
   );
+}
+
+/** GET (or HEAD) `path` on 127.0.0.1:`port`, the path untouched. */
+export function rawGet(
+  port: number,
+  path: string,
+  options: { method?: 'GET' | 'HEAD'; headers?: Record<string, string> } = {},
+): Promise<RawResponse> {
+  return rawRequest(port, path, options);
 }
