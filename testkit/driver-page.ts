@@ -199,6 +199,10 @@ export class DriverPage {
     // No window manager: keyboard focus follows the pointer, so the pointer must be over the page.
     await this.driver.moveMouse(this.screenOf({ x: 300, y: 100 }));
     await this.driver.click('left', 1, []);
+    // The click has reached the page before this returns: a textarea focused already would let the wait below
+    // pass at once, and a click landing later collapses the selection clearTextarea makes, which then clears
+    // nothing (a fresh-clone CI run saw the last test's text still there).
+    if (this.fence) await this.passFence();
     await waitFor(async () => (await this.page.evaluate('document.activeElement?.id')) === 't', 'textarea focus');
   };
 
