@@ -17,8 +17,9 @@ export type ImageFormat = 'png' | 'jpeg' | 'webp';
  * while to draw its answer to a click). When the app under the pointer is
  * the daemon's own Chromium, the tab says when it drew its answer
  * (`DrawnAfter`), and the reaction window ends `drawnMs` after that word
- * instead (or half as long as the word took, when that is longer: a busy
- * machine is slow to show too), time for its pixels to reach the X server.
+ * instead (or twice as long as the word took, or twice the lag from a word to
+ * its pixels seen lately, when longer: a busy machine is slow to show too),
+ * time for its pixels to reach the X server.
  * Elsewhere frames are grabbed `intervalMs` apart until two in a row are
  * identical. On a screen that saw no input for `afterInputMs`, one grab is
  * all.
@@ -58,7 +59,8 @@ export interface CapturedImage {
    * How the settle step went, when it ran: time spent, how it knew (`damage`:
    * the X server's reports, `changes` of them during the wait; `frames`:
    * `frames` grabs compared), whether the screen was quiet (false: the cap ended it), and
-   * whether the app's word that it drew ended the reaction window (`drawn`).
+   * whether the app's word that it drew ended the reaction window (`drawn`), and how long after the
+   * input that word came (`wordMs`, when one came).
    */
   settled?: {
     ms: number;
@@ -67,5 +69,6 @@ export interface CapturedImage {
     changes: number;
     stable: boolean;
     drawn?: boolean;
+    wordMs?: number;
   };
 }

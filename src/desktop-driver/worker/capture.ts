@@ -120,10 +120,31 @@ export async function capture(
 }
 
 /**
+ * How long, lately, the app's pixels took to reach the X server after its word that it drew: per
+ * display (a worker serves one), the last LAG_SAMPLES times from a word to the first change seen after
+ * it. A busy machine is slow to show what the app committed; this is how slow, measured, not guessed.
+ */
+const LAG_SAMPLES = 16;
+const wordLags = new WeakMap<ScreenChanges, number[]>();
+
+function recentLag(changes: ScreenChanges): number {
+  return Math.max(0, ...(wordLags.get(changes) ?? []));
+}
+
+function noteLag(changes: ScreenChanges, lagMs: number): void {
+  const lags = wordLags.get(changes) ?? [];
+  lags.push(lagMs);
+  if (lags.length > LAG_SAMPLES) lags.shift();
+  wordLags.set(changes, lags);
+}
+
+/**
  * Waits until the screen is quiet (SettleOptions): no change for `quietMs`
  * since the last one, or none at all for `reactionMs` since the input (or,
- * when the app said it drew its answer at `drawnAt`, for `drawnMs` after
- * that, or half as long as it took to say so, if sooner); at most `maxMs`.
+ * when the app said it drew its answer at `drawnAt`, until its pixels can
+ * have reached the X server: `drawnMs` after that word, or twice as long as
+ * the word took, or twice the longest lag from a word to its pixels seen
+ * lately, whichever is longest, if that is sooner); at most `maxMs`.
  * Each check first makes a round trip to the X server, so every change it
  * made before is counted.
  */
@@ -137,19 +158,25 @@ async function waitUntilQuiet(
   const t0 = performance.now();
   const before = changes.count;
   const reacted = lastInputAt + settle.reactionMs;
-  // Time for the app's pixels to reach the X server after its word: at least drawnMs, or half the time
-  // the word took, on a machine so busy that the app was slow to answer (docs/PERFORMANCE.md, "The settle step").
+  // Time for the app's pixels to reach the X server after its word: at least drawnMs, or twice the time
+  // the word took, or twice the lag seen lately, on a machine so busy that the app was slow to answer or
+  // its compositor slow to draw (docs/PERFORMANCE.md, "The settle step").
   const reactionEnd =
     drawnAt === undefined
       ? reacted
-      : Math.min(reacted, drawnAt + Math.max(settle.drawnMs, (drawnAt - lastInputAt) / 2));
+      : Math.min(reacted, drawnAt + Math.max(settle.drawnMs, 2 * (drawnAt - lastInputAt), 2 * recentLag(changes)));
   let stable = false;
   let changed = false;
+  let lagNoted = false;
   for (;;) {
     await changes.current();
     throwIfCancelled(ctx);
     const now = performance.now();
     changed = changes.lastChangeAt > lastInputAt;
+    if (drawnAt !== undefined && !lagNoted && changes.lastChangeAt > drawnAt) {
+      noteLag(changes, changes.lastChangeAt - drawnAt);
+      lagNoted = true;
+    }
     const left = changed ? changes.lastChangeAt + settle.quietMs - now : reactionEnd - now;
     if (left <= 0) {
       stable = true;
@@ -166,5 +193,6 @@ async function waitUntilQuiet(
     changes: changes.count - before,
     stable,
     ...(reactionEnd < reacted && !changed ? { drawn: true } : {}),
+    ...(drawnAt !== undefined ? { wordMs: Math.round((drawnAt - lastInputAt) * 10) / 10 } : {}),
   };
 }
