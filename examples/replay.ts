@@ -20,13 +20,23 @@ import { pathToFileURL } from 'node:url';
 import { realpath } from 'node:fs/promises';
 import { EXAMPLE_PAGE, EXAMPLE_TASK, loadTurns, startMessagesApi } from '../testkit/messages-api.ts';
 import { startWebServer } from '../testkit/web.ts';
-import { main as agent } from './agent.ts';
+import { main as agentMain } from './agent.ts';
 
 /** Where the example page is served, so the daemon can be told to allow exactly it. */
 const DEFAULT_PAGE_PORT = 8766;
 
-/** Runs the recorded conversation; `args` are agent.ts flags (--url, --token). */
-export async function replay(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+/** An agent's command line: its flags and task, its environment; resolves with its exit status. */
+export type AgentCommand = (argv: string[], env: NodeJS.ProcessEnv) => Promise<number>;
+
+/**
+ * Runs the recorded conversation; `args` are the agent's flags (--url, --token). `agent` is examples/agent.ts
+ * unless another is given (examples/replay-python.ts gives the Python one).
+ */
+export async function replay(
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+  agent: AgentCommand = agentMain,
+): Promise<number> {
   const web = await startWebServer(Number(env.DESKBATCH_EXAMPLE_PAGE_PORT ?? DEFAULT_PAGE_PORT));
   try {
     const { host } = new URL(web.origin);

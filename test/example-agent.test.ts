@@ -18,48 +18,19 @@ import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/mess
 import { runAgent } from '../examples/agent.ts';
 import { DeskbatchClient } from '../src/client/index.ts';
 import { BROWSER_MEMBER_NAMES, BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
-import { imageSize } from '../testkit/api-rules.ts';
+import { checkExampleConversation } from '../testkit/example-conversation.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
-import {
-  EXAMPLE_PAGE,
-  EXAMPLE_PAGE_TITLE,
-  EXAMPLE_TASK,
-  loadTurns,
-  startMessagesApi,
-  type ApiRequest,
-  type MessagesApi,
-} from '../testkit/messages-api.ts';
+import { EXAMPLE_PAGE, EXAMPLE_TASK, loadTurns, startMessagesApi, type MessagesApi } from '../testkit/messages-api.ts';
 import { startWebServer, type WebServer } from '../testkit/web.ts';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
 const API_KEY = 'sk-ant-test-not-a-real-key';
 const optional: readonly string[] = BROWSER_OPTIONAL_MEMBERS;
-const PAGE_TITLE = EXAMPLE_PAGE_TITLE;
 const PAGE = EXAMPLE_PAGE;
 const TASK = EXAMPLE_TASK;
-const COMPUTER_NOT_EXECUTED = 'Not executed: an earlier computer action in this turn failed.';
-
 type Block = Record<string, unknown> & { type: string };
 type Result = Block & { tool_use_id: string; content: Block[]; is_error?: boolean; toolset_name?: string };
-
-/** The tool_results of a request's last (user) message, by tool_use id. */
-function resultsOf(request: ApiRequest | undefined): Map<string, Result> {
-  assert.ok(request, 'the stand-in received the request');
-  const messages = (request.body as { messages: { role: string; content: Block[] }[] }).messages;
-  const last = messages[messages.length - 1]!;
-  assert.equal(last.role, 'user');
-  return new Map(
-    last.content.filter((b): b is Result => b.type === 'tool_result').map((r) => [r.tool_use_id, r] as const),
-  );
-}
-
-const textOf = (r: Result | undefined): string =>
-  (r?.content ?? []).flatMap((b) => (b.type === 'text' ? [b.text as string] : [])).join('\n');
-
-function toolUseIds(turn: BetaMessage): string[] {
-  return turn.content.flatMap((b) => (b.type === 'tool_use' ? [b.id] : []));
-}
 
 // ---------------------------------------------------------------- the stand-in can fail
 
@@ -340,40 +311,6 @@ describe('examples/agent.ts drives a real daemon through the Messages API loop',
     await display?.stop();
   });
 
-  /** What every run must have sent: three valid requests whose results show the real page and screen. */
-  function checkConversation(api: MessagesApi): void {
-    assert.deepEqual(api.violations, [], 'every request followed the API rules');
-    assert.equal(api.requests.length, 3, 'one request per recorded turn, no more');
-    assert.ok(api.requests.every((r) => r.status === 200));
-    for (const r of api.requests) {
-      const body = r.body as { tools: unknown; model: string };
-      assert.deepEqual(body.tools, [{ type: 'computer_toolset_20260801' }, { type: 'browser_toolset_20260801' }]);
-    }
-
-    const [navigateId, readId] = toolUseIds(turns[0]!);
-    const browser = resultsOf(api.requests[1]);
-    assert.equal(browser.size, 2);
-    const navigate = browser.get(navigateId!);
-    assert.match(
-      textOf(navigate),
-      new RegExp(`^Navigated to http://127\\.0\\.0\\.1:\\d+/report — ${PAGE_TITLE} \\(HTTP 200\\)$`),
-    );
-    const state = navigate?.content.find((b) => b.type === 'browser_state') as
-      { tabs: { title: string }[] } | undefined;
-    assert.equal(state?.tabs[0]?.title, PAGE_TITLE, 'the browser_state names the real page');
-    assert.match(textOf(browser.get(readId!)), /The secret word is pelican\./);
-
-    const [shotId, moveId, cursorId] = toolUseIds(turns[1]!);
-    const computer = resultsOf(api.requests[2]);
-    const image = computer.get(shotId!)?.content[0] as { type: string; source: { data: string } } | undefined;
-    assert.equal(image?.type, 'image');
-    assert.deepEqual(imageSize(Buffer.from(image.source.data, 'base64')), { width: 1024, height: 768 });
-    assert.equal(computer.get(moveId!)?.is_error, true);
-    assert.match(textOf(computer.get(moveId!)), /^coordinate \[99999, 10\] is outside the screenshot/);
-    assert.equal(computer.get(cursorId!)?.is_error, true);
-    assert.equal(textOf(computer.get(cursorId!)), COMPUTER_NOT_EXECUTED);
-  }
-
   const finalText = (): string => turns[2]!.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('\n');
 
   test('runAgent: three turns, the results show the real page and screen, every request is valid', async () => {
@@ -386,7 +323,7 @@ describe('examples/agent.ts drives a real daemon through the Messages API loop',
     const lines: string[] = [];
     try {
       const result = await runAgent({ anthropic, deskbatch, task: TASK, log: (l) => lines.push(l) });
-      checkConversation(api);
+      checkExampleConversation(api, turns);
       assert.equal(result.finalText, finalText());
       assert.equal(result.turns, 3);
       assert.equal(result.stopReason, 'end_turn');
@@ -476,7 +413,7 @@ describe('examples/agent.ts drives a real daemon through the Messages API loop',
         DESKBATCH_TOKEN: TEST_TOKEN,
       });
       assert.equal(code, 0, `exit ${code}\nstdout:\n${stdout}\nstderr:\n${stderr}`);
-      checkConversation(api);
+      checkExampleConversation(api, turns);
       const lines = stdout.trimEnd().split('\n');
       assert.equal(lines.length, 4, stdout);
       assert.match(
