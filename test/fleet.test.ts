@@ -279,11 +279,21 @@ describe('connectFleet: three pods of one desktop each, found through DNS', () =
       assert.deepEqual([a.placement?.pod.name, b.placement?.pod.name], ['desk-1', 'desk-2']);
       const refused = await fleet({ desktop: { whenBusy: 'refuse' } }).catch((e: unknown) => e);
       assert.ok(refused instanceof ConnectError && refused.code === 'no_desktop', String(refused));
-      assert.equal((await desktopsOf(pod('desk-0'))).leased, 0, 'nothing went to the draining pod');
+      // One that waits queues on a full pod, never on the draining one with room.
+      const stop = new AbortController();
+      let queued = false;
+      const d = fleet({ signal: stop.signal, onDesktopWait: () => (queued = true) }).catch((e: unknown) => e);
+      await until('the waiting session to be queued', () => queued, { timeoutMs: START_MS });
+      assert.equal((await desktopsOf(pod('desk-1'))).waiting, 1, 'it waits on desk-1');
+      assert.deepEqual(await desktopsOf(pod('desk-0')), { mode: 'pool', max: 1, free: 1, leased: 0, waiting: 0 });
+      stop.abort();
+      await within(d, 'the waiting session to give up');
+      await until('desk-1 to count no waiting session', async () => (await desktopsOf(pod('desk-1'))).waiting === 0);
       printTable('desk-0 draining (out of desks-free, /readyz 200 free 1)', [
         { session: 'a', client: a },
         { session: 'b', client: b },
         { session: 'c', outcome: "refused no_desktop (when_busy 'refuse')" },
+        { session: 'd', outcome: 'queued on desk-1 (full, 0 waiting), then aborted' },
       ]);
     });
 
