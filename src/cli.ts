@@ -34,6 +34,8 @@ Options:
   --allow-origin ORIGIN    browser origin allowed to connect; repeatable (default: none)
   --allow-host-header NAME a host name the HTTP routes answer to besides IP addresses
                            and localhost (others get 421); repeatable (default: none)
+  --instance NAME          what this daemon is called in its fleet, said in /readyz: on Kubernetes
+                           <pod name>/<pod uid>, from which its token is derived (docs/DEPLOY.md)
   --screenshot-format FMT  png | jpeg | webp (default ${DEFAULT_CONFIG.screenshot.format})
   --screenshot-quality Q   1-100 for jpeg and webp (default ${DEFAULT_CONFIG.screenshot.quality})
   --screenshot-max-side PX longest screenshot side, at most 2000 recommended (default ${DEFAULT_CONFIG.screenshot.limits.maxSidePx})
@@ -248,6 +250,7 @@ const SERVE_OPTIONS = {
   'screenshots-dir': { type: 'string' },
   'allow-origin': { type: 'string', multiple: true },
   'allow-host-header': { type: 'string', multiple: true },
+  instance: { type: 'string' },
   'screenshot-format': { type: 'string' },
   'screenshot-quality': { type: 'string' },
   'screenshot-max-side': { type: 'string' },
@@ -383,6 +386,7 @@ function configFrom(
     screenshotsDir: values['screenshots-dir'],
     allowOrigins: values['allow-origin'],
     allowHostHeaders: values['allow-host-header'],
+    instance: values.instance,
     screenshot: {
       format: values['screenshot-format'] as ImageFormat | undefined,
       quality: num(values['screenshot-quality']),

@@ -482,6 +482,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     }),
     ...(recorder ? { recordings: () => recorder.store.usage } : {}),
     files: () => files.usage,
+    ...(config.instance !== undefined ? { instance: config.instance } : {}),
   });
   reportTo.metrics = ops.metrics;
   routes.push(...ops.routes);

@@ -11,7 +11,6 @@
  * a new id would send them again).
  */
 import assert from 'node:assert/strict';
-import { createServer, connect as tcpConnect, type AddressInfo, type Socket } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import type {
@@ -42,6 +41,7 @@ import { startTestDisplay } from '../testkit/display.ts';
 import { within } from '../testkit/wait.ts';
 import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 import { failsWith } from '../testkit/errors.ts';
+import { startProxy, type Proxy } from '../testkit/tcp-proxy.ts';
 
 /** Fast reconnects for tests; attempts are plenty so a slow machine never runs out. */
 const FAST = { maxAttempts: 200, initialDelayMs: 20, maxDelayMs: 100 } satisfies ConnectOptions['reconnect'];
@@ -75,70 +75,6 @@ function startedCounter(): { counts: Map<string, number>; hook: (e: ToolEvent) =
     counts,
     hook: (e) => {
       if (e.phase === 'started') counts.set(e.tool_use_id, (counts.get(e.tool_use_id) ?? 0) + 1);
-    },
-  };
-}
-
-// ---------------------------------------------------------------- a TCP proxy the test can cut
-
-interface Proxy {
-  url: string;
-  /** Connections accepted so far. */
-  accepted(): number;
-  /** Destroys every proxied connection, both sides (a network failure). */
-  cut(): void;
-  /** New connections wait, unanswered, until `release()`. */
-  hold(): void;
-  release(): void;
-  /** Later connections go to this daemon port. */
-  retarget(port: number): void;
-  close(): Promise<void>;
-}
-
-async function startProxy(daemonUrl: string): Promise<Proxy> {
-  let port = Number(new URL(daemonUrl).port);
-  let accepted = 0;
-  let held: Socket[] | undefined;
-  const live = new Set<Socket>();
-  const pipe = (client: Socket): void => {
-    const upstream = tcpConnect(port, '127.0.0.1');
-    for (const s of [client, upstream]) {
-      live.add(s);
-      s.on('error', () => undefined);
-      s.on('close', () => {
-        live.delete(s);
-        client.destroy();
-        upstream.destroy();
-      });
-    }
-    client.pipe(upstream).pipe(client);
-  };
-  const server = createServer((socket) => {
-    accepted++;
-    if (!held) return pipe(socket);
-    socket.on('error', () => undefined);
-    held.push(socket);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const cut = (): void => {
-    for (const s of live) s.destroy();
-  };
-  return {
-    url: `ws://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
-    accepted: () => accepted,
-    cut,
-    hold: () => void (held ??= []),
-    release: () => {
-      const queue = held ?? [];
-      held = undefined;
-      for (const s of queue) if (!s.destroyed) pipe(s);
-    },
-    retarget: (p) => void (port = p),
-    close: async () => {
-      for (const s of held ?? []) s.destroy();
-      held = undefined;
-      cut();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
 }

@@ -15,7 +15,9 @@
  * PodDisruptionBudget lets drains go one pod at a time; the optional KEDA
  * autoscaler (deploy/k8s-autoscale) scales the StatefulSet on leased and
  * waiting desktops, scales down slowly and owns the replica count; the
- * router's Role only reads.
+ * router's Role only reads. Both Services name their port, so Kubernetes' DNS
+ * gives the SRV records DeskbatchClient.connectFleet places sessions by, and
+ * each pod says in /readyz the instance its token is derived from.
  *
  * There is no cluster on the machine these tests run on: these checks are all
  * the validation the files get here. The checks live in testkit/deploy-checks.ts;
@@ -28,6 +30,7 @@ import {
   checkAutoscaler,
   checkDisruptionBudget,
   checkDrain,
+  checkFleetDns,
   checkKustomization,
   checkNetworkPolicy,
   checkNoToken,
@@ -87,6 +90,10 @@ test('each pod is a pool of desktops, sized for them as measured, with no DISPLA
 
 test('per-pod names resolve whatever the readiness; new sessions go only to pods with a free desktop', async () => {
   checkServices(await load());
+});
+
+test('the DNS a client places sessions by: SRV records of both Services, pod names, and each pod says its instance', async () => {
+  checkFleetDns(await load());
 });
 
 test('leased desktops finish: a preStop drain within the grace, one eviction at a time, no consolidation', async () => {

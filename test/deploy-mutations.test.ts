@@ -233,6 +233,38 @@ test('each check fails on a copy that breaks its promise', async () => {
       },
     ],
     [
+      'desks-free with an unnamed port: no SRV records',
+      'checkFleetDns',
+      (c) => {
+        for (const s of k8sObjects(c) as Service[])
+          if (s.metadata?.name === 'desks-free') delete s.spec.ports![0]!.name;
+      },
+    ],
+    [
+      'a port name the client does not read',
+      'checkFleetDns',
+      (c) => {
+        for (const s of k8sObjects(c) as Service[]) if (s.kind === 'Service') s.spec.ports![0]!.name = 'http';
+      },
+    ],
+    [
+      'no --instance: the fleet key cannot derive a pod token',
+      'checkFleetDns',
+      (c) => {
+        const { container } = desktop(c);
+        const i = container.args!.indexOf('--instance');
+        container.args!.splice(i, 2);
+      },
+    ],
+    [
+      '--instance without the uid',
+      'checkFleetDns',
+      (c) => {
+        const { container } = desktop(c);
+        container.args![container.args!.indexOf('--instance') + 1] = '$(POD_NAME)/$(POD_NAME)';
+      },
+    ],
+    [
       'no preStop drain',
       'checkDrain',
       (c) => {

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { posix } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { DEFAULT_CONFIG, isLoopback } from '../src/base/config.ts';
+import { FLEET_NAMES } from '../src/client/fleet.ts';
 import {
   PORT,
   byteSize,
@@ -343,6 +344,55 @@ export function checkServices(d: Deploy): void {
   assert.ok(lag <= 10, `a full pod is unready within 10 s (period × failureThreshold = ${lag} s)`);
 }
 
+/**
+ * What a client places sessions by (DeskbatchClient.connectFleet, src/client/fleet.ts), from DNS alone. Kubernetes'
+ * DNS gives a headless Service's pods SRV records `_<port name>._tcp.<service>` only for a named port: both
+ * Services name theirs as the client reads them, over TCP, to the daemon's port. The per-pod Service's SRV
+ * targets are the pods' own names (`desk-1.desks…`: the StatefulSet sets each pod's hostname and subdomain, which
+ * the template leaves alone). And each pod says in /readyz the instance its token is derived from
+ * (`--instance $(POD_NAME)/$(POD_UID)`, the init container's `name + '/' + uid`), so the fleet key derives it.
+ */
+export function checkFleetDns(d: Deploy): void {
+  const { set, pod, container } = desktop(d);
+  const services = k8sObjects(d).filter((o) => o.kind === 'Service') as Service[];
+  assert.equal(
+    set.spec.serviceName,
+    FLEET_NAMES.pods,
+    `the per-pod Service is ${FLEET_NAMES.pods}, as the client reads`,
+  );
+  for (const name of [FLEET_NAMES.pods, FLEET_NAMES.free]) {
+    const service = services.find((s) => s.metadata?.name === name);
+    assert.ok(service, `the Service ${name} exists`);
+    assert.equal(service.spec.clusterIP, 'None', `${name} is headless: DNS lists its pods`);
+    const port = service.spec.ports?.find((p) => p.name === FLEET_NAMES.portName);
+    assert.ok(
+      port,
+      `${name} names its port ${FLEET_NAMES.portName}: SRV records _${FLEET_NAMES.portName}._tcp.${name}`,
+    );
+    assert.equal(port.protocol ?? 'TCP', 'TCP', `${name}'s port is TCP (_tcp)`);
+    const target = port.targetPort ?? port.port;
+    const reached = container.ports?.find((p) => p.name === target || p.containerPort === target);
+    assert.equal(reached?.containerPort, PORT, `${name}'s port leads to the daemon's (${PORT})`);
+  }
+  assert.equal(pod.hostname, undefined, "the pods' DNS names are the StatefulSet's: <pod>.<serviceName>");
+  assert.equal(pod.subdomain, undefined, "the pods' DNS names are the StatefulSet's: <pod>.<serviceName>");
+  const argv = [...(container.command ?? []), ...(container.args ?? [])];
+  const i = argv.indexOf('--instance');
+  assert.ok(i >= 0, 'the daemon says its instance in /readyz (--instance), from which the fleet key derives its token');
+  const m = /^\$\((\w+)\)\/\$\((\w+)\)$/.exec(argv[i + 1] ?? '');
+  assert.ok(m, `--instance is $(POD_NAME)/$(POD_UID), got ${argv[i + 1]}`);
+  const field = (c: Container, name: string) => c.env?.find((e) => e.name === name)?.valueFrom?.fieldRef?.fieldPath;
+  assert.equal(field(container, m[1]!), 'metadata.name', `--instance starts with the pod's name (${m[1]})`);
+  assert.equal(field(container, m[2]!), 'metadata.uid', `--instance ends with the pod's uid (${m[2]})`);
+  const init = (pod.initContainers ?? []).find((c) =>
+    /createHmac/.test([...(c.command ?? []), ...(c.args ?? [])].join('\n')),
+  );
+  assert.ok(init, 'an init container derives the token');
+  assert.match((init.command ?? []).join('\n'), /update\(name \+ '\/' \+ uid\)/, 'it hashes "<name>/<uid>"');
+  assert.equal(field(init, 'POD_NAME'), 'metadata.name');
+  assert.equal(field(init, 'POD_UID'), 'metadata.uid');
+}
+
 /** The drain: a preStop hook that waits on the daemon's leased desktops and waiting sessions, within the grace. */
 export function preStopScript(d: Deploy): { command: string[]; script: string } {
   const command = desktop(d).container.lifecycle?.preStop?.exec?.command ?? [];
@@ -474,6 +524,7 @@ export const CHECKS: Record<string, (d: Deploy) => void> = {
   checkNoToken,
   checkPool,
   checkServices,
+  checkFleetDns,
   checkDrain,
   checkDisruptionBudget,
   checkAutoscaler,

@@ -136,6 +136,8 @@ export interface PodSpec {
   hostPID?: boolean;
   hostIPC?: boolean;
   terminationGracePeriodSeconds?: number;
+  hostname?: string;
+  subdomain?: string;
   volumes?: {
     name: string;
     emptyDir?: { medium?: string; sizeLimit?: string };
@@ -177,7 +179,12 @@ export interface NetworkPolicy extends K8sObject {
   };
 }
 export interface Service extends K8sObject {
-  spec: { clusterIP?: string; publishNotReadyAddresses?: boolean; selector?: Labels };
+  spec: {
+    clusterIP?: string;
+    publishNotReadyAddresses?: boolean;
+    selector?: Labels;
+    ports?: { name?: string; port: number; targetPort?: number | string; protocol?: string }[];
+  };
 }
 export interface PodDisruptionBudget extends K8sObject {
   spec: {

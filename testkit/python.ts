@@ -3,7 +3,7 @@
  * test/python-client.test.ts and its example agent in examples/replay-python.ts.
  *
  * They run on Debian's interpreter, /usr/bin/python3, which has the packages
- * scripts/python-packages.txt lists (python3-websockets, python3-pytest):
+ * scripts/test-packages.txt lists (python3-websockets, python3-pytest):
  * the `python3` first on PATH may be another one (a pyenv shim) without them.
  * DESKBATCH_PYTHON names another interpreter. The user's site-packages are
  * left out and no bytecode is written into the checkout.
@@ -49,7 +49,7 @@ export function runPython(args: readonly string[], options: PythonOptions): Prom
   return new Promise((resolve, reject) => {
     child.once('error', (err) => {
       clearTimeout(timer);
-      reject(new Error(`could not run ${PYTHON}: ${err.message} (bash scripts/setup.sh scripts/python-packages.txt)`));
+      reject(new Error(`could not run ${PYTHON}: ${err.message} (bash scripts/setup.sh scripts/test-packages.txt)`));
     });
     child.once('close', (code, signal) => {
       clearTimeout(timer);

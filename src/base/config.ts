@@ -28,6 +28,12 @@ export interface DaemonConfig {
    * a request naming any other Host gets 421, so a DNS-rebound page cannot read them.
    */
   allowHostHeaders: string[];
+  /**
+   * What this daemon is called in its fleet, said in every `/readyz` answer (docs/OPERATIONS.md): on
+   * Kubernetes `<pod name>/<pod uid>`, the string its per-pod token is derived from (docs/DEPLOY.md
+   * "Per-pod tokens"), so a client that holds the fleet key can derive the token (connectFleet). Not a secret.
+   */
+  instance?: string;
   /** X display to drive, e.g. `:99`. Undefined: no display (computer calls fail until one is set). */
   display: string | undefined;
   /**
@@ -467,6 +473,9 @@ export function normalizeOrigin(origin: string): string {
   return url.origin;
 }
 
+/** `--instance`: printable, bounded, and nothing a JSON answer or a log line would have to escape. */
+const INSTANCE_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,252}$/;
+
 /** A host name for `--allow-host-header`: lower-case letters, digits, dots and hyphens, no port, no trailing dot. */
 export function normalizeHostName(name: string): string {
   const host = name.trim().toLowerCase();
@@ -517,6 +526,11 @@ export function resolveConfig(
   if (!/^[A-Za-z0-9._~-]+$/.test(config.token)) {
     // It travels in a Sec-WebSocket-Protocol value, which allows only token characters.
     throw new ConfigError('the token may hold only letters, digits and . _ ~ -');
+  }
+  if (config.instance !== undefined && !INSTANCE_PATTERN.test(config.instance)) {
+    throw new ConfigError(
+      `--instance ${JSON.stringify(config.instance)} must be 1-253 of letters, digits and . _ : / - such as desk-1/<pod uid>`,
+    );
   }
   if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) {
     throw new ConfigError(`--port must be 0–65535, got ${config.port}`);

@@ -12,6 +12,10 @@
  * - If the daemon no longer has the session (`session_not_found`), the batches
  *   that were sent in it are rejected with `SessionLostError`: their outcome
  *   is unknown, and they are never sent into the new session.
+ * - `connectFleet` places the session on a pod of a fleet (fleet.ts) and pins
+ *   it there: reconnects go to that pod's own name, and a pod that no longer
+ *   holds the session ends the client with `SessionLostError` rather than
+ *   starting a new session on it.
  *
  * The socket, the hello, heartbeats and reconnects are the link's (link.ts);
  * this file holds the batches, cancels, help requests and the events.
@@ -47,6 +51,7 @@ import {
   type StagedDocumentInfo,
 } from './documents.ts';
 import { clipboardUrl, readClipboard, setClipboard, type ClipboardContent } from './clipboard.ts';
+import { placeSession, type FleetOptions, type FleetPlacement } from './fleet.ts';
 import {
   deleteProfile,
   exportProfile,
@@ -79,7 +84,9 @@ import {
   rethrowLater,
   type ClientState,
   type ConnectOptions,
+  type GiveUpReason,
   type LinkEvents,
+  type LinkTarget,
   type RoutedMessage,
 } from './link.ts';
 
@@ -142,29 +149,38 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
   private resendTimer: NodeJS.Timeout | undefined;
   private closing: Promise<void> | undefined;
   private readonly onSignalAbort = (): void => void this.close();
+  /** A pinned session the pod no longer holds (connectFleet): every later batch is told so. */
+  private lostSessionId: string | undefined;
+  private fleetPlacement: FleetPlacement | undefined;
 
   private constructor(
-    private readonly url: string,
+    url: string,
     private readonly options: ConnectOptions,
+    target?: LinkTarget,
   ) {
     super();
-    this.link = new ClientLink(url, options, {
-      message: (msg) => this.route(msg),
-      adopted: () => {
-        for (const p of [...this.pending.values()]) this.sendBatch(p);
+    this.link = new ClientLink(
+      url,
+      options,
+      {
+        message: (msg) => this.route(msg),
+        adopted: () => {
+          for (const p of [...this.pending.values()]) this.sendBatch(p);
+        },
+        dropped: () => {
+          // A help request not yet answered may not have reached the daemon: its caller may ask again.
+          for (const help of this.helpWaiters.splice(0)) help.reject(new DeskbatchError('the connection closed'));
+        },
+        sessionLost: () =>
+          this.failPending(
+            (p) => p.sends > 0,
+            (p) => new SessionLostError(p.batchId, p.sessionId, true, p.toolUseIds),
+          ),
+        gaveUp: (reason, why, cause) => this.giveUp(reason, why, cause),
+        notify: (event, ...args) => this.notify(event, ...(args as DeskbatchClientEvents[typeof event])),
       },
-      dropped: () => {
-        // A help request not yet answered may not have reached the daemon: its caller may ask again.
-        for (const help of this.helpWaiters.splice(0)) help.reject(new DeskbatchError('the connection closed'));
-      },
-      sessionLost: () =>
-        this.failPending(
-          (p) => p.sends > 0,
-          (p) => new SessionLostError(p.batchId, p.sessionId, true, p.toolUseIds),
-        ),
-      gaveUp: (reason, why, cause) => this.giveUp(reason, why, cause),
-      notify: (event, ...args) => this.notify(event, ...(args as DeskbatchClientEvents[typeof event])),
-    });
+      target,
+    );
   }
 
   /**
@@ -178,6 +194,26 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     if (target.pathname === '/' || target.pathname === '') target.pathname = PROTOCOL_PATH;
     const client = new DeskbatchClient(target.toString(), options);
     await client.start();
+    return client;
+  }
+
+  /**
+   * Places a new session on a pod of a fleet (deploy/k8s, docs/DEPLOY.md "Leasing desktops to agents") and
+   * connects to it: the pods come from the DNS SRV records of the fleet's headless Services (`desks-free`: the
+   * pods with a free desktop; `desks`: every pod by its own name) under `domain`, e.g.
+   * `deskbatch.svc.cluster.local`; the lowest ordinal with room is tried first with `when_busy: 'refuse'`, then
+   * the next; when none has room the session waits on the pod with the fewest waiting sessions. Each pod's
+   * token is derived from `fleetKey` (or given by `token`). The session stays on its pod: reconnects go to the
+   * pod's own name, and a pod that no longer holds it ends the client with `SessionLostError`. `placement`
+   * says where it went.
+   */
+  static async connectFleet(domain: string, options: FleetOptions): Promise<DeskbatchClient> {
+    const { value: client, placement } = await placeSession(domain, options, async (url, connectOptions, target) => {
+      const client = new DeskbatchClient(url, connectOptions, target);
+      await client.start();
+      return client;
+    });
+    client.fleetPlacement = placement;
     return client;
   }
 
@@ -201,6 +237,16 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
 
   get sessionId(): string {
     return this.welcome.session_id;
+  }
+
+  /** Where connectFleet placed the session (its pod, and the pods it tried first); undefined for connect(). */
+  get placement(): FleetPlacement | undefined {
+    return this.fleetPlacement;
+  }
+
+  /** The daemon's `ws://host:port/v1` (for a fleet's session, its pod's address, resolved anew on each reconnect). */
+  private get url(): string {
+    return this.link.url;
   }
 
   /**
@@ -358,6 +404,9 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
   runBatch(toolUses: readonly ToolUseBlockLike[], options: RunBatchOptions = {}): Promise<RunBatchResult> {
     const batchId = options.batchId ?? `b-${randomUUID()}`;
     const ids = toolUses.map((tu) => tu.id);
+    if (this.isClosed && this.lostSessionId !== undefined) {
+      return Promise.reject(new SessionLostError(batchId, this.lostSessionId, false, ids));
+    }
     if (this.isClosed) {
       return Promise.reject(new ClientClosedError('closed', 'the client is closed', batchId, undefined, false, ids));
     }
@@ -533,7 +582,18 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
   }
 
   /** Reconnecting is over: every waiting batch is rejected (outcome unknown when it was sent), and the client closes. */
-  private giveUp(reason: 'connection_lost' | 'session_taken', why: string, cause?: unknown): void {
+  private giveUp(reason: GiveUpReason, why: string, cause?: unknown): void {
+    if (reason === 'session_lost') {
+      // A pinned session its pod no longer holds: this batch and every later one get SessionLostError.
+      const sessionId = this.link.welcome?.session_id;
+      this.lostSessionId = sessionId ?? '';
+      this.failPending(
+        () => true,
+        (p) => new SessionLostError(p.batchId, p.sends > 0 ? p.sessionId : sessionId, p.sends > 0, p.toolUseIds, why),
+      );
+      void this.close();
+      return;
+    }
     this.failPending(
       () => true,
       (p) =>

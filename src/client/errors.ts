@@ -104,16 +104,31 @@ export class BatchOutcomeUnknownError extends DeskbatchError {
 /**
  * The daemon no longer has the session the batch was sent in (it restarted,
  * or the grace period for resuming ended), so its stored result is gone and
- * its outcome is unknown. The client started a new session for later batches.
+ * its outcome is unknown. A client made by `connect` started a new session on
+ * the same daemon for later batches. A client made by `connectFleet` is closed
+ * instead, and so is told when its pod is gone or replaced too; every later
+ * batch gets this error, unsent (`sent` false: nothing ran). Place a new
+ * session with `connectFleet`, or end the task.
  */
 export class SessionLostError extends BatchOutcomeUnknownError {
   override name = 'SessionLostError';
   override readonly code: string = 'ERR_SESSION_LOST';
-  constructor(batchId: string, sessionId: string | undefined, sent: boolean, toolUseIds: readonly string[]) {
+  constructor(
+    batchId: string,
+    sessionId: string | undefined,
+    sent: boolean,
+    toolUseIds: readonly string[],
+    /** What happened to the session, when more is known than that the daemon lacks it. */
+    why?: string,
+  ) {
+    const lost = why
+      ? `session ${sessionId ?? '(none)'} is lost (${why})`
+      : `the daemon no longer has session ${sessionId ?? '(none)'} (it restarted, or the grace period ended)`;
     super(
       'session_lost',
-      `the daemon no longer has session ${sessionId ?? '(none)'} (it restarted, or the grace period ended): ` +
-        `the outcome of batch ${batchId} is unknown, some of its calls may have run; it was not sent again`,
+      sent
+        ? `${lost}: the outcome of batch ${batchId} is unknown, some of its calls may have run; it was not sent again`
+        : `${lost}: batch ${batchId} was never sent, nothing ran`,
       batchId,
       sessionId,
       sent,

@@ -10,6 +10,9 @@
  * Reconnects resume the session and send waiting batches again under the same
  * batch id, so the daemon answers from its stored result: a dropped connection
  * never causes a second click. The SDK is not imported; its types fit.
+ *
+ * On a fleet (deploy/k8s), `DeskbatchClient.connectFleet('deskbatch.svc.cluster.local', { fleetKey })`
+ * places the session on a pod with room, found through DNS, and keeps it there (fleet.ts).
  */
 export {
   DeskbatchClient,
@@ -39,6 +42,7 @@ export {
   type ProfileStored,
   type StorageState,
 } from './profiles.ts';
+export { podToken, type FleetOptions, type FleetPlacement, type FleetPod } from './fleet.ts';
 export { DEFAULT_RECONNECT, type ClientState, type ConnectOptions, type ReconnectOptions } from './link.ts';
 export {
   mergeToolResults,

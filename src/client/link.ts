@@ -5,6 +5,14 @@
  * of the connection's life (a socket adopted, dropped, a session lost, giving
  * up) and every message outside the hello exchange go to the client through
  * the LinkHooks it is built with, which send, fail or settle the batches.
+ *
+ * A session placed on a fleet's pod (connectFleet, fleet.ts) is pinned: a
+ * LinkTarget names the address of every reconnect attempt (the pod's own DNS
+ * name, resolved anew), and when that pod no longer holds the session (its
+ * name is gone, its token no longer opens it, or it answers
+ * `session_not_found`) the link gives up with `session_lost` instead of
+ * starting a new session there: no other pod knows the session, and where a
+ * new one goes is the placement's choice, not the reconnect's.
  */
 import WebSocket, { type RawData } from 'ws';
 import {
@@ -85,6 +93,15 @@ export interface ConnectOptions {
 
 export type ClientState = 'connecting' | 'open' | 'reconnecting' | 'closed';
 
+/** Where the reconnects of a pinned session go (fleet.ts): asked before every attempt. */
+export interface LinkTarget {
+  /** The URL of the next attempt, or why the daemon that holds the session is gone for good. */
+  next(): Promise<{ url: string } | { gone: string }>;
+}
+
+/** Why reconnecting ended for good. */
+export type GiveUpReason = 'connection_lost' | 'session_taken' | 'session_lost';
+
 /** Events the link raises, among the client's own (DeskbatchClientEvents, client.ts). */
 export interface LinkEvents {
   /** The socket dropped; the client is reconnecting unless it gave up (then `close` follows). */
@@ -109,13 +126,14 @@ export interface LinkHooks {
   /** A reconnect found the session gone: the batches sent in it are rejected; returns their ids. */
   sessionLost(): string[];
   /** Reconnecting is over: every waiting batch is rejected, and the client closes. */
-  gaveUp(reason: 'connection_lost' | 'session_taken', why: string, cause?: unknown): void;
+  gaveUp(reason: GiveUpReason, why: string, cause?: unknown): void;
   notify<K extends keyof LinkEvents>(event: K, ...args: LinkEvents[K]): void;
 }
 
 /** One socket, before it is adopted: `hello` waits for the answer. */
 interface OpenSocket {
   ws: WebSocket;
+  url: string;
   hello(resumeSessionId?: string): Promise<Welcome | ErrorMessage>;
 }
 
@@ -138,11 +156,17 @@ export class ClientLink {
   private backoffTimer: NodeJS.Timeout | undefined;
   private wakeBackoff: (() => void) | undefined;
 
+  /** The URL of the connection: the first one's, then each adopted reconnect's (a pinned target's may differ). */
+  private currentUrl: string;
+
   constructor(
-    private readonly url: string,
+    url: string,
     private readonly options: ConnectOptions,
     private readonly hooks: LinkHooks,
+    /** A pinned session's reconnects: where each attempt goes (see the file's comment). */
+    private readonly target?: LinkTarget,
   ) {
+    this.currentUrl = url;
     this.reconnectOptions =
       options.reconnect === false
         ? { ...DEFAULT_RECONNECT, maxAttempts: 0 }
@@ -153,6 +177,11 @@ export class ClientLink {
 
   get state(): ClientState {
     return this.currentState;
+  }
+
+  /** The daemon's `ws://host:port/v1` this client is (or was last) connected to. */
+  get url(): string {
+    return this.currentUrl;
   }
 
   /** A getter, so checks after an `await` are not narrowed away by the compiler. */
@@ -175,7 +204,7 @@ export class ClientLink {
 
   /** The first connection: resolves once `welcome` arrived; not retried. */
   async connect(): Promise<void> {
-    const link = await this.openLink();
+    const link = await this.openLink(this.currentUrl);
     const reply = await link.hello();
     if (reply.type === 'error') {
       throw new ConnectError(
@@ -202,9 +231,9 @@ export class ClientLink {
   }
 
   /** Opens a socket; resolves once it is open, with a `hello` that waits for the daemon's answer. */
-  private openLink(): Promise<OpenSocket> {
+  private openLink(url: string): Promise<OpenSocket> {
     return new Promise((resolve, reject) => {
-      const ws = new WebSocket(this.url, {
+      const ws = new WebSocket(url, {
         headers: { authorization: `Bearer ${this.options.token}` },
         handshakeTimeout: this.handshakeTimeoutMs,
       });
@@ -246,13 +275,14 @@ export class ClientLink {
         reject(
           status !== undefined
             ? new HandshakeRefusedError(status)
-            : new ConnectError(`could not connect to ${this.url}${lastError ? `: ${lastError}` : ''}`),
+            : new ConnectError(`could not connect to ${url}${lastError ? `: ${lastError}` : ''}`),
         );
       ws.once('close', failed);
       ws.once('open', () => {
         ws.off('close', failed);
         resolve({
           ws,
+          url,
           hello: (resume) =>
             new Promise((res, rej) => {
               if (ws.readyState !== WebSocket.OPEN) return rej(new ConnectError('the connection closed before hello'));
@@ -314,6 +344,7 @@ export class ClientLink {
   /** Makes a socket that completed hello the client's connection, and sends every waiting batch. */
   private adopt(link: OpenSocket, welcome: Welcome): void {
     this.ws = link.ws;
+    this.currentUrl = link.url;
     this.lastWelcome = welcome;
     this.currentState = 'open';
     this.startHeartbeat(link.ws);
@@ -369,16 +400,28 @@ export class ClientLink {
       if (this.isClosed) return;
       let link: OpenSocket;
       try {
-        link = await this.openLink();
+        const where = this.target ? await this.target.next() : { url: this.currentUrl };
+        if (this.isClosed) return;
+        if ('gone' in where) return this.hooks.gaveUp('session_lost', where.gone);
+        link = await this.openLink(where.url);
       } catch (err) {
         lastError = err;
         if (this.isClosed) return;
+        if (err instanceof HandshakeRefusedError && err.status === 401 && this.target) {
+          // The token that opened the pod no longer does: the pod was replaced (a new uid, a new token).
+          return this.hooks.gaveUp('session_lost', 'the pod that held the session no longer takes its token', err);
+        }
         if (err instanceof HandshakeRefusedError && err.permanent) break;
         continue;
       }
       try {
         const resumeId = lostSessionId === undefined ? this.lastWelcome?.session_id : undefined;
         let reply = await link.hello(resumeId);
+        if (resumeId !== undefined && isSessionGone(reply, resumeId) && this.target) {
+          // A pinned session is not started anew here (see the file's comment).
+          link.ws.terminate();
+          return this.hooks.gaveUp('session_lost', `the daemon at ${link.url} no longer has the session`);
+        }
         if (resumeId !== undefined && isSessionGone(reply, resumeId)) {
           lostSessionId = resumeId;
           // Sent in the lost session: their outcome is unknown, and they are never sent again.

@@ -49,7 +49,8 @@ export interface Containment {
   display_auth: 'cookie' | 'external';
 }
 
-export type Readiness =
+/** `instance` is the daemon's `--instance` (docs/DEPLOY.md "Per-pod tokens"), in every answer when given. */
+export type Readiness = (
   | {
       status: 'ready';
       display: { width: number; height: number };
@@ -57,13 +58,16 @@ export type Readiness =
       containment: Containment;
       desktops: DesktopCapacity;
     }
-  | { status: 'not_ready'; reason: NotReadyReason; desktops: DesktopCapacity };
+  | { status: 'not_ready'; reason: NotReadyReason; desktops: DesktopCapacity }
+) & { instance?: string };
 
 export interface ReadinessDeps {
   status: () => ServerStatus;
   /** The shared desktop's driver is asked displaySize() at most once per `cacheMs`; a pool's capacity is read. */
   desktops: Desktops;
   containment: () => Containment;
+  /** What the daemon is called in its fleet (`--instance`): a client derives the pod's token from it. */
+  instance?: string;
   /** How long the display may take to answer, in ms. Default 1000. */
   timeoutMs?: number;
   /** How long a display answer is reused, in ms. Default 1000. */
@@ -145,14 +149,19 @@ export function createReadiness(deps: ReadinessDeps): ReadinessCheck {
     };
   };
 
+  const named = async (): Promise<Readiness> => {
+    const r = await check();
+    return deps.instance === undefined ? r : { ...r, instance: deps.instance };
+  };
+
   return {
-    check,
+    check: named,
     route: {
       method: 'GET',
       path: '/readyz',
       auth: 'none',
       async handle(_req, res) {
-        const r = await check();
+        const r = await named();
         res
           .writeHead(r.status === 'ready' ? 200 : 503, {
             'content-type': 'application/json',

@@ -16,6 +16,8 @@ export interface OpsDeps {
   /** The server's status(); read lazily, so the server may be built after the routes. */
   status: () => ServerStatus;
   containment: () => Containment;
+  /** The daemon's `--instance`, said in /readyz. */
+  instance?: string;
   /** The recordings on disk, when recording is on. */
   recordings?: () => { recordings: number; live: number; bytes: number };
   /** The sessions' staged files held now. */
@@ -42,6 +44,7 @@ export function createOps(deps: OpsDeps): Ops {
     status: deps.status,
     desktops: deps.desktops,
     containment: deps.containment,
+    ...(deps.instance !== undefined ? { instance: deps.instance } : {}),
   });
   return { metrics, routes: [metrics.route, readiness.route] };
 }
