@@ -260,6 +260,8 @@ export class DesktopSandbox implements Confinement {
         downloads: await sub('downloads'),
       };
       const args = bwrapArgs(o, folders, innerId);
+      // Read from the spawn on: a bubblewrap that fails at once says why on stderr, before any ready.
+      const output = new OutputLines();
       const { child, ready } = await startChild({
         name: 'bubblewrap',
         command: BWRAP,
@@ -272,6 +274,7 @@ export class DesktopSandbox implements Confinement {
         notReady: 'did not make the sandbox',
         tail: () => output.quoted(),
         ready: async (started, aborted) => {
+          output.read(started.stderr);
           const init = await readInfo(started.stdio[3] as Readable);
           // bubblewrap reports its init before the mounts are made: ready once the holder itself runs.
           let holder: number | undefined;
@@ -280,7 +283,6 @@ export class DesktopSandbox implements Confinement {
           return { init, holder: holder ?? 0 };
         },
       });
-      const output = new OutputLines().read(child.stderr);
       // A forgotten stop() must not keep the daemon alive (the exit hook and --die-with-parent end it).
       child.unref();
       (child.stderr as Socket | null)?.unref();
