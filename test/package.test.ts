@@ -55,12 +55,13 @@ const ENTRIES = Object.entries(PKG.exports).flatMap(([subpath, target]) =>
 /**
  * Our environment without npm's own variables (`npm test` sets npm_config_local_prefix to this
  * checkout, among others): the project's npm and npx see the project only. NODE_OPTIONS is left out
- * too, so nothing can bring a loader in.
+ * too, so nothing can bring a loader in. Each is there as undefined, so that it also unsets the
+ * variable where this is spread over our environment (startDaemonProcess's `env`).
  */
-function userEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
+function userEnv(extra: Record<string, string> = {}): Record<string, string | undefined> {
+  const env: Record<string, string | undefined> = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (!/^npm_/i.test(k) && k !== 'INIT_CWD' && k !== 'NODE_OPTIONS') env[k] = v;
+    env[k] = /^npm_/i.test(k) || k === 'INIT_CWD' || k === 'NODE_OPTIONS' ? undefined : v;
   }
   return { ...env, ...extra };
 }
@@ -69,7 +70,7 @@ function userEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 function run(
   file: string,
   args: readonly string[],
-  options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number },
+  options: { cwd: string; env?: Record<string, string | undefined>; timeoutMs?: number },
 ): Promise<{ stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     execFile(
@@ -102,12 +103,16 @@ let dir: string;
 let project: string;
 let packed: Packed;
 let daemon: DaemonProcess | undefined;
+/** How long `npm pack` and `npm install` took, for the report (ms). */
+const took = { pack: 0, install: 0 };
 
 before(async () => {
   await ensureBuilt();
   dir = await mkdtemp(join(tmpdir(), 'deskbatch-package-'));
   // Its prepack script builds dist/ (a no-op here: built above).
+  let t0 = performance.now();
   const pack = await run('npm', ['pack', '--json', '--pack-destination', dir], { cwd: ROOT });
+  took.pack = Math.round(performance.now() - t0);
   packed = (JSON.parse(pack.stdout) as Packed[])[0]!;
   project = join(dir, 'project');
   await mkdir(project);
@@ -116,6 +121,7 @@ before(async () => {
     JSON.stringify({ name: 'user-project', private: true, type: 'module' }),
   );
   // The SDK too, for deskbatch/sdk's types (an optional peer dependency): the version this repository is tested with.
+  t0 = performance.now();
   await run(
     'npm',
     [
@@ -128,6 +134,7 @@ before(async () => {
     ],
     { cwd: project, env: userEnv({ PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD: '1' }), timeoutMs: INSTALL_TIMEOUT_MS },
   );
+  took.install = Math.round(performance.now() - t0);
   for (const name of ['run-batch.js', 'consumer.ts']) await copyFile(join(FIXTURES, name), join(project, name));
 });
 
@@ -139,6 +146,7 @@ after(async () => {
 test('the tarball holds the build, its declarations, the bin and the setup files; no sources, tests or lockfile', (t) => {
   const files = packed.files.map((f) => f.path);
   t.diagnostic(`tarball ${packed.size} bytes, ${packed.unpackedSize} unpacked, ${files.length} files`);
+  t.diagnostic(`npm pack ${took.pack} ms, npm install ${took.install} ms`);
   const needed = [
     'package.json',
     'README.md',
@@ -215,7 +223,7 @@ test('npx deskbatch serve runs the installed daemon; plain Node.js runs a batch 
     token: TEST_TOKEN,
     args: ['--host', '127.0.0.1', '--port', '0', '--browser', 'off', '--desktops', '1', '--warm', '1'],
     command: { file: 'npx', args: ['--no', 'deskbatch', 'serve'], cwd: project },
-    env: { ...userEnv(), DISPLAY: '', NODE_OPTIONS: undefined },
+    env: userEnv({ DISPLAY: '' }),
     logFile: join(newLogDir('daemon'), 'daemon.log'),
     echo: true,
   });
