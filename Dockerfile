@@ -47,6 +47,12 @@
 # - The daemon and its desktop workers run compiled JavaScript (dist/, made by
 #   scripts/build.js in the build stage) with no loader: the image holds no
 #   TypeScript sources, no tsx and no esbuild.
+# - Nothing only the package managers wanted: apt's downloaded .deb files go
+#   in the step that installs them; of Debian's `novnc` only the static files
+#   the viewer serves are copied (the package would bring python3-numpy,
+#   websockify and their Python libraries); npm's builds of sharp for other
+#   platforms are removed; Vulkan's validation layer (a developer's debugging
+#   aid in the chromium package) is not unpacked.
 # - tini is PID 1 (ENTRYPOINT, exec form): it forwards SIGTERM to node (the
 #   CMD is exec form too, so no shell sits in between) and reaps the zombies
 #   chromium leaves; `docker run --init` is then not needed.
@@ -86,9 +92,13 @@ COPY package.json package-lock.json ./
 # as the build secret npm_ca (`docker build --secret id=npm_ca,src=FILE`, the
 # same flag for podman). It is mounted for the two npm ci steps only, never
 # stored in a layer; without it they use the system's CA roots.
+# Debian's npm (9) installs sharp's prebuilt libvips for musl as well as
+# glibc (it ignores the packages' `libc` field) and its WebAssembly build
+# (which names no platform): 29 MiB the daemon never loads, removed.
 RUN --mount=type=secret,id=npm_ca \
     if [ -s /run/secrets/npm_ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npm_ca; fi \
- && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund
+ && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --omit=dev --no-audit --no-fund \
+ && rm -rf node_modules/@img/sharp-*musl* node_modules/@img/sharp-wasm32
 
 # Stage 2: the build: dist/, the JavaScript the daemon runs, compiled from src/
 # and toolsets/ by scripts/build.js with esbuild, a dev dependency: this stage
@@ -104,7 +114,18 @@ COPY src ./src
 COPY toolsets ./toolsets
 RUN node scripts/build.js
 
-# Stage 3: the image.
+# Stage 3: noVNC's static files. The viewer serves noVNC's ES modules, core/
+# and vendor/, from /usr/share/novnc (src/viewer/novnc.ts); Debian's `novnc`
+# package would also install websockify, python3-numpy and a dozen Python
+# libraries the image never runs. So its .deb is downloaded and unpacked here,
+# and only those folders and its copyright leave.
+FROM ${BASE} AS novnc
+RUN apt-get update \
+ && cd /tmp && apt-get download novnc \
+ && dpkg-deb --extract novnc_*.deb /novnc \
+ && rm -rf /var/lib/apt/lists/*
+
+# Stage 4: the image.
 FROM ${BASE}
 ARG BASE
 
@@ -114,15 +135,23 @@ LABEL org.opencontainers.image.title="deskbatch" \
       org.opencontainers.image.licenses="MIT" \
       org.opencontainers.image.base.name="${BASE}"
 
-# The ONE package list, shared with scripts/setup.sh; tini and nodejs are
-# container-only (setup.sh checks the machine's own Node.js instead).
+# The ONE package list, shared with scripts/setup.sh, but `novnc` (its files
+# come from the stage above); tini and nodejs are container-only (setup.sh
+# checks the machine's own Node.js instead). apt-get clean in the same step:
+# the downloaded .deb files (333 MiB) never reach a layer.
 ARG DEBIAN_FRONTEND=noninteractive
 COPY scripts/system-packages.txt /tmp/system-packages.txt
-RUN apt-get update \
- && sed -e 's/#.*//' /tmp/system-packages.txt \
+RUN printf '%s\n' 'path-exclude /usr/lib/chromium/libVkLayer_khronos_validation.so' \
+      >/etc/dpkg/dpkg.cfg.d/deskbatch-excludes \
+ && apt-get update \
+ && sed -e 's/#.*//' /tmp/system-packages.txt | tr -s ' \t' '\n\n' | grep -vx -e '' -e novnc \
     | xargs apt-get install -y --no-install-recommends tini nodejs \
+ && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /tmp/system-packages.txt \
  && mkdir -p /tmp/.X11-unix && chmod 1777 /tmp/.X11-unix
+COPY --from=novnc /novnc/usr/share/novnc/core /usr/share/novnc/core
+COPY --from=novnc /novnc/usr/share/novnc/vendor /usr/share/novnc/vendor
+COPY --from=novnc /novnc/usr/share/doc/novnc/copyright /usr/share/doc/novnc/copyright
 COPY scripts/chromium-policy.json /etc/chromium/policies/managed/deskbatch.json
 
 RUN useradd --create-home --uid 10001 --user-group --shell /bin/bash deskbatch \

@@ -11,11 +11,15 @@
  *   its place in the tree. A relative import `./x.ts` becomes `./x.js`; a package's stays as it is.
  * - Every other file of src/ and toolsets/ is copied as it is (the in-page script, the viewer's pages and
  *   scripts); `.d.ts` and tsconfig.json files, read only by the type-checker, are not.
+ * - The declarations (`.d.ts`) of the package's entry points, the "types" of package.json's "exports"
+ *   (dist/src/client/index.d.ts, …), and of every module they reach, at the same paths, emitted by the
+ *   TypeScript compiler (its API, tsconfig.json's options), relative imports rewritten to `.js` as
+ *   above: what a user of the installed package type-checks against.
  * - Types are not checked here: `npm run check` does that (tsc).
  *
  * A no-op when nothing changed: the SHA-256 of every input (its path and content), of this script, of
- * tsconfig.json and esbuild's version is kept in dist/.inputs; when it matches, nothing is compiled or
- * written. Otherwise everything is compiled again; only files whose content changed are written, each
+ * tsconfig.json, of package.json's "exports" and of esbuild's and TypeScript's versions is kept in
+ * dist/.inputs; when it matches, nothing is compiled or written. Otherwise everything is compiled again; only files whose content changed are written, each
  * through a temporary file renamed over it (two builds at once, or a daemon starting, never read half a
  * file), and files of dist/ that no input makes any more are removed.
  *
@@ -61,15 +65,36 @@ async function inputs() {
   return Promise.all(list.map(async (input) => ({ ...input, content: await readFile(join(ROOT, input.path)) })));
 }
 
-async function fingerprint(files) {
+/** A package's version in node_modules ('undefined' when it is not installed). */
+async function versionOf(name) {
+  const text = await readFile(join(ROOT, 'node_modules', name, 'package.json'), 'utf8').catch(() => '{}');
+  return String(JSON.parse(text).version);
+}
+
+/**
+ * The sources whose declarations package.json's "exports" name as "types": `./dist/src/x.d.ts` is
+ * `src/x.ts`. An export whose types are not such a path is refused, so none is left without its file.
+ */
+async function typeEntries() {
+  const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8'));
+  const entries = [];
+  for (const [name, target] of Object.entries(pkg.exports ?? {})) {
+    if (typeof target !== 'object' || target === null || target.types === undefined) continue;
+    const m = /^\.\/dist\/(.+)\.d\.ts$/.exec(target.types);
+    if (!m) throw new Error(`package.json exports["${name}"].types is not ./dist/….d.ts: ${target.types}`);
+    entries.push(`${m[1]}.ts`);
+  }
+  return entries.sort();
+}
+
+async function fingerprint(files, entries) {
   const hash = createHash('sha256');
   const part = (name, content) => hash.update(`${name}\0${content.length}\0`).update(content);
   part('scripts/build.js', await readFile(fileURLToPath(import.meta.url)));
   part('tsconfig.json', await readFile(join(ROOT, 'tsconfig.json')));
-  const esbuildPackage = await readFile(join(ROOT, 'node_modules', 'esbuild', 'package.json'), 'utf8').catch(
-    () => '{}',
-  );
-  part('esbuild', Buffer.from(String(JSON.parse(esbuildPackage).version)));
+  part('exports', Buffer.from(entries.join('\n')));
+  part('esbuild', Buffer.from(await versionOf('esbuild')));
+  part('typescript', Buffer.from(await versionOf('typescript')));
   for (const f of files) part(f.path, f.content);
   return hash.digest('hex');
 }
@@ -115,6 +140,99 @@ async function compile(files) {
   return out;
 }
 
+/** A relative module path to a `.ts` file, as the sources write it: `./x.ts` (a package's stays as it is). */
+const asJs = (specifier) =>
+  /^\.\.?\//.test(specifier) && specifier.endsWith('.ts') ? `${specifier.slice(0, -'.ts'.length)}.js` : specifier;
+
+/**
+ * The declarations of `entries` and of the modules their declarations name, and so on: path under
+ * dist/ → content. Only what the public types reach, not every module an entry imports (a `.d.ts`
+ * names a module only for a type it uses): each file is emitted alone, in memory, with tsconfig.json's
+ * options, and the relative imports its `.d.ts` holds (`import … from`, `export … from`, `import('…')`
+ * in a type) are emitted next, rewritten to name `.js` files as the compiled modules beside them do.
+ * Errors only the emit finds (a type it cannot write) fail the build; type errors are `npm run check`'s.
+ */
+async function declarations(entries) {
+  const { default: ts } = await import('typescript');
+  const parsed = ts.getParsedCommandLineOfConfigFile(
+    join(ROOT, 'tsconfig.json'),
+    {},
+    {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (d) => {
+        throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+      },
+    },
+  );
+  const options = {
+    ...parsed.options,
+    noEmit: false,
+    declaration: true,
+    emitDeclarationOnly: true,
+    rootDir: ROOT,
+    outDir: OUT,
+  };
+  const queue = entries.map((e) => join(ROOT, e));
+  const seen = new Set(queue);
+  const program = ts.createProgram({ rootNames: queue, options });
+  /** The file being emitted; the modules its declarations import join the queue. */
+  let current = '';
+  const rewrite = (context) => {
+    const f = context.factory;
+    const js = (literal) => {
+      const specifier = asJs(literal.text);
+      if (specifier === literal.text) return literal;
+      const source = join(dirname(current), literal.text);
+      if (!seen.has(source)) {
+        seen.add(source);
+        queue.push(source);
+      }
+      return f.createStringLiteral(specifier, true);
+    };
+    const visit = (node) => {
+      if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
+        const { modifiers, importClause, moduleSpecifier, attributes } = node;
+        return f.updateImportDeclaration(node, modifiers, importClause, js(moduleSpecifier), attributes);
+      }
+      if (ts.isExportDeclaration(node) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
+        const { modifiers, isTypeOnly, exportClause, moduleSpecifier, attributes } = node;
+        return f.updateExportDeclaration(node, modifiers, isTypeOnly, exportClause, js(moduleSpecifier), attributes);
+      }
+      if (
+        ts.isImportTypeNode(node) &&
+        ts.isLiteralTypeNode(node.argument) &&
+        ts.isStringLiteral(node.argument.literal)
+      ) {
+        const argument = f.updateLiteralTypeNode(node.argument, js(node.argument.literal));
+        const typeArguments = ts.visitNodes(node.typeArguments, visit);
+        return f.updateImportTypeNode(node, argument, node.attributes, node.qualifier, typeArguments, node.isTypeOf);
+      }
+      return ts.visitEachChild(node, visit, context);
+    };
+    return (file) => (ts.isSourceFile(file) ? ts.visitEachChild(file, visit, context) : file);
+  };
+  const out = new Map();
+  const errors = [];
+  while (queue.length) {
+    current = queue.shift();
+    const file = program.getSourceFile(current);
+    if (!file) throw new Error(`declarations: ${relative(ROOT, current)} is not a module of the program`);
+    const emitted = program.emit(file, (path, text) => out.set(path, Buffer.from(text)), undefined, true, {
+      afterDeclarations: [rewrite],
+    });
+    errors.push(...emitted.diagnostics.filter((d) => d.category === ts.DiagnosticCategory.Error));
+  }
+  if (errors.length) {
+    const text = ts.formatDiagnostics(errors, {
+      getCanonicalFileName: (p) => p,
+      getCurrentDirectory: () => ROOT,
+      getNewLine: () => '\n',
+    });
+    throw Object.assign(new Error(`declarations: ${errors.length} error(s)`), { text });
+  }
+  return out;
+}
+
 /** Writes `content` at `path` unless it is there already, through a temporary file. Whether it wrote. */
 async function put(path, content) {
   const old = await readFile(path).catch(() => undefined);
@@ -139,8 +257,8 @@ async function prune(wanted) {
 async function main() {
   const started = performance.now();
   const force = process.argv.includes('--force');
-  const files = await inputs();
-  const inputsHash = await fingerprint(files);
+  const [files, entries] = await Promise.all([inputs(), typeEntries()]);
+  const inputsHash = await fingerprint(files, entries);
   const stamp = join(OUT, STAMP);
   if (!force && (await readFile(stamp, 'utf8').catch(() => '')).trim() === inputsHash) return;
   let out;
@@ -154,14 +272,23 @@ async function main() {
     process.stderr.write(`build: failed with ${errors.length} error(s); dist/ was not changed\n`);
     process.exit(1);
   }
+  const compiledMs = performance.now() - started;
+  try {
+    for (const [path, content] of await declarations(entries)) out.set(path, content);
+  } catch (err) {
+    if (err.text === undefined) throw err;
+    process.stderr.write(`${err.text}build: ${err.message}; dist/ was not changed\n`);
+    process.exit(1);
+  }
   const written = (await Promise.all([...out].map(([path, content]) => put(path, content)))).filter(Boolean).length;
   const removed = await prune(new Set(out.keys()));
   await put(stamp, Buffer.from(`${inputsHash}\n`));
   const ms = Math.round(performance.now() - started);
   const compiled = files.filter((f) => f.kind === 'compile').length;
+  const typed = [...out.keys()].filter((p) => p.endsWith('.d.ts')).length;
   process.stderr.write(
     `build: dist/ from ${compiled} modules and ${files.length - compiled} files in ${ms} ms ` +
-      `(${written} written, ${removed} removed)\n`,
+      `(${written} written, ${removed} removed; ${typed} declaration files took ${ms - Math.round(compiledMs)} ms)\n`,
   );
 }
 

@@ -11,7 +11,10 @@
 #      debian:trixie-slim, tarred once into the cache and `podman import`ed;
 #   3. builds the Dockerfile with `podman build --isolation=chroot` (the only
 #      isolation that works without cgroup controllers) and the base as BASE;
-#   4. prints the image's size and the build's wall time;
+#   4. prints the image's size and the build's wall time, and checks the size
+#      against its budget (DESKBATCH_IMAGE_BUDGET_MIB) and what the image
+#      must not hold: no TypeScript loader or compiler in node_modules, no
+#      .deb files left by apt, not the `novnc` package (only noVNC's files);
 #   5. smoke-tests the image's file system without `podman run` (which needs
 #      cgroups): it mounts the image, and runs the image's ENTRYPOINT + CMD in
 #      a chroot of it, as the image's USER, with the image's ENV and
@@ -21,10 +24,14 @@
 #      seeded from the image, no capabilities, no_new_privs, tini as PID 1 of
 #      its own PID namespace. Only --host and --port change (127.0.0.1 and a
 #      free port: it binds loopback only), plus --allow-private for the one
-#      local test page. It then checks /readyz, a batch (browser navigate +
+#      local test page, --sandbox off (a chroot may not create the user
+#      namespaces a desktop's sandbox is made of: unshare(2) fails with EPERM
+#      there, so that sandbox is not tried here), and --allow-takeover (so the
+#      viewer loads noVNC's files at start). It then checks /readyz, a batch (browser navigate +
 #      computer screenshot, by scripts/image-smoke.ts with the image's own
-#      node and client), the processes' uid, the image's HEALTHCHECK command,
-#      and a clean exit within 15 s of SIGTERM.
+#      node and client), the processes' uid, that none runs a loader or
+#      esbuild, noVNC served, the image's HEALTHCHECK command, and a clean
+#      exit within 15 s of SIGTERM.
 #
 # Environment (all optional):
 #   DESKBATCH_IMAGE_CACHE   folder for the base's tarball, logs and the data
@@ -36,6 +43,7 @@
 #   DESKBATCH_IMAGE_REFRESH=1   make the base again (a newer Debian 13)
 #   DESKBATCH_IMAGE_NO_CACHE=1  build without podman's layer cache
 #   DESKBATCH_IMAGE_KEEP_DATA=1 keep the smoke test's data volume (its screenshot)
+#   DESKBATCH_IMAGE_BUDGET_MIB  the most the image may take (default 1300, docs/DEPLOY.md)
 #   DESKBATCH_IMAGE_NPM_CA  a PEM bundle npm ci should trust in the build, for a
 #                           proxy that re-signs TLS (default: NODE_EXTRA_CA_CERTS)
 #   DESKBATCH_DEBIAN_MIRROR, DESKBATCH_DEBIAN_SECURITY_MIRROR
@@ -224,6 +232,13 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.0f MiB", b / 1048576 }'; }
 size="$(mib "$(podman image inspect --format '{{.Size}}' "$image")")"
 base_size="$(mib "$(podman image inspect --format '{{.Size}}' "$base")")"
 say "image size: $size (the base: $base_size)"
+budget_mib="${DESKBATCH_IMAGE_BUDGET_MIB:-1300}"
+size_mib="${size% MiB}"
+if ((size_mib <= budget_mib)); then
+  result PASS "image size $size, within its budget of $budget_mib MiB"
+else
+  result FAIL "image size $size, over its budget of $budget_mib MiB"
+fi
 
 # ---- 5. Smoke test -----------------------------------------------------------
 # One value a line; the blank line podman ends its output with is dropped.
@@ -262,6 +277,23 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 mnt="$(podman image mount "$image")"
+
+# What the image must not hold: what only the package managers or the build wanted.
+leftovers=()
+for p in tsx esbuild typescript; do [[ ! -e $mnt/opt/deskbatch/node_modules/$p ]] || leftovers+=("node_modules/$p"); done
+debs="$(find "$mnt/var/cache/apt/archives" -name '*.deb' 2>/dev/null | wc -l)"
+((debs == 0)) || leftovers+=("$debs .deb files in /var/cache/apt/archives")
+for p in novnc websockify python3-numpy; do
+  if dpkg-query --admindir="$mnt/var/lib/dpkg" -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    leftovers+=("the Debian package $p")
+  fi
+done
+[[ -f $mnt/usr/share/novnc/core/rfb.js ]] || leftovers+=("no noVNC (/usr/share/novnc/core/rfb.js is missing)")
+if ((${#leftovers[@]} == 0)); then
+  result PASS "no loader, compiler, .deb file or novnc package in the image; noVNC's files are there"
+else
+  result FAIL "the image holds what it should not, or lacks noVNC: ${leftovers[*]}"
+fi
 # A fresh named volume starts as a copy of the image's folder, owners included.
 cp -a "$mnt$volume/." "$data/"
 home="$(awk -F: -v u="$uid" '$3 == u { print $6 }' "$mnt/etc/passwd")"
@@ -348,6 +380,14 @@ else
   pool="this daemon has no --desktops flag: shared desktop"
 fi
 say "$pool"
+serve_help="$("${in_image[@]}" "${cmd[@]:0:2}" serve --help 2>/dev/null || true)"
+# In a chroot unshare(CLONE_NEWUSER) fails (EPERM): the desktops' sandbox cannot be made here.
+if grep -q -- '--sandbox MODE' <<<"$serve_help"; then daemon+=(--sandbox off); fi
+takeover=0
+if grep -q -- '--allow-takeover' <<<"$serve_help"; then
+  takeover=1
+  daemon+=(--allow-takeover)
+fi
 
 daemon_log="$cache/logs/daemon.log"
 say "starting, as $uid:$gid in a chroot of $mnt: ${daemon[*]} (log: $daemon_log)"
@@ -428,6 +468,26 @@ if init_pid="$(child_of "$daemon_pid")" && wait_comm "$init_pid" "$(basename "${
       wrong+=("$pid $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-60): $status")
   done
   names="$(for pid in "${procs[@]}"; do cat "/proc/$pid/comm" 2>/dev/null; done | sort | uniq -c | awk '{ printf "%s%s×%s", sep, $2, $1; sep = ", " }')"
+  loaders=()
+  for pid in "${procs[@]}"; do
+    line="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
+    if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == esbuild || $line == *tsx* || $line == *--import* || $line == *--loader* ]]; then
+      loaders+=("$pid ${line:0:80}")
+    fi
+  done
+  if ((${#loaders[@]} == 0)); then
+    result PASS "no process runs a loader or esbuild (${#procs[@]} processes)"
+  else
+    result FAIL "processes with a loader or esbuild: ${loaders[*]}"
+  fi
+  if ((takeover)); then
+    novnc_line="$(grep -o '"msg":"viewer: noVNC[^}]*' "$daemon_log" | head -n 1 || true)"
+    if [[ $novnc_line == *'noVNC served for takeover'* ]]; then
+      result PASS "the viewer serves noVNC for takeover: ${novnc_line#*for takeover\",}"
+    else
+      result FAIL "the viewer does not serve noVNC: ${novnc_line:-no line about it in the log}"
+    fi
+  fi
   if ((${#wrong[@]} == 0)); then
     result PASS "all ${#procs[@]} processes run as uid $uid gid $gid, no capabilities, no_new_privs ($names); node: $(identity "$node_pid")"
   else

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Makes this checkout runnable: the Debian packages listed in
-# scripts/system-packages.txt, Node.js >= 20.10, and node_modules.
+# scripts/system-packages.txt, Node.js >= 20.10, and node_modules. The
+# installed package runs it too (`deskbatch setup`, from
+# node_modules/deskbatch/scripts/): there it does all but node_modules, which
+# npm installed.
 #
 # Runs before every `npm start` and `npm test`, so it is idempotent, quiet
 # (one line at most, and only when it changed something) and fast when there
@@ -97,7 +100,9 @@ if ((major < min_node_major || (major == min_node_major && minor < min_node_mino
   die "Node.js $version is too old: deskbatch needs ${min_node_major}.${min_node_minor} or later"
 fi
 
-# ---- node_modules -------------------------------------------------------------
+# ---- node_modules (a checkout only) ---------------------------------------------
+# A checkout has package-lock.json. The installed package has none (npm never
+# packs it): npm installed its dependencies, maybe in a node_modules further up.
 cd "$root"
 npm_cmd=()
 if [[ -f package-lock.json ]]; then
@@ -106,8 +111,6 @@ if [[ -f package-lock.json ]]; then
   if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
     npm_cmd=(npm ci)
   fi
-elif [[ ! -d node_modules ]]; then
-  npm_cmd=(npm install)
 fi
 if ((${#npm_cmd[@]})); then
   log="$(mktemp)"

@@ -22,8 +22,12 @@ import type { ImageFormat } from './base/image.ts';
 import { startVirtualDisplay, type VirtualDisplay } from './desktop-driver/xvfb.ts';
 import { FRAMEBUFFER_ENV } from './desktop-driver/worker-protocol.ts';
 import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel, type Logger } from './base/log.ts';
+import { runAttached } from './base/child-process.ts';
+import { PACKAGE_ROOT } from './base/package-root.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
+       deskbatch setup [PACKAGE_LIST...]   installs the Debian packages the daemon needs (apt, as root or
+                                           through sudo) and Chromium's policy: scripts/setup.sh
        deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]  (replay --help)
 
 Options:
@@ -499,15 +503,30 @@ async function serve(argv: string[]): Promise<void> {
   }
 
   const daemon = await startDaemon(config, log);
-  log.info(`deskbatch listening on ${daemon.url}`, pooled ? { desktops: 'pool' } : { display });
+  log.info(`deskbatch listening on ${daemon.url}`, {
+    ...(pooled ? { desktops: 'pool' } : { display }),
+    pid: process.pid,
+  });
   log.info(`token: ${token.from}`);
   stopOnSignals(daemon, xvfb, config, log);
+}
+
+/**
+ * `deskbatch setup`: scripts/setup.sh of this package, as `npm start` runs it in a checkout; in an
+ * installed package (node_modules/deskbatch) it installs the Debian packages and Chromium's policy,
+ * and leaves node_modules to npm. Its exit status becomes ours.
+ */
+async function setup(args: string[]): Promise<void> {
+  const run = await runAttached('bash', [join(PACKAGE_ROOT, 'scripts', 'setup.sh'), ...args]);
+  if (run.error) process.stderr.write(`deskbatch: cannot run bash: ${run.error.code ?? run.error.message}\n`);
+  process.exitCode = run.code ?? 1;
 }
 
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   try {
     if (command === 'serve') return await serve(rest);
+    if (command === 'setup') return await setup(rest);
     if (command === 'replay') return await (await import('./recording/replay-cli.ts')).replay(rest);
     if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
       process.stdout.write(USAGE);

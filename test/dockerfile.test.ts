@@ -6,7 +6,8 @@
  * health check and a PID 1 that forwards signals; it binds
  * beyond loopback, so it cannot start without DESKBATCH_TOKEN; its build
  * context holds what it runs and nothing else (no tests, no deploy files, no
- * .env files).
+ * .env files); and it holds nothing only the package managers wanted (apt's
+ * downloads, the novnc package beyond noVNC's files, sharp's other builds).
  */
 import assert from 'node:assert/strict';
 import { readFile, readdir } from 'node:fs/promises';
@@ -14,6 +15,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ConfigError, DEFAULT_CONFIG, isLoopback, resolveConfig } from '../src/base/config.ts';
+import { DEFAULT_NOVNC_DIR, SERVED_FOLDERS } from '../src/viewer/novnc.ts';
 import { failsWith } from '../testkit/errors.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -293,4 +295,57 @@ test('.dockerignore: the context holds what the image runs, and no tests, docs, 
   for (const path of ['deploy/compose.yaml', 'deploy/k8s/statefulset.yaml', 'test/dockerfile.test.ts']) {
     assert.ok(present.has(path), `${path} exists`);
   }
+});
+
+test('nothing only the package managers wanted: apt cleans in the step that installs, noVNC without its package, sharp for this platform', async () => {
+  const stage = await lastStage();
+  const install = stage.filter((i) => i.op === 'RUN' && /apt-get install/.test(i.args)).map((i) => i.args);
+  assert.equal(install.length, 1, 'one apt step in the image');
+  const run = install[0]!;
+  // The downloaded .deb files and the lists go in the same step, so no layer holds them.
+  assert.match(run, /apt-get install[^&]*&&.*\bapt-get clean\b/, 'apt-get clean after the install');
+  assert.match(run, /rm -rf \/var\/lib\/apt\/lists\/\*/, 'the lists removed');
+  // The shared list keeps novnc for a host (scripts/setup.sh); the image leaves the package out...
+  const list = (await readFile(join(ROOT, 'scripts', 'system-packages.txt'), 'utf8')).replace(/#.*/g, '').split(/\s+/);
+  assert.ok(list.includes('novnc'), 'scripts/system-packages.txt lists novnc');
+  assert.match(
+    run,
+    /sed -e 's\/#\.\*\/\/' \/tmp\/system-packages\.txt \| tr [^|]+\| grep -vx -e '' -e novnc \| xargs apt-get install/,
+  );
+  // ...and takes the files the viewer serves from the package's .deb, unpacked in a stage of its own.
+  const novnc = await namedStage('novnc');
+  const fetch = novnc.filter((i) => i.op === 'RUN').map((i) => i.args);
+  assert.ok(
+    fetch.some((r) => /apt-get download novnc\b/.test(r) && /dpkg-deb --extract novnc_\*\.deb \/novnc\b/.test(r)),
+    'the novnc stage downloads and unpacks the .deb, installing nothing',
+  );
+  const copies = stage.filter((i) => i.op === 'COPY' && i.args.startsWith('--from=novnc ')).map((i) => i.args);
+  for (const folder of SERVED_FOLDERS) {
+    assert.ok(
+      copies.includes(`--from=novnc /novnc${DEFAULT_NOVNC_DIR}/${folder} ${DEFAULT_NOVNC_DIR}/${folder}`),
+      `noVNC's ${folder}/ lands where the viewer reads it (${DEFAULT_NOVNC_DIR}): ${copies.join('; ')}`,
+    );
+  }
+  assert.ok(
+    copies.some((c) => c.endsWith('/usr/share/doc/novnc/copyright')),
+    "noVNC's copyright comes along",
+  );
+  assert.equal(copies.length, SERVED_FOLDERS.length + 1, 'nothing else of the package');
+  // Debian's npm installs sharp's musl and WebAssembly builds too; only the glibc one runs here.
+  const deps = await namedStage('deps');
+  assert.ok(
+    deps.some(
+      (i) =>
+        i.op === 'RUN' &&
+        /npm ci --omit=dev\b[^&]*&& rm -rf node_modules\/@img\/sharp-\*musl\* node_modules\/@img\/sharp-wasm32$/.test(
+          i.args,
+        ),
+    ),
+    "sharp's builds for other platforms removed after npm ci",
+  );
+  // Vulkan's validation layer, a debugging aid in the chromium package, is never unpacked.
+  assert.match(
+    run,
+    /path-exclude \/usr\/lib\/chromium\/libVkLayer_khronos_validation\.so' *>\/etc\/dpkg\/dpkg\.cfg\.d\//,
+  );
 });

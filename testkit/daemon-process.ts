@@ -7,6 +7,12 @@
  * own; the token comes from DESKBATCH_TOKEN, so nothing is written under
  * ~/.deskbatch.
  *
+ * `command` runs another daemon the same way: the installed package's
+ * (`npx deskbatch serve` in a project that installed it: test/package.test.ts).
+ * Its launcher (npx, and the shell npm runs the command in) does not pass
+ * SIGTERM on, so `pid` and the signals are the daemon's own, from its
+ * listening line.
+ *
  * The listening URL is read from the daemon's log line
  * "deskbatch listening on ws://…" (JSON lines). Every line can go to a log
  * file; lines are counted by level and warnings and errors by text; with
@@ -19,6 +25,7 @@ import { createWriteStream } from 'node:fs';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { ensureBuilt } from './build.ts';
+import { until } from './wait.ts';
 
 const CLI = fileURLToPath(new URL('../bin/deskbatch.js', import.meta.url));
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -31,14 +38,19 @@ export interface DaemonProcessOptions {
   token: string;
   /** The flags after `serve`. */
   args: readonly string[];
-  /** More environment, over ours. */
-  env?: Record<string, string>;
+  /** More environment, over ours; a variable set to undefined is left out. */
+  env?: Record<string, string | undefined>;
   /** Every line the daemon prints goes here. */
   logFile?: string;
   /** Print its warnings and errors, and lines that are not JSON, on our stderr (until `stop()`). */
   echo?: boolean;
   /** Run it as this uid (and gid), an unprivileged user, through setpriv (as root only). */
   runAs?: number;
+  /**
+   * What starts it, instead of `node bin/deskbatch.js serve` in this checkout: `file` with `args` (then
+   * `options.args`), in `cwd`. E.g. `npx deskbatch serve` where the package is installed.
+   */
+  command?: { file: string; args: readonly string[]; cwd: string };
 }
 
 export interface ProcessExit {
@@ -47,6 +59,7 @@ export interface ProcessExit {
 }
 
 export interface DaemonProcess {
+  /** The daemon's own pid (not its launcher's, with `command`). */
   pid: number;
   /** ws://…/v1 from its "listening on" line. */
   url: string;
@@ -63,16 +76,29 @@ export interface DaemonProcess {
   stop(graceMs: number): Promise<ProcessExit & { killed: boolean }>;
 }
 
+/** Sends `signal` to `pid`; false when it is gone. */
+function signal(pid: number, sig: NodeJS.Signals | 0): boolean {
+  try {
+    process.kill(pid, sig);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export async function startDaemonProcess(options: DaemonProcessOptions): Promise<DaemonProcess> {
-  await ensureBuilt();
+  const launcher = options.command;
+  if (!launcher) await ensureBuilt();
   const argv = [CLI, 'serve', ...options.args];
   const u = options.runAs === undefined ? undefined : String(options.runAs);
   // setpriv execs node: the pid is the daemon's.
-  const [command, args] = u
-    ? ['setpriv', ['--reuid', u, '--regid', u, '--clear-groups', '--', process.execPath, ...argv]]
-    : [process.execPath, argv];
+  const [command, args] = launcher
+    ? [launcher.file, [...launcher.args, ...options.args]]
+    : u
+      ? ['setpriv', ['--reuid', u, '--regid', u, '--clear-groups', '--', process.execPath, ...argv]]
+      : [process.execPath, argv];
   const child = spawn(command, args, {
-    cwd: ROOT,
+    cwd: launcher?.cwd ?? ROOT,
     env: { ...process.env, DISPLAY: options.display, DESKBATCH_TOKEN: options.token, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -91,10 +117,12 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
   );
   let resolveUrl!: (url: string) => void;
   const url = new Promise<string>((resolve) => (resolveUrl = resolve));
+  /** The daemon's pid: the child's, or, behind a launcher, the one its listening line gives. */
+  let daemonPid = child.pid!;
   const onLine = (line: string): void => {
-    let entry: { level?: string; msg?: string } | undefined;
+    let entry: { level?: string; msg?: string; pid?: number } | undefined;
     try {
-      entry = JSON.parse(line) as { level?: string; msg?: string };
+      entry = JSON.parse(line) as { level?: string; msg?: string; pid?: number };
     } catch {
       entry = undefined;
     }
@@ -105,7 +133,10 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
     const level = entry.level ?? '?';
     logCounts[level] = (logCounts[level] ?? 0) + 1;
     const m = /^deskbatch listening on (ws:\/\/\S+)$/.exec(entry.msg ?? '');
-    if (m) resolveUrl(m[1]!);
+    if (m) {
+      if (launcher && typeof entry.pid === 'number') daemonPid = entry.pid;
+      resolveUrl(m[1]!);
+    }
     if (level === 'warn' || level === 'error') {
       const key = `${level}: ${entry.msg}`;
       warnings.set(key, (warnings.get(key) ?? 0) + 1);
@@ -126,14 +157,23 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
   const stop = (graceMs: number): Promise<ProcessExit & { killed: boolean }> =>
     (stopping ??= (async () => {
       echo = false; // its shutdown warnings (the browser going away) are expected
-      if (!exitedFlag) child.kill('SIGTERM');
+      const behind = daemonPid !== child.pid;
+      if (!exitedFlag) signal(daemonPid, 'SIGTERM');
       let killed = false;
-      const timer = setTimeout(() => {
+      const kill = (): void => {
         killed = true;
+        if (behind) signal(daemonPid, 'SIGKILL');
         child.kill('SIGKILL');
-      }, graceMs);
+      };
+      const timer = setTimeout(kill, graceMs);
       const e = await exited;
       clearTimeout(timer);
+      // A launcher that went first (killed, or crashed) leaves the daemon to be ended here.
+      if (behind && signal(daemonPid, 0)) {
+        await until(`the daemon (pid ${daemonPid}) to exit after its launcher`, () => !signal(daemonPid, 0), {
+          timeoutMs: graceMs,
+        }).catch(kill);
+      }
       return { ...e, killed };
     })());
 
@@ -149,7 +189,8 @@ export async function startDaemonProcess(options: DaemonProcessOptions): Promise
         throw new Error(`the daemon did not report its address within ${START_TIMEOUT_MS / 1000} s${where}`);
       }),
     ]);
-    return { pid: child.pid!, url: started, exited, hasExited: () => exitedFlag, logCounts, warnings, stop };
+    if (launcher && daemonPid === child.pid) throw new Error('the listening line gave no pid');
+    return { pid: daemonPid, url: started, exited, hasExited: () => exitedFlag, logCounts, warnings, stop };
   } catch (err) {
     await stop(15_000);
     throw err;

@@ -464,6 +464,26 @@ export function runToolBytes(
   });
 }
 
+/** How a program run by runAttached ended; `error` when it could not be started (`code` ENOENT: not installed). */
+export interface AttachedRun {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  error?: NodeJS.ErrnoException;
+}
+
+/**
+ * Runs a program on this process's own terminal (its stdin, stdout and stderr are ours, so `sudo`
+ * may ask for a password) until it ends, with no time limit: for a command a person runs
+ * (`deskbatch setup`), never for the daemon. Never rejects.
+ */
+export function runAttached(command: string, args: readonly string[]): Promise<AttachedRun> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, { stdio: 'inherit' });
+    child.once('error', (error) => resolve({ code: null, signal: null, error }));
+    child.once('exit', (code, signal) => resolve({ code, signal }));
+  });
+}
+
 /** runTool, synchronously: only for an exit hook, where nothing asynchronous runs any more. Throws on failure. */
 export function runToolSync(command: string, args: readonly string[], options: ToolOptions): void {
   execFileSync(command, args, { env: options.env, timeout: options.timeoutMs, stdio: 'ignore' });

@@ -7,7 +7,8 @@
  * module's own URL, so a compiled daemon never asks for a loader, and one run
  * from the sources never for a build.
  */
-import { resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** This code was compiled into dist/ (plain JavaScript, no loader), not read from src/ through tsx. */
@@ -21,3 +22,18 @@ export const PACKAGE_ROOT = resolve(fileURLToPath(new URL(COMPILED ? '../../../'
  * in a string (not an import, which the build rewrites) takes it: `./worker${MODULE_EXTENSION}`.
  */
 export const MODULE_EXTENSION = COMPILED ? '.js' : '.ts';
+
+/**
+ * The node_modules folders Node.js searches for the package's dependencies, nearest first: from
+ * PACKAGE_ROOT up to `/`, each folder's `node_modules` that exists (none inside another node_modules
+ * name, as Node.js skips those). In a checkout, its own node_modules; in the installed package
+ * (`…/node_modules/deskbatch`), the node_modules it sits in, where npm put its dependencies.
+ */
+export function moduleFolders(root: string = PACKAGE_ROOT): string[] {
+  const out: string[] = [];
+  for (let dir = root; ; dir = dirname(dir)) {
+    const folder = join(dir, 'node_modules');
+    if (basename(dir) !== 'node_modules' && existsSync(folder)) out.push(folder);
+    if (dirname(dir) === dir) return out;
+  }
+}

@@ -44,7 +44,7 @@ import {
   type ChildProcess,
   type Confinement,
 } from '../base/child-process.ts';
-import { COMPILED, PACKAGE_ROOT } from '../base/package-root.ts';
+import { COMPILED, PACKAGE_ROOT, moduleFolders } from '../base/package-root.ts';
 import { ownedTempFolder } from '../base/temp-folder.ts';
 
 /** How desktops are sandboxed: `uid` (root daemon), `userns` (unprivileged daemon), `off` (the operator's `--sandbox off`). */
@@ -115,10 +115,16 @@ const TMPFS_BYTES = 1024 * 1024 * 1024;
 /**
  * The package's files a desktop's programs need (the worker's code): read-only, and nothing else of it.
  * The code is the tree this daemon runs (src/base/package-root.ts): the build (dist/, plain JavaScript) for
- * a daemon started by bin/deskbatch.js, the sources (src/, through tsx) for one the tests run in-process.
+ * a daemon started by bin/deskbatch.js, the sources (src/, through tsx) for one the tests run in-process;
+ * its dependencies are in the node_modules folders Node.js searches (`moduleFolders`): the checkout's
+ * own, or, for the installed package, the node_modules it sits in.
  */
 const CODE_FOLDER = COMPILED ? 'dist' : 'src';
-const CODE_PATHS = ['package.json', CODE_FOLDER, 'node_modules'];
+/** Those paths, each folder before what lies inside it, so that no bind hides another. */
+const codePaths = (): string[] =>
+  [join(PACKAGE_ROOT, 'package.json'), join(PACKAGE_ROOT, CODE_FOLDER), ...moduleFolders()].sort(
+    (x, y) => x.length - y.length,
+  );
 
 /**
  * Variables a confined program may get from what its caller passes: the
@@ -254,6 +260,8 @@ export class DesktopSandbox implements Confinement {
         downloads: await sub('downloads'),
       };
       const args = bwrapArgs(o, folders, innerId);
+      // Read from the spawn on: a bubblewrap that fails at once says why on stderr, before any ready.
+      const output = new OutputLines();
       const { child, ready } = await startChild({
         name: 'bubblewrap',
         command: BWRAP,
@@ -266,6 +274,7 @@ export class DesktopSandbox implements Confinement {
         notReady: 'did not make the sandbox',
         tail: () => output.quoted(),
         ready: async (started, aborted) => {
+          output.read(started.stderr);
           const init = await readInfo(started.stdio[3] as Readable);
           // bubblewrap reports its init before the mounts are made: ready once the holder itself runs.
           let holder: number | undefined;
@@ -274,7 +283,6 @@ export class DesktopSandbox implements Confinement {
           return { init, holder: holder ?? 0 };
         },
       });
-      const output = new OutputLines().read(child.stderr);
       // A forgotten stop() must not keep the daemon alive (the exit hook and --die-with-parent end it).
       child.unref();
       (child.stderr as Socket | null)?.unref();
@@ -503,8 +511,7 @@ function bwrapArgs(o: SandboxOptions, folders: SandboxFolders, innerId: number):
       parents.add(dir);
   }
   for (const dir of [...parents].sort((x, y) => x.length - y.length)) args.push('--perms', '0755', '--dir', dir);
-  for (const p of CODE_PATHS) {
-    const path = join(PACKAGE_ROOT, p);
+  for (const path of codePaths()) {
     if (existsSync(path)) args.push('--ro-bind', realpathSync(path), path);
   }
   args.push('--bind', folders.root, folders.root);

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 export const DEFAULT_NOVNC_DIR = '/usr/share/novnc';
 
 /** The folders of a noVNC install the page needs (rfb.js and what it imports); the app/ UI is not served. */
-const SERVED_FOLDERS = ['core', 'vendor'] as const;
+export const SERVED_FOLDERS = ['core', 'vendor'] as const;
 /** Debian's noVNC 1.3.0 has 43 such files, 496 KB; these bounds leave room for later versions and stop a wrong folder. */
 const MAX_FILES = 256;
 const MAX_FILE_BYTES = 1024 * 1024;
