@@ -1,7 +1,8 @@
 /**
  * `deskbatch serve`: reads flags and the environment, starts an Xvfb of its
  * own when there is no DISPLAY, runs the daemon, and shuts down gracefully on
- * SIGINT/SIGTERM within a hard deadline.
+ * SIGINT/SIGTERM within a hard deadline. `deskbatch mcp` starts the same
+ * daemon and serves one MCP session on stdin and stdout (docs/MCP.md).
  */
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
@@ -24,6 +25,8 @@ import { FRAMEBUFFER_ENV } from './desktop-driver/worker-protocol.ts';
 import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel, type Logger } from './base/log.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
+       deskbatch mcp [options]   MCP over stdin/stdout for a local MCP host; serve's options,
+                                 --port 0 by default (docs/MCP.md)
        deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]  (replay --help)
 
 Options:
@@ -132,6 +135,8 @@ Options:
   --sandbox-uids FIRST-LAST
                            the uids desktops get as root, one each (default
                            ${DEFAULT_CONFIG.sandbox.uids.first}-${DEFAULT_CONFIG.sandbox.uids.first + DEFAULT_CONFIG.sandbox.uids.count - 1})
+  --mcp-idle-ms MS         how long an MCP session over HTTP (/mcp) may have no request open
+                           before it ends with its desktop (default ${DEFAULT_CONFIG.mcp.idleMs}, 10 minutes)
   --log-format FORMAT      json | pretty (default: pretty when stderr is a terminal, else json)
 
 Environment:
@@ -309,6 +314,7 @@ const SERVE_OPTIONS = {
   'takeover-grace-ms': { type: 'string' },
   'log-level': { type: 'string' },
   'log-format': { type: 'string' },
+  'mcp-idle-ms': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -430,6 +436,7 @@ function configFrom(
       graceMs: num(values['takeover-grace-ms']),
     },
     cdp: { enabled: values['allow-cdp'] },
+    mcp: { idleMs: num(values['mcp-idle-ms']) },
     sandbox: {
       mode: values.sandbox as 'auto' | 'off' | undefined,
       uids: idRange(values['sandbox-uids']),
@@ -443,13 +450,21 @@ function configFrom(
   });
 }
 
-/** SIGINT and SIGTERM shut the daemon (and the display it started) down, within a hard deadline. */
-function stopOnSignals(daemon: Daemon, xvfb: VirtualDisplay | undefined, config: DaemonConfig, log: Logger): void {
+/**
+ * SIGINT and SIGTERM shut the daemon (and the display it started) down, within a hard deadline; so does the
+ * function returned, which `deskbatch mcp` calls when its MCP session ends.
+ */
+function stopOnSignals(
+  daemon: Daemon,
+  xvfb: VirtualDisplay | undefined,
+  config: DaemonConfig,
+  log: Logger,
+): (why: string, exitCode?: number) => void {
   let stopping = false;
-  const stop = (signal: string): void => {
+  const stop = (why: string, exitCode = 0): void => {
     if (stopping) return;
     stopping = true;
-    log.info(`${signal}: shutting down`);
+    log.info(`${why}: shutting down`);
     // The hard deadline: whatever still runs after it is abandoned.
     setTimeout(() => {
       log.error('shutdown deadline passed; exiting');
@@ -458,19 +473,27 @@ function stopOnSignals(daemon: Daemon, xvfb: VirtualDisplay | undefined, config:
     void (async () => {
       await daemon.close();
       await xvfb?.stop();
-      process.exit(0);
+      process.exit(exitCode);
     })();
   };
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGTERM', () => stop('SIGTERM'));
+  return stop;
 }
 
-async function serve(argv: string[]): Promise<void> {
-  const { values } = parseArgs({ args: argv, strict: true, options: SERVE_OPTIONS });
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
+/** A daemon started from `serve`'s flags, with what stops it. */
+interface Started {
+  daemon: Daemon;
+  log: Logger;
+  stop: (why: string, exitCode?: number) => void;
+}
+
+/**
+ * Starts the daemon from `serve`'s flags (`defaults` fill flags left out), with an Xvfb of its own in
+ * shared mode when there is no DISPLAY, and stops it on SIGINT and SIGTERM.
+ */
+async function start(values: ServeValues, defaults: Partial<ServeValues> = {}): Promise<Started> {
+  values = { ...defaults, ...Object.fromEntries(Object.entries(values).filter(([, v]) => v !== undefined)) };
   const logging = logSettings(values);
   const token = await readToken();
   // The logger knows the token only to keep it out of every line (src/base/log.ts).
@@ -497,13 +520,54 @@ async function serve(argv: string[]): Promise<void> {
   const daemon = await startDaemon(config, log);
   log.info(`deskbatch listening on ${daemon.url}`, pooled ? { desktops: 'pool' } : { display });
   log.info(`token: ${token.from}`);
-  stopOnSignals(daemon, xvfb, config, log);
+  return { daemon, log, stop: stopOnSignals(daemon, xvfb, config, log) };
+}
+
+async function serve(argv: string[]): Promise<void> {
+  const { values } = parseArgs({ args: argv, strict: true, options: SERVE_OPTIONS });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  await start(values);
+}
+
+/**
+ * `deskbatch mcp`: the daemon as `serve` starts it, and one MCP session on stdin and stdout, bound to a session
+ * of its own (docs/MCP.md "Over stdio"). stdout carries MCP frames only; the log goes to stderr. An MCP host
+ * starts it in a folder of its choosing, so what it writes goes under ~/.deskbatch unless a flag says where;
+ * it takes a free port unless --port says which. The MCP session's end (stdin closed) stops the daemon.
+ */
+async function mcp(argv: string[]): Promise<void> {
+  const { values } = parseArgs({ args: argv, strict: true, options: SERVE_OPTIONS });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const home = join(homedir(), '.deskbatch');
+  // One session is all it serves: one desktop at most, started for it (none kept warm for a next one).
+  const { daemon, log, stop } = await start(values, {
+    port: '0',
+    desktops: '1',
+    warm: '0',
+    'screenshots-dir': join(home, 'screenshots'),
+    'downloads-dir': join(home, 'downloads'),
+  });
+  try {
+    const session = await daemon.mcp.serveStdio();
+    await session.ended;
+    stop('the MCP session ended');
+  } catch (err) {
+    log.error('MCP over stdio could not start', { error: err instanceof Error ? err.message : String(err) });
+    stop('no MCP session', 1);
+  }
 }
 
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   try {
     if (command === 'serve') return await serve(rest);
+    if (command === 'mcp') return await mcp(rest);
     if (command === 'replay') return await (await import('./recording/replay-cli.ts')).replay(rest);
     if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
       process.stdout.write(USAGE);
