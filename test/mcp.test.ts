@@ -267,6 +267,37 @@ describe('MCP over Streamable HTTP: /mcp on the daemon port', () => {
     assert.equal((await post({ authorization: `Bearer ${TEST_TOKEN}`, 'mcp-session-id': idA })).status, 404);
     assert.ok(d.daemon.server.findSession(sessionB.session), "B's session goes on");
 
+    // Cancelling a request cancels its batch: the running call gets the cancelled text, not a failure.
+    // A request with a progress token hears of its call's start while the call runs.
+    const abort = new AbortController();
+    const progress: string[] = [];
+    const waiting = b.client.callTool({ name: 'computer_wait', arguments: { duration: 60 } }, undefined, {
+      signal: abort.signal,
+      onprogress: (p) => progress.push(`${p.progress}/${p.total} ${p.message}`),
+    });
+    await until('progress saying the wait started', () => progress.includes('0/1 computer_wait: started'));
+    const started = activity.find(
+      (x) =>
+        x.type === 'tool_event' &&
+        x.session === sessionB.session &&
+        x.event.name === 'wait' &&
+        x.event.phase === 'started',
+    );
+    assert.ok(started, 'the daemon started the wait');
+    abort.abort();
+    await assert.rejects(waiting, /AbortError|aborted/i);
+    const finished = await until('the cancelled batch to finish', () =>
+      activity.find(
+        (x): x is Extract<Activity, { type: 'batch_finished' }> =>
+          x.type === 'batch_finished' &&
+          x.session === sessionB.session &&
+          started.type === 'tool_event' &&
+          x.result.batch_id === started.event.batch_id,
+      ),
+    );
+    assert.equal(finished.result.cancelled, true);
+    assert.equal(finished.result.failures.length, 0);
+
     // B's client goes away without a DELETE: once no request of it is open for the idle time, it ends too.
     await b.client.close();
     const idle = await until("B's session to end once idle", () => closedEvent(sessionB.session), {

@@ -167,23 +167,32 @@ export class McpSession {
       // A batch id is never reused here, so only a full queue refuses one.
       throw new McpError(ErrorCode.InvalidRequest, 'too many calls wait in this session: wait for their results');
     }
+    // Sent one after another, and all before the answer: a notification after it would name a finished request.
+    let sent = Promise.resolve();
     if (progress) {
       let answered = 0;
       this.progress.set(batchId, (event) => {
         if (event.phase !== 'started') answered++;
-        const message = `${event.toolset_name ?? ''}_${event.name}: ${event.phase}`;
-        void progress
-          .send({
-            method: 'notifications/progress',
-            params: { progressToken: progress.token, progress: answered, total: calls.length, message },
-          })
-          .catch(() => undefined);
+        const params = {
+          progressToken: progress.token,
+          progress: answered,
+          total: calls.length,
+          message: `${event.toolset_name ?? ''}_${event.name}: ${event.phase}`,
+        };
+        sent = sent.then(() => progress.send({ method: 'notifications/progress', params })).catch(() => undefined);
       });
     }
     const cancel = (): void => void this.session.cancel(batchId);
     signal.addEventListener('abort', cancel, { once: true });
     try {
-      return (await outcome.result).tool_results;
+      const result = await outcome.result;
+      if (progress) {
+        await sent;
+        // The SDK's client handles an answer at once and a notification a turn later, so one read holding both
+        // loses the notification; writing the answer a turn after makes that rarer (docs/MCP.md).
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      return result.tool_results;
     } finally {
       signal.removeEventListener('abort', cancel);
       this.progress.delete(batchId);
