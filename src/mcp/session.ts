@@ -80,7 +80,8 @@ export class McpSession {
 
   /** Opens a deskbatch session and binds a new MCP server to it; a refusal is returned as the server gave it. */
   static async open(deps: McpSessionDeps, signal: AbortSignal): Promise<McpSession | SessionRefusal> {
-    const opened = await deps.host.openSession({ signal });
+    // As a hello with `desktop: {}` asks: wait for a desktop, and a refusal says when to try again (`no_desktop`).
+    const opened = await deps.host.openSession({ desktop: {}, signal });
     if (!(opened instanceof Session)) return opened;
     const welcome = await deps.host.welcome(opened);
     return new McpSession(deps, opened, welcome);
