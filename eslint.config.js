@@ -185,11 +185,12 @@ export default defineConfig(
   ),
   // The MCP server (src/mcp/): of the server only its route seam (HttpRoute), the sessions it opens and runs
   // batches on (session.ts, and connection.ts's OpenRequest), the Origin check (auth.ts) and the body helpers
-  // (session-routes.ts); the toolsets by the toolset API's interface. The MCP SDK's own `server/` modules are
-  // a package's, not our server layer.
+  // (session-routes.ts); the toolsets by the toolset API's interface; the client library, for another daemon's
+  // session (`deskbatch mcp --connect`). The MCP SDK's own `server/` and `client/` modules are a package's, not
+  // our layers.
   allowPackage(
     onlyFrom(
-      layer('mcp', ['src/mcp/**'], 'toolsetApi'),
+      layer('mcp', ['src/mcp/**'], 'toolsetApi', 'client'),
       'server',
       'the server',
       'src/server/server.ts',

@@ -18,7 +18,14 @@ import {
   type RecordingSettings,
 } from './base/config.ts';
 import { startDaemon, type Daemon } from './daemon.ts';
-import { BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
+import {
+  BROWSER_MEMBERS,
+  BROWSER_OPTIONAL_MEMBERS,
+  BROWSER_TOOLSET_NAME,
+  BROWSER_TOOLSET_TYPE,
+} from '../toolsets/browser/index.ts';
+import { COMPUTER_MEMBERS, COMPUTER_TOOLSET_NAME, COMPUTER_TOOLSET_TYPE } from '../toolsets/computer/index.ts';
+import { serveRemoteStdio, type ToolsetTable } from './mcp/index.ts';
 import type { ImageFormat } from './base/image.ts';
 import { startVirtualDisplay, type VirtualDisplay } from './desktop-driver/xvfb.ts';
 import { FRAMEBUFFER_ENV } from './desktop-driver/worker-protocol.ts';
@@ -27,6 +34,9 @@ import { LOG_FORMATS, LOG_LEVELS, createLogger, type LogFormat, type LogLevel, t
 const USAGE = `Usage: deskbatch serve [options]
        deskbatch mcp [options]   MCP over stdin/stdout for a local MCP host; serve's options,
                                  --port 0 by default (docs/MCP.md)
+       deskbatch mcp --connect ws://HOST:PORT/v1
+                                 the same, on a session of a daemon that runs elsewhere; its token
+                                 in DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE
        deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]  (replay --help)
 
 Options:
@@ -318,6 +328,15 @@ const SERVE_OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
+/** `deskbatch mcp`'s flags: serve's, and `--connect`. */
+const MCP_OPTIONS = { ...SERVE_OPTIONS, connect: { type: 'string' } } as const;
+
+/** The member tables (toolsets/) MCP's tools are made from when they come from another daemon (`--connect`). */
+const MEMBER_TABLES: readonly ToolsetTable[] = [
+  { name: COMPUTER_TOOLSET_NAME, type: COMPUTER_TOOLSET_TYPE, members: COMPUTER_MEMBERS },
+  { name: BROWSER_TOOLSET_NAME, type: BROWSER_TOOLSET_TYPE, members: BROWSER_MEMBERS },
+];
+
 type ServeValues = ReturnType<
   typeof parseArgs<{ args: string[]; strict: true; options: typeof SERVE_OPTIONS }>
 >['values'];
@@ -539,14 +558,16 @@ async function serve(argv: string[]): Promise<void> {
  * it takes a free port unless --port says which. The MCP session's end (stdin closed) stops the daemon.
  */
 async function mcp(argv: string[]): Promise<void> {
-  const { values } = parseArgs({ args: argv, strict: true, options: SERVE_OPTIONS });
+  const { values } = parseArgs({ args: argv, strict: true, options: MCP_OPTIONS });
   if (values.help) {
     process.stdout.write(USAGE);
     return;
   }
+  const { connect, ...serveValues } = values;
+  if (connect !== undefined) return mcpConnect(connect, serveValues);
   const home = join(homedir(), '.deskbatch');
   // One session is all it serves: one desktop at most, started for it (none kept warm for a next one).
-  const { daemon, log, stop } = await start(values, {
+  const { daemon, log, stop } = await start(serveValues, {
     port: '0',
     desktops: '1',
     warm: '0',
@@ -561,6 +582,43 @@ async function mcp(argv: string[]): Promise<void> {
     log.error('MCP over stdio could not start', { error: err instanceof Error ? err.message : String(err) });
     stop('no MCP session', 1);
   }
+}
+
+/**
+ * `deskbatch mcp --connect ws://HOST:PORT/v1`: no daemon here; the MCP session on stdin and stdout is bound to a
+ * session of the daemon at that URL, whose operator chose its options (only the log's may be given here). Its
+ * token must be given (DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE): none is made up for another daemon.
+ */
+async function mcpConnect(url: string, values: ServeValues): Promise<void> {
+  const daemonFlags = Object.keys(values).filter((k) => k !== 'log-level' && k !== 'log-format');
+  if (daemonFlags.length) {
+    const flags = daemonFlags.map((f) => `--${f}`).join(', ');
+    throw new ConfigError(`--connect takes no daemon options (that daemon's operator sets them): ${flags}`);
+  }
+  if (!/^wss?:\/\/[^/]+\/v1$/.test(url))
+    throw new ConfigError(`--connect takes ws://HOST:PORT/v1, got ${JSON.stringify(url)}`);
+  if (!process.env.DESKBATCH_TOKEN?.trim() && !process.env.DESKBATCH_TOKEN_FILE?.trim()) {
+    throw new ConfigError("--connect needs that daemon's token in DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE");
+  }
+  const logging = logSettings(values);
+  const token = await readToken();
+  const log = createLogger(logging.level, undefined, {}, { format: logging.format, secrets: [token.token] });
+  let session: Awaited<ReturnType<typeof serveRemoteStdio>>;
+  try {
+    session = await serveRemoteStdio({ url, token: token.token, tables: MEMBER_TABLES, log });
+  } catch (err) {
+    log.error('MCP over stdio could not start', { url, error: err instanceof Error ? err.message : String(err) });
+    process.exit(1);
+  }
+  const stop = (why: string): void => {
+    log.info(`${why}: closing`);
+    void session.end().then(() => process.exit(0));
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  await session.ended;
+  log.info('the MCP session ended');
+  process.exit(0);
 }
 
 export async function main(argv: string[]): Promise<void> {

@@ -305,4 +305,35 @@ describe('MCP over Streamable HTTP: /mcp on the daemon port', () => {
     });
     assert.equal(idle.reason, 'ended');
   });
+
+  test('deskbatch mcp --connect serves a session of this daemon over stdio, with the same tools', async () => {
+    const viaHttp = await connect();
+    const { tools: httpTools } = await viaHttp.client.listTools();
+    await viaHttp.transport.terminateSession();
+    await viaHttp.client.close();
+    await ensureBuilt();
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, 'mcp', '--connect', d.url],
+      env: { ...process.env, DESKBATCH_TOKEN: TEST_TOKEN } as Record<string, string>,
+      stderr: 'pipe',
+    });
+    let stderr = '';
+    transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const client = newClient();
+    try {
+      await within(client.connect(transport), 'the MCP initialize over stdio, bridged', 60_000);
+      const { tools } = await client.listTools();
+      assert.deepEqual(tools, httpTools, 'the member table cut to the welcome gives what the daemon lists itself');
+      const shot = (await client.callTool({ name: 'computer_screenshot', arguments: {} })) as CallToolResult;
+      const image = shot.content[0]!;
+      assert.ok(image.type === 'image', `an image, not ${image.type}`);
+      assert.deepEqual(pngSize(image.data), SIZE);
+      const session = activity.findLast((a) => a.type === 'session_opened');
+      assert.ok(session && !closedEvent(session.session), 'the bridged session is one of this daemon');
+    } finally {
+      await client.close();
+    }
+    await until('the bridge to end with its MCP session', () => stderr.includes('the MCP session ended'));
+  });
 });

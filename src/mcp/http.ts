@@ -19,6 +19,7 @@ import { ErrorCode, isInitializeRequest } from '@modelcontextprotocol/sdk/types.
 import { isOriginAllowed } from '../server/auth.ts';
 import type { HttpRoute } from '../server/server.ts';
 import { readBody, refuseUpload } from '../server/session-routes.ts';
+import { openLocalSession, type SessionHost } from './local.ts';
 import { McpSession, type McpSessionDeps } from './session.ts';
 
 export const MCP_PATH = '/mcp';
@@ -69,6 +70,7 @@ export class McpHttp {
   readonly routes: readonly HttpRoute[];
 
   constructor(
+    private readonly host: SessionHost,
     private readonly deps: McpSessionDeps,
     private readonly settings: McpHttpSettings,
   ) {
@@ -141,14 +143,15 @@ export class McpHttp {
     // The client going away while a desktop is found: the session is not opened, or ended at once.
     const gone = new AbortController();
     res.once('close', () => gone.abort());
-    const opened = await McpSession.open(this.deps, gone.signal);
-    if (!(opened instanceof McpSession)) {
-      log.info('MCP session refused', { code: opened.code, reason: opened.message });
-      const status = opened.code === 'invalid_message' ? 400 : 503;
+    const local = await openLocalSession(this.host, gone.signal);
+    if ('code' in local) {
+      log.info('MCP session refused', { code: local.code, reason: local.message });
+      const status = local.code === 'invalid_message' ? 400 : 503;
       const retry: Record<string, string> =
-        opened.retryAfterMs === undefined ? {} : { 'retry-after': String(Math.ceil(opened.retryAfterMs / 1000)) };
-      return rpcError(res, status, SERVER_ERROR, `${opened.code}: ${opened.message}`, requestId, retry);
+        local.retryAfterMs === undefined ? {} : { 'retry-after': String(Math.ceil(local.retryAfterMs / 1000)) };
+      return rpcError(res, status, SERVER_ERROR, `${local.code}: ${local.message}`, requestId, retry);
     }
+    const opened = new McpSession(local, this.deps);
     const entry: Entry = {
       mcp: opened,
       transport: new StreamableHTTPServerTransport({

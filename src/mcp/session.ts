@@ -1,11 +1,11 @@
 /**
  * One MCP session bound to one deskbatch session (docs/MCP.md "Sessions"):
- * an MCP `Server` whose `tools/call` runs each call as a batch of its
- * deskbatch session, through the same `Session.submit` a WebSocket
- * connection's `batch` goes through, so the executor's rules, texts, limits,
- * events, logs and recordings are the batch protocol's. `run_batch` submits
- * its calls as one batch, so its halting rule is the executor's. The MCP
- * session's end ends the deskbatch session, which gives its desktop back.
+ * an MCP `Server` whose `tools/call` runs each call as a batch of that
+ * session, and `run_batch` its calls as one batch, so the executor's rules,
+ * texts, limits, events, logs and recordings are the batch protocol's. Where
+ * the batches run is a `BatchSession`: a session of this daemon, submitted to
+ * as a WebSocket connection submits (local.ts), or one of another daemon over
+ * the batch protocol (remote.ts). The MCP session's end ends it.
  *
  * The low-level `Server` is used, not `McpServer`: `McpServer` checks a tool's
  * input against its schema itself and answers a bad one with its own text,
@@ -25,25 +25,30 @@ import type { Logger } from '../base/log.ts';
 import type { ToolEvent, ToolResult, ToolUse, Welcome } from '../base/protocol.ts';
 import { DESKBATCH_VERSION } from '../base/version.ts';
 import { describeZodError } from '../base/zod-text.ts';
-import type { OpenRequest, SessionRefusal } from '../server/connection.ts';
-import { Session } from '../server/session.ts';
 import { mcpBatchResult, mcpResult } from './content.ts';
 import { RUN_BATCH_TOOL, type MemberCall, type ToolTable } from './tools.ts';
 
-/** What an MCP session needs of the daemon's server (DeskbatchServer in src/server/server.ts has it). */
-export interface SessionHost {
-  /** A new deskbatch session with its desktop, as a WebSocket `hello` opens one, or why not. */
-  openSession(request: OpenRequest): Promise<Session | SessionRefusal>;
-  /** Ends it now: its batches cancelled and answered, its desktop given back. */
-  endSessionNow(session: Session): Promise<void>;
+/** Where an MCP session's batches run: a session with its desktop. */
+export interface BatchSession {
+  /** Its session id (logs). */
+  readonly id: string;
   /** Its `welcome`: the display and screenshot sizes the MCP server's instructions give. */
-  welcome(session: Session): Promise<Welcome>;
-  /** False once the daemon shuts down: no new batches. */
-  accepting(): boolean;
+  readonly welcome: Welcome;
+  /**
+   * Runs the tool_uses as one batch and gives their results in order; `onEvent` hears its `tool_event`s; the
+   * signal cancels it (the calls left get the cancelled text). A batch refused before it runs throws `McpError`.
+   */
+  run(
+    batchId: string,
+    toolUses: readonly ToolUse[],
+    signal: AbortSignal,
+    onEvent: (event: ToolEvent) => void,
+  ): Promise<ToolResult[]>;
+  /** Ends the session (its desktop goes back). Idempotent. */
+  end(): Promise<void>;
 }
 
 export interface McpSessionDeps {
-  host: SessionHost;
   tools: ToolTable;
   log: Logger;
 }
@@ -67,41 +72,23 @@ function instructions(welcome: Welcome): string {
 
 export class McpSession {
   readonly server: Server;
-  private batches = 0;
+  private batchCount = 0;
   private toolUses = 0;
-  /** Why calls are refused from now on: the session ended, or another client resumed it. */
+  /** Set once the session ended: calls are refused from then on. */
   private lost: string | undefined;
   private ending = false;
   private markEnded!: () => void;
   /** Resolves once the MCP server and the deskbatch session have ended (the server closing ends them). */
   readonly ended = new Promise<void>((resolve) => (this.markEnded = resolve));
-  /** Progress senders of the batches whose `tools/call` asked for progress, by batch id. */
-  private readonly progress = new Map<string, (event: ToolEvent) => void>();
 
-  /** Opens a deskbatch session and binds a new MCP server to it; a refusal is returned as the server gave it. */
-  static async open(deps: McpSessionDeps, signal: AbortSignal): Promise<McpSession | SessionRefusal> {
-    // As a hello with `desktop: {}` asks: wait for a desktop, and a refusal says when to try again (`no_desktop`).
-    const opened = await deps.host.openSession({ desktop: {}, signal });
-    if (!(opened instanceof Session)) return opened;
-    const welcome = await deps.host.welcome(opened);
-    return new McpSession(deps, opened, welcome);
-  }
-
-  private constructor(
+  constructor(
+    private readonly session: BatchSession,
     private readonly deps: McpSessionDeps,
-    readonly session: Session,
-    welcome: Welcome,
   ) {
-    session.attach(
-      this,
-      (event) => this.progress.get(event.batch_id)?.(event),
-      // A WebSocket client resumed this session by its id: it is theirs now, and this MCP session runs nothing more.
-      () => (this.lost = "another client took over this MCP session's deskbatch session; start a new MCP session"),
-    );
     // The SDK marks Server as for advanced use: McpServer would check the inputs itself (see the top of this file).
     this.server = new Server(
       { name: 'deskbatch', version: DESKBATCH_VERSION },
-      { capabilities: { tools: {} }, instructions: instructions(welcome) },
+      { capabilities: { tools: {} }, instructions: instructions(session.welcome) },
     );
     this.server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: [...deps.tools.tools] }));
     this.server.setRequestHandler(CallToolRequestSchema, (request, extra) => {
@@ -154,8 +141,7 @@ export class McpSession {
     progress: { token: string | number; send: Progress } | undefined,
   ): Promise<ToolResult[]> {
     if (this.lost) throw new McpError(ErrorCode.InvalidRequest, this.lost);
-    if (!this.deps.host.accepting()) throw new McpError(ErrorCode.InternalError, 'the daemon is shutting down');
-    const batchId = `mcp-${++this.batches}`;
+    const batchId = `mcp-${++this.batchCount}`;
     const toolUses: ToolUse[] = calls.map((c) => ({
       type: 'tool_use',
       id: `toolu_mcp_${++this.toolUses}`,
@@ -163,41 +149,28 @@ export class McpSession {
       toolset_name: c.toolset_name,
       input: c.input,
     }));
-    const outcome = this.session.submit(batchId, toolUses);
-    if (outcome.kind !== 'accepted') {
-      // A batch id is never reused here, so only a full queue refuses one.
-      throw new McpError(ErrorCode.InvalidRequest, 'too many calls wait in this session: wait for their results');
-    }
     // Sent one after another, and all before the answer: a notification after it would name a finished request.
     let sent = Promise.resolve();
+    let answered = 0;
+    const onEvent = (event: ToolEvent): void => {
+      if (!progress) return;
+      if (event.phase !== 'started') answered++;
+      const params = {
+        progressToken: progress.token,
+        progress: answered,
+        total: calls.length,
+        message: `${event.toolset_name ?? ''}_${event.name}: ${event.phase}`,
+      };
+      sent = sent.then(() => progress.send({ method: 'notifications/progress', params })).catch(() => undefined);
+    };
+    const results = await this.session.run(batchId, toolUses, signal, onEvent);
     if (progress) {
-      let answered = 0;
-      this.progress.set(batchId, (event) => {
-        if (event.phase !== 'started') answered++;
-        const params = {
-          progressToken: progress.token,
-          progress: answered,
-          total: calls.length,
-          message: `${event.toolset_name ?? ''}_${event.name}: ${event.phase}`,
-        };
-        sent = sent.then(() => progress.send({ method: 'notifications/progress', params })).catch(() => undefined);
-      });
+      await sent;
+      // The SDK's client handles an answer at once and a notification a turn later, so one read holding both
+      // loses the notification; writing the answer a turn after makes that rarer (docs/MCP.md).
+      await new Promise((resolve) => setImmediate(resolve));
     }
-    const cancel = (): void => void this.session.cancel(batchId);
-    signal.addEventListener('abort', cancel, { once: true });
-    try {
-      const result = await outcome.result;
-      if (progress) {
-        await sent;
-        // The SDK's client handles an answer at once and a notification a turn later, so one read holding both
-        // loses the notification; writing the answer a turn after makes that rarer (docs/MCP.md).
-        await new Promise((resolve) => setImmediate(resolve));
-      }
-      return result.tool_results;
-    } finally {
-      signal.removeEventListener('abort', cancel);
-      this.progress.delete(batchId);
-    }
+    return results;
   }
 
   /** Ends the MCP server and the deskbatch session (its desktop goes back). Idempotent; resolves as `ended`. */
@@ -208,7 +181,7 @@ export class McpSession {
     void (async () => {
       try {
         await this.server.close().catch(() => undefined);
-        await this.deps.host.endSessionNow(this.session);
+        await this.session.end();
       } catch (err) {
         this.deps.log.warn('MCP session not ended cleanly', { session: this.session.id, error: String(err) });
       } finally {

@@ -1,14 +1,16 @@
 /**
  * The MCP tools a deskbatch MCP server lists (docs/MCP.md "Tools"): one per
  * served toolset member, named `<toolset_name>_<member>` (`computer_screenshot`,
- * `browser_navigate`), and `run_batch`. Everything is derived from the served
- * toolsets, which are built from the one member table (toolsets/, through
- * `defineToolset`): the names and their order, the description (the member's
- * `summary`), the input schema (the member's zod schema as JSON Schema). No
- * list of tools is written here, so a new or disabled member shows in MCP as it
- * does in `welcome`.
+ * `browser_navigate`), and `run_batch`. Everything is derived from the one
+ * member table (toolsets/): through the toolsets the executor serves (built
+ * from it by `defineToolset`), or, for another daemon (`--connect`), from the
+ * table itself filtered by that daemon's `welcome`. The names and their order,
+ * the description (the member's `summary`), the input schema (the member's zod
+ * schema as JSON Schema) all come from there: no list of tools is written
+ * here, so a new or disabled member shows in MCP as it does in `welcome`.
  */
 import { z } from 'zod';
+import type { ToolsetInfo } from '../base/protocol.ts';
 import type { Toolset } from '../toolset-api/types.ts';
 
 /** The tool that runs several calls as one batch. */
@@ -40,16 +42,48 @@ function inputSchema(schema: z.ZodType): McpTool['inputSchema'] {
   return { ...json, type: 'object' };
 }
 
+/** A toolset's members as the tools are made from them: what a `Toolset` and a member table both give. */
+export interface ToolsetTable {
+  /** Its `toolset_name`. */
+  name: string;
+  /** The API's tool type. */
+  type: string;
+  members: readonly { name: string; summary: string; input: z.ZodType }[];
+}
+
+/** The tables of the toolsets a daemon serves (`Executor.served`), with the members it serves, in order. */
+export function servedTables(served: ReadonlyMap<string, Toolset>): ToolsetTable[] {
+  return [...served.values()].map((t) => ({ name: t.name, type: t.type, members: [...t.members.values()] }));
+}
+
+/**
+ * The member tables cut to what another daemon's `welcome` lists, in its order; a member this build's table does
+ * not know (a newer daemon's) is left out and named in `unknown`.
+ */
+export function offeredTables(
+  tables: readonly ToolsetTable[],
+  offered: readonly ToolsetInfo[],
+): { tables: ToolsetTable[]; unknown: string[] } {
+  const unknown: string[] = [];
+  const cut = offered.map((info) => {
+    const table = tables.find((t) => t.name === info.toolset_name);
+    const members = info.members.flatMap((name) => {
+      const member = table?.members.find((m) => m.name === name);
+      if (!member) unknown.push(memberToolName(info.toolset_name, name));
+      return member ? [member] : [];
+    });
+    return { name: info.toolset_name, type: info.type, members };
+  });
+  return { tables: cut, unknown };
+}
+
 /** One call of `run_batch`'s `calls`, as its input schema reads it. */
 export interface BatchCall {
   name: string;
   input?: Record<string, unknown> | undefined;
 }
 
-/**
- * The tools of one daemon, from its served toolsets (`Executor.served`): a toolset with no member served is not
- * offered (as `welcome` leaves it out), and a member switched off is not listed.
- */
+/** The tools, from the toolsets' tables (`servedTables`, `offeredTables`). */
 export class ToolTable {
   /** Every tool, in `tools/list` order: each toolset's members in its table's order, then `run_batch`. */
   readonly tools: readonly McpTool[];
@@ -57,10 +91,10 @@ export class ToolTable {
   readonly batchInput: z.ZodType<{ calls: BatchCall[] }>;
   private readonly calls = new Map<string, MemberCall>();
 
-  constructor(served: ReadonlyMap<string, Toolset>, maxCalls: number) {
+  constructor(tables: readonly ToolsetTable[], maxCalls: number) {
     const tools: McpTool[] = [];
-    for (const toolset of served.values()) {
-      for (const member of toolset.members.values()) {
+    for (const toolset of tables) {
+      for (const member of toolset.members) {
         const name = memberToolName(toolset.name, member.name);
         this.calls.set(name, { toolset_name: toolset.name, name: member.name });
         tools.push({
