@@ -1,8 +1,9 @@
 /**
  * Streamable HTTP MCP on the daemon's port, at /mcp (docs/MCP.md "Over HTTP"):
- * POST, GET and DELETE routes behind the token (the server checks it: `auth:
- * 'token'`, with the handshake rate limit) and the Origin allowlist (checked
- * here, as the server checks a WebSocket handshake's: `isOriginAllowed`).
+ * the POST, GET and DELETE requests the routes (index.ts) hand over, behind
+ * the token (the server checks it: `auth: 'token'`, with the handshake rate
+ * limit) and the Origin allowlist (checked here, as the server checks a
+ * WebSocket handshake's: `isOriginAllowed`).
  *
  * An `initialize` without `Mcp-Session-Id` opens a deskbatch session first
  * (its own desktop in pool mode; the daemon's session limit applies, and a
@@ -17,12 +18,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { ErrorCode, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { isOriginAllowed } from '../server/auth.ts';
-import type { HttpRoute } from '../server/server.ts';
 import { readBody, refuseUpload } from '../server/session-routes.ts';
 import { openLocalSession, type SessionHost } from './local.ts';
 import { McpSession, type McpSessionDeps } from './session.ts';
-
-export const MCP_PATH = '/mcp';
 
 /** JSON-RPC's code for an error the server defines: a refused session, a forbidden Origin. */
 const SERVER_ERROR = -32000;
@@ -67,27 +65,20 @@ export class McpHttp {
   /** Entries whose session is being opened or initialised: ended too if the daemon closes meanwhile. */
   private readonly starting = new Set<Entry>();
   private closed = false;
-  readonly routes: readonly HttpRoute[];
 
   constructor(
     private readonly host: SessionHost,
     private readonly deps: McpSessionDeps,
     private readonly settings: McpHttpSettings,
-  ) {
-    this.routes = (['POST', 'GET', 'DELETE'] as const).map((method) => ({
-      method,
-      path: MCP_PATH,
-      auth: 'token' as const,
-      handle: (req: IncomingMessage, res: ServerResponse) => this.handle(req, res),
-    }));
-  }
+  ) {}
 
   /** MCP sessions open now. */
   get size(): number {
     return this.entries.size;
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** A request to /mcp, once the server checked its Host and token. */
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { log } = this.deps;
     if (!isOriginAllowed(req, this.settings.allowOrigins)) {
       log.warn('refused MCP request: origin not allowed', { origin: String(req.headers.origin).slice(0, 200) });
