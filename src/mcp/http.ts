@@ -72,11 +72,6 @@ export class McpHttp {
     private readonly settings: McpHttpSettings,
   ) {}
 
-  /** MCP sessions open now. */
-  get size(): number {
-    return this.entries.size;
-  }
-
   /** A request to /mcp, once the server checked its Host and token. */
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { log } = this.deps;
