@@ -39,7 +39,7 @@ const browserGlobals = Object.fromEntries(
 
 /**
  * The layers, top to bottom; an import may only point down (docs/ARCHITECTURE.md):
- *   cli → daemon → ops, viewer → recording, takeover, profiles → server → executor → toolset API ← toolsets
+ *   cli → daemon → ops, viewer → recording, takeover, profiles, mcp → server → executor → toolset API ← toolsets
  *   → desktop pool → drivers (desktop driver, browser) → base (the leaves).
  * Only the composition root (src/daemon.ts, src/cli.ts) names the toolsets; the rest knows them by the
  * interface they implement (src/toolset-api/).
@@ -54,6 +54,7 @@ const GROUPS = {
   takeover: ['**/takeover/**'],
   recording: ['**/recording/**'],
   profiles: ['**/profiles/**'],
+  mcp: ['**/mcp/**'],
   server: ['**/server/**'],
   executor: ['**/executor/**'],
   toolsets: ['**/toolsets/**'],
@@ -102,6 +103,12 @@ function onlyFrom(config, name, what, ...files) {
     p.group = [...GROUPS[name], ...files.map((f) => `!**/${f.replace(/^src\//, '')}`)];
     p.message = `of ${what}, only ${files.join(' and ')} may be imported here (docs/ARCHITECTURE.md).`;
   }
+  return config;
+}
+
+/** `config` (a layer) with a package's imports allowed where a group's pattern would match them by their path. */
+function allowPackage(config, name) {
+  for (const p of config.rules['no-restricted-imports'][1].patterns) p.group = [...p.group, `!${name}/**`];
   return config;
 }
 
@@ -176,6 +183,24 @@ export default defineConfig(
     'src/server/session-routes.ts',
     'src/server/profile-port.ts',
   ),
+  // The MCP server (src/mcp/): of the server only its route seam (HttpRoute), the sessions it opens and runs
+  // batches on (session.ts, and connection.ts's OpenRequest), the Origin check (auth.ts) and the body helpers
+  // (session-routes.ts); the toolsets by the toolset API's interface; the client library, for another daemon's
+  // session (`deskbatch mcp --connect`). The MCP SDK's own `server/` and `client/` modules are a package's, not
+  // our layers.
+  allowPackage(
+    onlyFrom(
+      layer('mcp', ['src/mcp/**'], 'toolsetApi', 'client'),
+      'server',
+      'the server',
+      'src/server/server.ts',
+      'src/server/session.ts',
+      'src/server/connection.ts',
+      'src/server/auth.ts',
+      'src/server/session-routes.ts',
+    ),
+    '@modelcontextprotocol/sdk',
+  ),
   layer(
     'ops and viewer',
     ['src/ops/**', 'src/viewer/**'],
@@ -192,6 +217,7 @@ export default defineConfig(
     'ops',
     'takeover',
     'profiles',
+    'mcp',
     'recording',
     'server',
     'executor',

@@ -1,7 +1,8 @@
 /**
  * `deskbatch serve`: reads flags and the environment, starts an Xvfb of its
  * own when there is no DISPLAY, runs the daemon, and shuts down gracefully on
- * SIGINT/SIGTERM within a hard deadline.
+ * SIGINT/SIGTERM within a hard deadline. `deskbatch mcp` starts the same
+ * daemon and serves one MCP session on stdin and stdout (docs/MCP.md).
  */
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
@@ -17,7 +18,14 @@ import {
   type RecordingSettings,
 } from './base/config.ts';
 import { startDaemon, type Daemon } from './daemon.ts';
-import { BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
+import {
+  BROWSER_MEMBERS,
+  BROWSER_OPTIONAL_MEMBERS,
+  BROWSER_TOOLSET_NAME,
+  BROWSER_TOOLSET_TYPE,
+} from '../toolsets/browser/index.ts';
+import { COMPUTER_MEMBERS, COMPUTER_TOOLSET_NAME, COMPUTER_TOOLSET_TYPE } from '../toolsets/computer/index.ts';
+import { serveRemoteStdio, type ToolsetTable } from './mcp/index.ts';
 import type { ImageFormat } from './base/image.ts';
 import { startVirtualDisplay, type VirtualDisplay } from './desktop-driver/xvfb.ts';
 import { FRAMEBUFFER_ENV } from './desktop-driver/worker-protocol.ts';
@@ -26,8 +34,14 @@ import { runAttached } from './base/child-process.ts';
 import { PACKAGE_ROOT } from './base/package-root.ts';
 
 const USAGE = `Usage: deskbatch serve [options]
-       deskbatch setup [PACKAGE_LIST...]   installs the Debian packages the daemon needs (apt, as root or
-                                           through sudo) and Chromium's policy: scripts/setup.sh
+       deskbatch setup [PACKAGE_LIST...]
+                                 installs the Debian packages the daemon needs (apt, as root or
+                                 through sudo) and Chromium's policy: scripts/setup.sh
+       deskbatch mcp [options]   MCP over stdin/stdout for a local MCP host; serve's options,
+                                 --port 0 by default (docs/MCP.md)
+       deskbatch mcp --connect ws://HOST:PORT/v1
+                                 the same, on a session of a daemon that runs elsewhere; its token
+                                 in DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE
        deskbatch replay FILE --url URL [--token T] [--json] [--image-tolerance N]  (replay --help)
 
 Options:
@@ -138,6 +152,8 @@ Options:
   --sandbox-uids FIRST-LAST
                            the uids desktops get as root, one each (default
                            ${DEFAULT_CONFIG.sandbox.uids.first}-${DEFAULT_CONFIG.sandbox.uids.first + DEFAULT_CONFIG.sandbox.uids.count - 1})
+  --mcp-idle-ms MS         how long an MCP session over HTTP (/mcp) may have no request open
+                           before it ends with its desktop (default ${DEFAULT_CONFIG.mcp.idleMs}, 10 minutes)
   --log-format FORMAT      json | pretty (default: pretty when stderr is a terminal, else json)
 
 Environment:
@@ -316,8 +332,18 @@ const SERVE_OPTIONS = {
   'takeover-grace-ms': { type: 'string' },
   'log-level': { type: 'string' },
   'log-format': { type: 'string' },
+  'mcp-idle-ms': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
+
+/** `deskbatch mcp`'s flags: serve's, and `--connect`. */
+const MCP_OPTIONS = { ...SERVE_OPTIONS, connect: { type: 'string' } } as const;
+
+/** The member tables (toolsets/) MCP's tools are made from when they come from another daemon (`--connect`). */
+const MEMBER_TABLES: readonly ToolsetTable[] = [
+  { name: COMPUTER_TOOLSET_NAME, type: COMPUTER_TOOLSET_TYPE, members: COMPUTER_MEMBERS },
+  { name: BROWSER_TOOLSET_NAME, type: BROWSER_TOOLSET_TYPE, members: BROWSER_MEMBERS },
+];
 
 type ServeValues = ReturnType<
   typeof parseArgs<{ args: string[]; strict: true; options: typeof SERVE_OPTIONS }>
@@ -438,6 +464,7 @@ function configFrom(
       graceMs: num(values['takeover-grace-ms']),
     },
     cdp: { enabled: values['allow-cdp'] },
+    mcp: { idleMs: num(values['mcp-idle-ms']) },
     sandbox: {
       mode: values.sandbox as 'auto' | 'off' | undefined,
       uids: idRange(values['sandbox-uids']),
@@ -451,13 +478,21 @@ function configFrom(
   });
 }
 
-/** SIGINT and SIGTERM shut the daemon (and the display it started) down, within a hard deadline. */
-function stopOnSignals(daemon: Daemon, xvfb: VirtualDisplay | undefined, config: DaemonConfig, log: Logger): void {
+/**
+ * SIGINT and SIGTERM shut the daemon (and the display it started) down, within a hard deadline; so does the
+ * function returned, which `deskbatch mcp` calls when its MCP session ends.
+ */
+function stopOnSignals(
+  daemon: Daemon,
+  xvfb: VirtualDisplay | undefined,
+  config: DaemonConfig,
+  log: Logger,
+): (why: string, exitCode?: number) => void {
   let stopping = false;
-  const stop = (signal: string): void => {
+  const stop = (why: string, exitCode = 0): void => {
     if (stopping) return;
     stopping = true;
-    log.info(`${signal}: shutting down`);
+    log.info(`${why}: shutting down`);
     // The hard deadline: whatever still runs after it is abandoned.
     setTimeout(() => {
       log.error('shutdown deadline passed; exiting');
@@ -466,19 +501,27 @@ function stopOnSignals(daemon: Daemon, xvfb: VirtualDisplay | undefined, config:
     void (async () => {
       await daemon.close();
       await xvfb?.stop();
-      process.exit(0);
+      process.exit(exitCode);
     })();
   };
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGTERM', () => stop('SIGTERM'));
+  return stop;
 }
 
-async function serve(argv: string[]): Promise<void> {
-  const { values } = parseArgs({ args: argv, strict: true, options: SERVE_OPTIONS });
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
+/** A daemon started from `serve`'s flags, with what stops it. */
+interface Started {
+  daemon: Daemon;
+  log: Logger;
+  stop: (why: string, exitCode?: number) => void;
+}
+
+/**
+ * Starts the daemon from `serve`'s flags (`defaults` fill flags left out), with an Xvfb of its own in
+ * shared mode when there is no DISPLAY, and stops it on SIGINT and SIGTERM.
+ */
+async function start(values: ServeValues, defaults: Partial<ServeValues> = {}): Promise<Started> {
+  values = { ...defaults, ...Object.fromEntries(Object.entries(values).filter(([, v]) => v !== undefined)) };
   const logging = logSettings(values);
   const token = await readToken();
   // The logger knows the token only to keep it out of every line (src/base/log.ts).
@@ -508,7 +551,86 @@ async function serve(argv: string[]): Promise<void> {
     pid: process.pid,
   });
   log.info(`token: ${token.from}`);
-  stopOnSignals(daemon, xvfb, config, log);
+  return { daemon, log, stop: stopOnSignals(daemon, xvfb, config, log) };
+}
+
+async function serve(argv: string[]): Promise<void> {
+  const { values } = parseArgs({ args: argv, strict: true, options: SERVE_OPTIONS });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  await start(values);
+}
+
+/**
+ * `deskbatch mcp`: the daemon as `serve` starts it, and one MCP session on stdin and stdout, bound to a session
+ * of its own (docs/MCP.md "Over stdio"). stdout carries MCP frames only; the log goes to stderr. An MCP host
+ * starts it in a folder of its choosing, so what it writes goes under ~/.deskbatch unless a flag says where;
+ * it takes a free port unless --port says which. The MCP session's end (stdin closed) stops the daemon.
+ */
+async function mcp(argv: string[]): Promise<void> {
+  const { values } = parseArgs({ args: argv, strict: true, options: MCP_OPTIONS });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const { connect, ...serveValues } = values;
+  if (connect !== undefined) return mcpConnect(connect, serveValues);
+  const home = join(homedir(), '.deskbatch');
+  // One session is all it serves: one desktop at most, started for it (none kept warm for a next one).
+  const { daemon, log, stop } = await start(serveValues, {
+    port: '0',
+    desktops: '1',
+    warm: '0',
+    'screenshots-dir': join(home, 'screenshots'),
+    'downloads-dir': join(home, 'downloads'),
+  });
+  try {
+    const session = await daemon.mcp.serveStdio();
+    await session.ended;
+    stop('the MCP session ended');
+  } catch (err) {
+    log.error('MCP over stdio could not start', { error: err instanceof Error ? err.message : String(err) });
+    stop('no MCP session', 1);
+  }
+}
+
+/**
+ * `deskbatch mcp --connect ws://HOST:PORT/v1`: no daemon here; the MCP session on stdin and stdout is bound to a
+ * session of the daemon at that URL, whose operator chose its options (only the log's may be given here). Its
+ * token must be given (DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE): none is made up for another daemon.
+ */
+async function mcpConnect(url: string, values: ServeValues): Promise<void> {
+  const daemonFlags = Object.keys(values).filter((k) => k !== 'log-level' && k !== 'log-format');
+  if (daemonFlags.length) {
+    const flags = daemonFlags.map((f) => `--${f}`).join(', ');
+    throw new ConfigError(`--connect takes no daemon options (that daemon's operator sets them): ${flags}`);
+  }
+  if (!/^wss?:\/\/[^/]+\/v1$/.test(url))
+    throw new ConfigError(`--connect takes ws://HOST:PORT/v1, got ${JSON.stringify(url)}`);
+  if (!process.env.DESKBATCH_TOKEN?.trim() && !process.env.DESKBATCH_TOKEN_FILE?.trim()) {
+    throw new ConfigError("--connect needs that daemon's token in DESKBATCH_TOKEN or DESKBATCH_TOKEN_FILE");
+  }
+  const logging = logSettings(values);
+  const token = await readToken();
+  const log = createLogger(logging.level, undefined, {}, { format: logging.format, secrets: [token.token] });
+  let session: Awaited<ReturnType<typeof serveRemoteStdio>>;
+  try {
+    session = await serveRemoteStdio({ url, token: token.token, tables: MEMBER_TABLES, log });
+  } catch (err) {
+    log.error('MCP over stdio could not start', { url, error: err instanceof Error ? err.message : String(err) });
+    process.exit(1);
+  }
+  const stop = (why: string): void => {
+    log.info(`${why}: closing`);
+    void session.end().then(() => process.exit(0));
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  await session.ended;
+  log.info('the MCP session ended');
+  process.exit(0);
 }
 
 /**
@@ -527,6 +649,7 @@ export async function main(argv: string[]): Promise<void> {
   try {
     if (command === 'serve') return await serve(rest);
     if (command === 'setup') return await setup(rest);
+    if (command === 'mcp') return await mcp(rest);
     if (command === 'replay') return await (await import('./recording/replay-cli.ts')).replay(rest);
     if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
       process.stdout.write(USAGE);

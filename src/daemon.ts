@@ -52,6 +52,7 @@ import { sweepOwnedTempFolders } from './base/temp-folder.ts';
 import { startProfiles, type ProfileStore } from './profiles/index.ts';
 import { profileSaveRoute } from './profiles/save-route.ts';
 import { SessionProfiles } from './profiles/session-profile.ts';
+import { createMcp, type Mcp } from './mcp/index.ts';
 
 export interface Daemon {
   /** ws:// URL clients connect to. */
@@ -67,6 +68,8 @@ export interface Daemon {
   files: FileStore;
   /** Named browser profiles (docs/PROTOCOL.md "Profiles"); off (every call refused `profiles_off`) without a key. */
   profiles: ProfileStore;
+  /** The MCP server (docs/MCP.md): /mcp on this port, and `serveStdio` for `deskbatch mcp`. */
+  mcp: Mcp;
   /** Graceful shutdown within `config.shutdownDeadlineMs`. Idempotent. */
   close(): Promise<void>;
 }
@@ -412,6 +415,20 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
         activity.publish({ type: 'document_removed', session, document_id: documentId, at: Date.now() }),
     }),
   ];
+  // MCP (docs/MCP.md): /mcp on this port, and stdio for `deskbatch mcp`; each MCP session gets a session of
+  // its own, opened and run as a WebSocket client's is.
+  const mcp = createMcp({
+    host: {
+      openSession: (request) => server.openSession(request),
+      endSessionNow: (session) => server.endSessionNow(session),
+      welcome: (session) => server.welcome(session, false),
+      accepting: () => server.accepting(),
+    },
+    served: executor.served,
+    config,
+    log: log.child({ component: 'mcp' }),
+  });
+  routes.push(...mcp.routes);
   const sockets: SocketRoute[] = [];
   // The live viewer: GET /viewer (the page) and its feed /viewer/feed (docs/VIEWER.md).
   const viewer = createViewer({
@@ -529,11 +546,13 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     activity,
     files,
     profiles: profiles.store,
+    mcp,
     close() {
       closing ??= (async () => {
         // First: the agents' waiting batches are let go, and told the person's control ended.
         await takeover?.close();
         cdp.close();
+        await mcp.close();
         await server.close();
         await files.close();
         profiles.store.close();

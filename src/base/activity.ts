@@ -68,7 +68,7 @@ export type Activity =
     }
   /** The agent's `hello.tools`: what its model is offered from now on. */
   | { type: 'tools_offered'; session: string; tools: readonly AgentToolEntry[]; at: number }
-  | { type: 'session_closed'; session: string; at: number; reason: 'expired' | 'shutdown' }
+  | { type: 'session_closed'; session: string; at: number; reason: 'expired' | 'ended' | 'shutdown' }
   | { type: 'batch_started'; session: string; batch_id: string; tool_uses: readonly ToolUse[]; at: number }
   | { type: 'tool_event'; session: string; event: ToolEvent; at: number }
   /** The full result, images included; observers must not keep more of it than they need. */

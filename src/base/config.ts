@@ -110,6 +110,8 @@ export interface DaemonConfig {
   takeover: TakeoverSettings;
   /** The harness's CDP door to its session's browser (docs/PROTOCOL.md "CDP for the harness"). */
   cdp: CdpSettings;
+  /** MCP over Streamable HTTP at /mcp (docs/MCP.md). */
+  mcp: McpSettings;
   /**
    * Each desktop's sandbox (docs/SECURITY.md "A sandbox per desktop"):
    * `auto` picks `uid` as root and `userns` otherwise, and the daemon refuses
@@ -275,6 +277,14 @@ export interface CdpSettings {
   maxPerSession: number;
 }
 
+export interface McpSettings {
+  /**
+   * How long an MCP session over HTTP may go with no request open (its client's GET stream included) before it
+   * ends with its deskbatch session and desktop, in ms (`--mcp-idle-ms`).
+   */
+  idleMs: number;
+}
+
 /** The most cdp.maxFrameBytes may be raised to: a frame is held in memory whole. */
 export const MAX_CDP_FRAME_BYTES = 1024 ** 3;
 
@@ -395,6 +405,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
   profiles: { dir: 'profiles', maxProfiles: 100, maxProfileBytes: 8 * 1024 ** 2, maxAgeMs: 30 * 24 * 3_600_000 },
   takeover: { enabled: false, leaseMs: 10 * 60_000, graceMs: 15_000, novncDir: '/usr/share/novnc' },
   cdp: { enabled: false, maxFrameBytes: 256 * 1024 ** 2, maxBufferedBytes: 64 * 1024 ** 2, maxPerSession: 4 },
+  mcp: { idleMs: 10 * 60_000 },
   sandbox: { mode: 'auto', uids: { first: 2_000_000_000, count: 1000 } },
   limits: {
     maxPayloadBytes: 1024 * 1024,
@@ -570,6 +581,7 @@ export function resolveConfig(
       config.documents[k],
     ]),
     ['clipboard.maxTextBytes', config.clipboard.maxTextBytes],
+    ['mcp.idleMs', config.mcp.idleMs],
     ['clipboard.maxImageBytes', config.clipboard.maxImageBytes],
     ['--max-profiles', config.profiles.maxProfiles],
     ['--max-profile-bytes', config.profiles.maxProfileBytes],
@@ -592,6 +604,7 @@ export function resolveConfig(
     ['callTimeoutMs', config.callTimeoutMs, HOUR_MS],
     ['heartbeatMs', config.heartbeatMs, HOUR_MS],
     ['sessionGraceMs', config.sessionGraceMs, DAY_MS],
+    ['mcp.idleMs', config.mcp.idleMs, DAY_MS],
     ['shutdownDeadlineMs', config.shutdownDeadlineMs, 10 * 60_000],
     ['resultCache.ttlMs', config.resultCache.ttlMs, DAY_MS],
     ['limits.maxBatchMs', config.limits.maxBatchMs, DAY_MS],

@@ -581,10 +581,24 @@ export class DeskbatchServer {
   }
 
   /**
+   * Ends a session now because the client that holds it says so (an MCP session deleted, closed or idle:
+   * src/mcp/): its queued and running batches are cancelled and answered, then what its toolsets held is
+   * released and its desktop goes back. A no-op for a session no longer here (expired, or shut down).
+   */
+  async endSessionNow(session: Session): Promise<void> {
+    if (this.sessions.get(session.id) !== session) return;
+    this.sessions.delete(session.id);
+    session.cancelAll();
+    await session.settled();
+    await this.endSession(session);
+    this.closed(session, 'ended');
+  }
+
+  /**
    * Published once the session's toolsets released what they held (endSession): by then its browser context
    * has closed and saved its trace, which the recorder lists.
    */
-  private closed(session: Session, reason: 'expired' | 'shutdown'): void {
+  private closed(session: Session, reason: 'expired' | 'ended' | 'shutdown'): void {
     this.activity.publish({ type: 'session_closed', session: session.id, at: Date.now(), reason });
   }
 

@@ -123,6 +123,8 @@ export type MemberOutput =
  */
 export interface RunnableMember {
   name: string;
+  /** The member's one line (`MemberBase.summary`): what an MCP host's model reads as the tool's description (src/mcp/). */
+  summary: string;
   input: z.ZodType;
   effect: Effect;
   kind: Member['kind'];
@@ -161,6 +163,7 @@ export function bindMember<S extends z.ZodType, Ctx>(
 ): RunnableMember {
   return {
     name: member.name,
+    summary: member.summary,
     input: member.input,
     effect: member.effect,
     kind: member.kind,

@@ -92,7 +92,7 @@ export interface SessionView {
   desktop?: string;
   opened_at: number;
   closed_at?: number;
-  close_reason?: 'expired' | 'shutdown';
+  close_reason?: 'expired' | 'ended' | 'shutdown';
 }
 
 export interface BatchEntry {

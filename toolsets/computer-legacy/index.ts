@@ -114,6 +114,7 @@ export function createLegacyComputerTool(computer: Toolset | undefined): PlainTo
 
   const actionMember = (action: LegacyAction, main: RunnableMember): RunnableMember => ({
     name: action,
+    summary: `The older computer tool's ${action} action.`,
     // Parsing the input plans the member calls, once. plan() throws ToolInputError or ToolRefusedError
     // with texts that name the action; the executor answers a throw from its parse like a bad input.
     input: z.unknown().transform(plan),
