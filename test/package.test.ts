@@ -150,6 +150,7 @@ test('the tarball holds the build, its declarations, the bin and the setup files
   const needed = [
     'package.json',
     'README.md',
+    'LICENSE',
     'bin/deskbatch.js',
     'scripts/setup.sh',
     'scripts/system-packages.txt',
