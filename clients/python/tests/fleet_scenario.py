@@ -172,15 +172,20 @@ def test_per_pod_tokens_are_the_ones_openssl_derived_from_the_fleet_key():
         pod_token("short", "desk-0/x")
 
 
-def test_three_sessions_on_three_pods_lowest_ordinal_first_then_a_wrong_key_is_refused_401():
+def test_three_sessions_on_three_pods_lowest_ordinal_first_never_a_draining_one_then_a_wrong_key_is_refused_401():
     async def go():
-        s1 = await fleet()
+        # desk-0 is draining (out of desks-free) though its /readyz says it has room: it gets no new session.
+        await control(f"/dns?pods={ALL}&free=desk-1,desk-2")
+        assert readyz("desk-0")["desktops"]["free"] == 1
         # A token function (a vault, a router of your own) is the other way in.
         s2 = await fleet(fleet_key=None, token=lambda pod: PODS[pod.name]["token"])
+        assert s2.placement.pod.name == "desk-1" and s2.placement.passed == []
+        await control(f"/dns?pods={ALL}&free={ALL}")
+        s1 = await fleet()
         s3 = await fleet()
         assert [s.placement.pod.name for s in (s1, s2, s3)] == ["desk-0", "desk-1", "desk-2"]
         assert s1.placement.pod.instance == f"desk-0/{PODS['desk-0']['uid']}"
-        assert s2.placement.passed == [("desk-0", "no_free_desktop")]
+        assert s1.placement.waited is False
         assert s3.placement.passed == [("desk-0", "no_free_desktop"), ("desk-1", "no_free_desktop")]
         for s in (s1, s2, s3):
             run_ = await s.run_batch([computer("cursor_position")])
