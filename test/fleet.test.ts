@@ -18,6 +18,8 @@
 import assert from 'node:assert/strict';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -34,6 +36,7 @@ import { runToolBytes } from '../src/base/child-process.ts';
 import { resolveConfig } from '../src/base/config.ts';
 import { computerUse, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
 import { startDnsServer, type DnsRecords, type TestDnsServer } from '../testkit/dns-server.ts';
+import { PYTHON, runPython } from '../testkit/python.ts';
 import { startProxy, type Proxy } from '../testkit/tcp-proxy.ts';
 import { until, within } from '../testkit/wait.ts';
 
@@ -262,6 +265,52 @@ describe('connectFleet: three pods of one desktop each, found through DNS', () =
       { session: 's5', client: s5, outcome: 'waited (desk-0 had 1 waiting)' },
     ]);
     await Promise.all([s3.close(), s4.close(), s5.close()]);
+    for (const p of pods) await warm(p);
+  });
+
+  test('the Python client (connect_fleet): pytest clients/python/tests/fleet_scenario.py against this fleet', async (t) => {
+    // pytest asks the fleet's "control plane" (what a kubelet and the endpoints controller do) through this
+    // loopback server: /dns sets who is in desks and desks-free, /cut drops a pod's connections.
+    const control = createServer((req, res) => {
+      const url = new URL(req.url ?? '/', 'http://127.0.0.1');
+      const names = (key: string): Pod[] => (url.searchParams.get(key) ?? '').split(',').filter(Boolean).map(pod);
+      const act = async (): Promise<void> => {
+        if (url.pathname === '/dns') await dns.set(records(names('pods'), names('free')));
+        else if (url.pathname === '/cut') for (const p of names('pods')) p.proxy.cut();
+        else throw new Error(`no such control: ${url.pathname}`);
+      };
+      act().then(
+        () => res.end('ok'),
+        (err: unknown) => res.writeHead(500).end(String(err)),
+      );
+    });
+    await new Promise<void>((resolve) => control.listen(0, '127.0.0.1', resolve));
+    try {
+      const run = await runPython(
+        ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'clients/python/tests/fleet_scenario.py'],
+        {
+          env: {
+            DESKBATCH_FLEET_DOMAIN: DOMAIN,
+            DESKBATCH_FLEET_DNS: dns.server,
+            DESKBATCH_FLEET_KEY: key,
+            DESKBATCH_FLEET_PODS: JSON.stringify(
+              pods.map((p) => ({ name: p.name, uid: p.uid, token: p.token, port: p.proxy.port })),
+            ),
+            DESKBATCH_FLEET_CONTROL: `http://127.0.0.1:${(control.address() as AddressInfo).port}`,
+          },
+          timeoutMs: 5 * START_MS,
+        },
+      );
+      const report = `${PYTHON} -m pytest exited ${run.code ?? run.signal}\n${run.stdout}\n${run.stderr}`;
+      assert.equal(run.code, 0, report);
+      const summary = run.stdout.trimEnd().split('\n').at(-1) ?? '';
+      assert.match(summary, /^(\d+) passed in [\d.]+s/, report);
+      assert.ok(Number(/^(\d+)/.exec(summary)![1]) > 0, summary);
+      t.diagnostic(`pytest: ${summary} (${Math.round(run.ms)} ms with the interpreter's start)`);
+    } finally {
+      await new Promise<void>((resolve) => control.close(() => resolve()));
+      await dns.set(records(pods, pods));
+    }
     for (const p of pods) await warm(p);
   });
 

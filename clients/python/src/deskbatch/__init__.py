@@ -29,6 +29,7 @@ from .errors import (
     SessionLostError,
     ToolResultMismatchError,
 )
+from .fleet import FleetPlacement, FleetPod, connect_fleet, pod_token
 from .link import DEFAULT_RECONNECT, ClientState, ReconnectOptions
 from .protocol import (
     PROTOCOL_VERSION,
@@ -74,6 +75,8 @@ __all__ = [
     "DesktopRequest",
     "DesktopWait",
     "ErrorInfo",
+    "FleetPlacement",
+    "FleetPod",
     "ErrorMessage",
     "Failure",
     "HandshakeRefusedError",
@@ -96,6 +99,8 @@ __all__ = [
     "ToolsetInfo",
     "ToolsetTool",
     "Welcome",
+    "connect_fleet",
     "merge_tool_results",
+    "pod_token",
     "split_tool_uses",
 ]

@@ -34,6 +34,7 @@ from .errors import (
 )
 from .link import (
     ClientLink,
+    LinkTarget,
     ClientState,
     ConnectOptions,
     GiveUpReason,
@@ -179,16 +180,21 @@ class DeskbatchClient:
             user_content = merge_tool_results(message.content, run.tool_results, my_results)
     """
 
-    def __init__(self, url: str, options: ConnectOptions) -> None:
-        """Use ``DeskbatchClient.connect``."""
+    def __init__(self, url: str, options: ConnectOptions, target: LinkTarget | None = None) -> None:
+        """Use ``DeskbatchClient.connect`` (or ``connect_fleet``)."""
         self._url = url
+        #: Where connect_fleet placed the session (a FleetPlacement), None for ``connect``.
+        self.placement: Any = None
+        #: The session its pinned pod no longer holds (later batches fail with SessionLostError), and why.
+        self._lost_session_id: str | None = None
+        self._lost_why = ""
         self._options = options
         self._pending: dict[str, _PendingBatch] = {}
         self._listeners: dict[str, list[Callable[..., Any]]] = {name: [] for name in EVENTS}
         self._help_waiters: list[asyncio.Future[str]] = []
         self._resend: asyncio.TimerHandle | None = None
         self._closing: asyncio.Task[None] | None = None
-        self._link = ClientLink(url, options, _Hooks(self))
+        self._link = ClientLink(url, options, _Hooks(self), target)
 
     @staticmethod
     def connect(
@@ -349,6 +355,8 @@ class DeskbatchClient:
         batch_id = batch_id if batch_id is not None else f"b-{uuid.uuid4()}"
         wire = [_to_wire(tu) for tu in tool_uses]
         ids = [str(tu["id"]) for tu in wire]
+        if self._link.is_closed and self._lost_session_id is not None:
+            raise SessionLostError(batch_id, self._lost_session_id, False, ids, self._lost_why)
         if self._link.is_closed:
             raise ClientClosedError("closed", "the client is closed", batch_id, None, False, ids)
         if not wire:
@@ -510,6 +518,21 @@ class DeskbatchClient:
     def _give_up(self, reason: GiveUpReason, why: str, cause: BaseException | None) -> None:
         """Reconnecting is over: every waiting batch fails (outcome unknown when it was sent), and the client
         closes."""
+        if reason == "session_lost":
+            # A pinned session its pod no longer holds: this batch and every later one get SessionLostError.
+            session_id = self._link.welcome["session_id"] if self._link.welcome else None
+            self._lost_session_id = session_id or ""
+            self._lost_why = why
+
+            def lost(p: _PendingBatch) -> BaseException:
+                sent = p.sends > 0
+                err = SessionLostError(p.batch_id, p.session_id if sent else session_id, sent, p.tool_use_ids, why)
+                err.__cause__ = cause
+                return err
+
+            self._fail_pending(lambda p: True, lost)
+            self._start_close()
+            return
 
         def make(p: _PendingBatch) -> BaseException:
             if p.sends > 0:

@@ -107,11 +107,19 @@ class SessionLostError(BatchOutcomeUnknownError):
 
     code: str | None = "ERR_SESSION_LOST"
 
-    def __init__(self, batch_id: str, session_id: str | None, sent: bool, tool_use_ids: Sequence[str]) -> None:
+    def __init__(
+        self, batch_id: str, session_id: str | None, sent: bool, tool_use_ids: Sequence[str], why: str | None = None
+    ) -> None:
+        gone = f"the daemon no longer has session {session_id or '(none)'} (it restarted, or the grace period ended)"
+        cause = why or gone
+        outcome = (
+            f"the outcome of batch {batch_id} is unknown, some of its calls may have run; it was not sent again"
+            if sent
+            else f"batch {batch_id} was not sent, nothing ran"
+        )
         super().__init__(
             "session_lost",
-            f"the daemon no longer has session {session_id or '(none)'} (it restarted, or the grace period ended): "
-            f"the outcome of batch {batch_id} is unknown, some of its calls may have run; it was not sent again",
+            f"{cause}: {outcome}",
             batch_id,
             session_id,
             sent,

@@ -42,7 +42,27 @@ class ReconnectOptions:
 DEFAULT_RECONNECT = ReconnectOptions()
 
 ClientState = Literal["connecting", "open", "reconnecting", "closed"]
-GiveUpReason = Literal["connection_lost", "session_taken"]
+GiveUpReason = Literal["connection_lost", "session_taken", "session_lost"]
+
+
+@dataclass(frozen=True)
+class Gone:
+    """What a pinned target says when the daemon that holds the session is gone for good."""
+
+    why: str
+
+
+class LinkTarget:
+    """Where the reconnects of a pinned session go (fleet.py): asked before every attempt.
+
+    A session placed on a fleet's pod is pinned: every reconnect goes to that pod (its own DNS name, resolved
+    again), and when the name is gone, its token no longer opens it (401), or it no longer has the session, the
+    session is lost: its batches fail with SessionLostError, and no new session is started behind the caller.
+    """
+
+    async def next(self) -> str | Gone:
+        """The URL of the next attempt, or why the daemon that holds the session is gone for good."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -213,8 +233,10 @@ def hello_message(options: ConnectOptions, resume: str | None) -> dict[str, Any]
 class ClientLink:
     """The connection of one DeskbatchClient: at most one adopted socket at a time, and the sockets closing."""
 
-    def __init__(self, url: str, options: ConnectOptions, hooks: LinkHooks) -> None:
+    def __init__(self, url: str, options: ConnectOptions, hooks: LinkHooks, target: LinkTarget | None = None) -> None:
         self.url = url
+        #: A pinned session's reconnects: where each attempt goes (see LinkTarget).
+        self.target = target
         self.options = options
         self.hooks = hooks
         if options.reconnect is False:
@@ -260,9 +282,9 @@ class ClientLink:
             raise ConnectError("closed while connecting")
         self._adopt(link, cast(Welcome, reply))
 
-    async def _open(self) -> _OpenSocket:
+    async def _open(self, url: str | None = None) -> _OpenSocket:
         socket = await Socket.open(
-            self.url,
+            url or self.url,
             self.options.token,
             open_timeout=self.options.handshake_timeout,
             heartbeat=self.options.heartbeat or None,
@@ -329,10 +351,20 @@ class ClientLink:
             if self.is_closed:
                 return
             try:
-                link = await self._open()
+                where = await self.target.next() if self.target is not None else self.url
+                if self.is_closed:
+                    return
+                if isinstance(where, Gone):
+                    self.hooks.gave_up("session_lost", where.why)
+                    return
+                link = await self._open(where)
             except (ConnectError, HandshakeRefusedError) as err:
                 last_error = err
                 if self.is_closed:
+                    return
+                if isinstance(err, HandshakeRefusedError) and err.status == 401 and self.target is not None:
+                    # The token that opened the pod no longer does: the pod was replaced (a new uid, a new token).
+                    self.hooks.gave_up("session_lost", "the pod that held the session no longer takes its token", err)
                     return
                 if isinstance(err, HandshakeRefusedError) and err.permanent:
                     break
@@ -340,6 +372,11 @@ class ClientLink:
             try:
                 resume_id = self.welcome["session_id"] if lost_session_id is None and self.welcome else None
                 reply = await link.hello(self.options, self.options.handshake_timeout, resume_id)
+                if resume_id is not None and _is_session_gone(reply, resume_id) and self.target is not None:
+                    # A pinned session is not started anew here (see LinkTarget).
+                    link.socket.abort()
+                    self.hooks.gave_up("session_lost", f"the daemon at {where} no longer has the session")
+                    return
                 if resume_id is not None and _is_session_gone(reply, resume_id):
                     lost_session_id = resume_id
                     # Sent in the lost session: their outcome is unknown, and they are never sent again.
