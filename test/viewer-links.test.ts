@@ -16,6 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import type { Frame } from 'playwright';
 import WebSocket from 'ws';
 import type { TakeoverMessage } from '../src/base/protocol.ts';
+import { DeskbatchClient } from '../src/client/index.ts';
 import { launchKioskChromium, type KioskChromium } from '../testkit/chromium.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
@@ -323,5 +324,18 @@ describe('live view and scoped links', () => {
     assert.match(metrics, /^deskbatch_links_ended_total\{reason="session_ended"\} [1-9]/m);
     assert.match(metrics, /^deskbatch_live_watchers 0$/m);
     await page.goto('about:blank');
+
+    // The client library makes and revokes one as the HTTP call does.
+    const client = await DeskbatchClient.connect(d.url, { token: TEST_TOKEN, reconnect: false });
+    try {
+      const made = await client.createLink({ ttlMs: 60_000 });
+      assert.equal(made.url, `${http}/viewer/live#link=${made.link}`);
+      assert.equal(await feedRefused(made.link), 101, 'the library’s link opens the feed');
+      await client.revokeLink(made.link_id);
+      assert.equal(await feedRefused(made.link), 401);
+      await assert.rejects(client.revokeLink(made.link_id), /no live link/);
+    } finally {
+      await client.close();
+    }
   });
 });
