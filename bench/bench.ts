@@ -32,7 +32,10 @@
  * and costs (bench/takeover.ts, issue 18) alone, into `takeover`;
  * BENCH_ONLY=sandbox runs what a desktop's sandbox costs (bench/sandbox.ts,
  * issue 30: a pool daemon with `--sandbox off` beside one with
- * `--sandbox auto`, sample by sample) alone, into `sandbox`.
+ * `--sandbox auto`, sample by sample) alone, into `sandbox`;
+ * BENCH_ONLY=watchers runs the agent's screenshot and click batches with 0,
+ * 1 and 4 live watchers of its desktop (bench/watchers.ts, issue 36) alone,
+ * into `watchers`.
  * Every run prints each row beside its previous recorded figure and lists the
  * rows more than 20% slower (bench/baseline.ts), from bench/baseline.json or
  * the file BENCH_BASELINE names; BENCH_RECORD=1 records the run's rows there
@@ -78,6 +81,7 @@ import { recordingSection, recordingTable, type RecordingReport } from './record
 import { densityTable, figureTable, memoryTable, ratioTable } from './report.ts';
 import { ShellOut } from './shellout.ts';
 import { sandboxMain, sandboxRun, sandboxTable, type SandboxReport } from './sandbox.ts';
+import { watchersSection, watchersTable } from './watchers.ts';
 import { takeoverSection } from './takeover.ts';
 import { takeoverTable, type TakeoverReport } from './takeover-report.ts';
 import { startTestDisplay } from '../testkit/display.ts';
@@ -87,7 +91,7 @@ import { ITERATIONS, positiveInt, progress, round2, WARMUP, type Figure } from '
 const CHEAPER_PIPELINES = ['jpeg-plain-huffman', 'webp-effort0'];
 
 /** Sections that run alone with BENCH_ONLY. */
-const SECTIONS = ['density', 'calls', 'browser', 'recording', 'takeover', 'sandbox'] as const;
+const SECTIONS = ['density', 'calls', 'browser', 'recording', 'takeover', 'sandbox', 'watchers'] as const;
 /** Timed runs per figure of `BENCH_ONLY=calls`: each is a few ms, so more than the full run's, for steadier medians. */
 const CALLS_ITERATIONS = positiveInt(process.env.BENCH_ITERATIONS, 200);
 
@@ -268,6 +272,25 @@ async function takeoverMain(): Promise<void> {
   await printPrevious(previous, { figures: report.figures, ratios: book.ratios }, info, takeover.source);
 }
 
+/** BENCH_ONLY=watchers: issue 36's rows alone; bench/results.json keeps what else it held and gets a fresh `watchers`. */
+async function watchersMain(): Promise<void> {
+  const previous = await loadComparison();
+  const load = os.loadavg();
+  const started = performance.now();
+  const report = await watchersSection();
+  const info = machine(load);
+  const duration = round2((performance.now() - started) / 1000);
+  console.log(figureTable(report.figures, previous));
+  console.log(`\n${watchersTable(report)}`);
+  console.log(
+    `\nwatchers: ${duration} s on ${info.cpus} CPUs (${info.cpu_model}), load average ${info.loadavg_start.join(' ')} → ` +
+      `${info.loadavg_end.join(' ')}; written to bench/results.json (key "watchers")`,
+  );
+  const watchers = { machine: info, source: await sourceState(), duration_s: duration, ...report };
+  await writeResultsSection('watchers', watchers);
+  await printPrevious(previous, { figures: report.figures, ratios: [] }, info, watchers.source);
+}
+
 async function main(): Promise<void> {
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && only !== '') {
@@ -278,6 +301,7 @@ async function main(): Promise<void> {
     if (only === 'recording') return recordingMain();
     if (only === 'takeover') return takeoverMain();
     if (only === 'sandbox') return sandboxMain();
+    if (only === 'watchers') return watchersMain();
     return only === 'browser' ? browserMain() : densityMain();
   }
   // Read first: a baseline that cannot be read fails the run before it measures anything.

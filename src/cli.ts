@@ -50,6 +50,8 @@ Options:
   --browser MODE           headless | headful | off (default ${DEFAULT_CONFIG.browser})
   --screenshots-dir DIR    where returned images are also written (default ${DEFAULT_CONFIG.screenshotsDir})
   --allow-origin ORIGIN    browser origin allowed to connect; repeatable (default: none)
+  --embed-origin ORIGIN    origin whose pages may frame the live page /viewer/live (a link's
+                           view, docs/VIEWER.md "Links"); repeatable (default: none, no framing)
   --allow-host-header NAME a host name the HTTP routes answer to besides IP addresses
                            and localhost (others get 421); repeatable (default: none)
   --instance NAME          what this daemon is called in its fleet, said in /readyz: on Kubernetes
@@ -269,6 +271,7 @@ const SERVE_OPTIONS = {
   browser: { type: 'string' },
   'screenshots-dir': { type: 'string' },
   'allow-origin': { type: 'string', multiple: true },
+  'embed-origin': { type: 'string', multiple: true },
   'allow-host-header': { type: 'string', multiple: true },
   instance: { type: 'string' },
   'screenshot-format': { type: 'string' },
@@ -415,6 +418,7 @@ function configFrom(
     browser: values.browser as BrowserMode | undefined,
     screenshotsDir: values['screenshots-dir'],
     allowOrigins: values['allow-origin'],
+    embedOrigins: values['embed-origin'],
     allowHostHeaders: values['allow-host-header'],
     instance: values.instance,
     screenshot: {

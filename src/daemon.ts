@@ -48,6 +48,8 @@ import { Recorder, type Artifact, type RecorderDeps, type VideoStarter } from '.
 import { DesktopVideo } from './recording/video.ts';
 import { recordingRoutes } from './recording/routes.ts';
 import { TakeoverManager } from './takeover/manager.ts';
+import { LinkRegistry } from './server/links.ts';
+import { linkRoutes } from './server/link-routes.ts';
 import { sweepOwnedTempFolders } from './base/temp-folder.ts';
 import { startProfiles, type ProfileStore } from './profiles/index.ts';
 import { profileSaveRoute } from './profiles/save-route.ts';
@@ -384,8 +386,15 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // Endpoints beside the protocol's own, on the same port; each module adds its own.
   // Prefix routes are tried in order: the downloads' and the clipboard's answer only their own paths, the
   // documents' the rest.
+  // Scoped links to one session's viewer (docs/SECURITY.md "Links"), made behind the token.
+  const links = new LinkRegistry({ activity, log: log.child({ component: 'links' }) });
   const routes: HttpRoute[] = [
     ...profiles.routes,
+    ...linkRoutes({
+      links,
+      isLive: (id) => server.findSession(id) !== undefined,
+      takeover: config.takeover.enabled,
+    }),
     // Before the documents' routes, which answer every other path under /v1/sessions.
     profileSaveRoute({
       sessionOf: (id) => (server.findSession(id) ? { profile: sessionProfiles.of(id) } : undefined),
@@ -434,8 +443,10 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const viewer = createViewer({
     activity,
     log: log.child({ component: 'viewer' }),
-    // With takeover on, the page gets its side of it (noVNC's files, the snapshot's flag).
-    ...(config.takeover.enabled ? { takeover: { novncDir: config.takeover.novncDir } } : {}),
+    // With takeover on, the page gets its side of it (the snapshot's flag); noVNC is the live view's.
+    ...(config.takeover.enabled ? { takeover: {} } : {}),
+    novncDir: config.takeover.novncDir,
+    embedOrigins: config.embedOrigins,
   });
   routes.push(...viewer.routes);
   sockets.push(viewer.socket);
@@ -451,17 +462,17 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
           removed: (reason) => reportTo.metrics?.recordingRemoved(reason),
         });
   if (recorder) routes.push(...recordingRoutes(recorder.store, (id) => recorder.recorder.summary(id)));
-  // Human takeover from the viewer (docs/VIEWER.md "Takeover"): only when the operator allows it.
-  const takeover = config.takeover.enabled
-    ? new TakeoverManager({
-        settings: config.takeover,
-        activity,
-        log: log.child({ component: 'takeover' }),
-        desktopOf: (id) => server.findSession(id)?.desktop?.desktop,
-        notify: (id, message) => server.notifySession(id, message),
-      })
-    : undefined;
-  if (takeover) sockets.push(...takeover.sockets());
+  // The live view of every desktop (its VNC socket), and human takeover from the viewer (docs/VIEWER.md
+  // "Takeover"): the take only when the operator allows it (`settings.enabled`).
+  const vnc = new TakeoverManager({
+    settings: config.takeover,
+    activity,
+    log: log.child({ component: 'takeover' }),
+    desktopOf: (id) => server.findSession(id)?.desktop?.desktop,
+    notify: (id, message) => server.notifySession(id, message),
+  });
+  const takeover = config.takeover.enabled ? vnc : undefined;
+  sockets.push(...vnc.sockets());
   // The harness's CDP door (docs/PROTOCOL.md "CDP for the harness"): the route answers with a refusal when off.
   const cdpRefused = cdpUnavailable(config, sandbox.mode);
   const cdp = cdpRoute({
@@ -499,6 +510,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     }),
     ...(recorder ? { recordings: () => recorder.store.usage } : {}),
     files: () => files.usage,
+    live: () => ({
+      watchers: vnc.live.watchers,
+      vncServers: vnc.live.servers,
+      linkSockets: links.sockets,
+      links: links.counts,
+    }),
     ...(config.instance !== undefined ? { instance: config.instance } : {}),
   });
   reportTo.metrics = ops.metrics;
@@ -513,6 +530,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     routes,
     sockets,
     ...(takeover ? { takeover } : {}),
+    links,
     files,
     profiles: sessionProfiles,
     ...(recorder
@@ -550,7 +568,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     close() {
       closing ??= (async () => {
         // First: the agents' waiting batches are let go, and told the person's control ended.
-        await takeover?.close();
+        links.close();
+        await vnc.close();
         cdp.close();
         await mcp.close();
         await server.close();

@@ -206,7 +206,12 @@ describe('x11vnc on a display, and the bridge', () => {
   });
 
   test("a viewer gets the display's size, a whole frame, and the pointer's shape though X hides the cursor", async () => {
-    const { c } = await open(false);
+    // A watcher asks for the pointer's shape and is not sent one: x11vnc draws the pointer into its picture.
+    const watcher = (await open(false)).c;
+    const watched = await watcher.update({ incremental: false });
+    assert.ok(!watched.rects.some((r) => r.encoding === -239), 'no Cursor pseudo-rectangle for a watcher');
+    await watcher.close();
+    const { c } = await open(true);
     assert.equal(c.serverInit.width, WIDTH);
     assert.equal(c.serverInit.height, HEIGHT);
     assert.equal(c.serverInit.bitsPerPixel, 32);

@@ -214,7 +214,10 @@ describe('takeover on', () => {
     assert.match(ended.summary ?? '', new RegExp(`typed ${SECRET.length} characters`));
     const viewerEnded = await viewer.next('ended for the holder', (m) => m.type === 'ended');
     assert.equal(viewerEnded.outcome, 'returned');
-    await Promise.all([rfb.closed, watcher.closed]); // the VNC sockets close with the takeover
+    await rfb.closed; // the holder's VNC socket closes with the takeover
+    // A watcher watches on: the live view does not need a holder.
+    await watcher.update({ incremental: false });
+    await watcher.close();
 
     // Now the waiting batch runs, and sees the pointer the person left.
     const result = await agent.next((m): m is BatchResult => m.type === 'batch_result' && m.batch_id === 'after');
@@ -355,13 +358,14 @@ describe('takeover on', () => {
     await plain.close();
   });
 
-  test('nobody holds the desktop: the VNC socket is closed at once', async () => {
+  test('nobody holds the desktop: a watcher sees it live all the same; no such desktop is refused', async () => {
     const { d } = env;
     const agent = await d.connect();
     await agent.hello();
-    const socket = await vnc(d, 'shared').connect();
-    await socket.closed;
-    assert.equal(socket.closeCode, 4404);
+    const watcher = await vnc(d, 'shared').open();
+    assert.ok(watcher.serverInit.width > 0, 'x11vnc started for the watcher');
+    await watcher.close();
+    await assert.rejects(vnc(d, 'd99').connect(), /404/);
   });
 });
 

@@ -23,6 +23,8 @@ export interface DaemonConfig {
   tokenConfigured: boolean;
   /** Exact origins (scheme://host[:port]) allowed to connect; empty refuses every browser page. */
   allowOrigins: string[];
+  /** Exact origins allowed to frame the live page `/viewer/live` (`--embed-origin`); empty: no framing. */
+  embedOrigins: string[];
   /**
    * Host names the HTTP routes answer to besides IP literals and `localhost` (lower-case, no port):
    * a request naming any other Host gets 421, so a DNS-rebound page cannot read them.
@@ -350,6 +352,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
   host: '127.0.0.1',
   port: 8765,
   allowOrigins: [],
+  embedOrigins: [],
   allowHostHeaders: [],
   displayAuth: 'external',
   browser: 'headful',
@@ -471,16 +474,17 @@ export function isLoopback(host: string): boolean {
 }
 
 /** Normalises an origin the way browsers send it: `scheme://host[:port]`, lower-case, no path. */
-export function normalizeOrigin(origin: string): string {
+export function normalizeOrigin(origin: string, flag = '--allow-origin'): string {
   let url: URL;
   try {
     url = new URL(origin);
   } catch {
-    throw new ConfigError(
-      `--allow-origin ${JSON.stringify(origin)} is not a URL origin such as https://viewer.example`,
-    );
+    throw new ConfigError(`${flag} ${JSON.stringify(origin)} is not a URL origin such as https://viewer.example`);
   }
-  if (url.origin === 'null') throw new ConfigError(`--allow-origin ${JSON.stringify(origin)} has no origin`);
+  if (url.origin === 'null') throw new ConfigError(`${flag} ${JSON.stringify(origin)} has no origin`);
+  if (flag === '--embed-origin' && !['http:', 'https:'].includes(url.protocol)) {
+    throw new ConfigError(`${flag} ${JSON.stringify(origin)} is not an http or https origin`);
+  }
   return url.origin;
 }
 
@@ -522,7 +526,8 @@ export function resolveConfig(
   const merged = merge({ ...DEFAULT_CONFIG, display: undefined } as DaemonConfig, options);
   const config: DaemonConfig = {
     ...merged,
-    allowOrigins: merged.allowOrigins.map(normalizeOrigin),
+    allowOrigins: merged.allowOrigins.map((o) => normalizeOrigin(o)),
+    embedOrigins: merged.embedOrigins.map((o) => normalizeOrigin(o, '--embed-origin')),
     allowHostHeaders: merged.allowHostHeaders.map(normalizeHostName),
   };
 

@@ -51,6 +51,7 @@ import {
   type StagedDocumentInfo,
 } from './documents.ts';
 import { clipboardUrl, readClipboard, setClipboard, type ClipboardContent } from './clipboard.ts';
+import { createLink, revokeLink, type ViewerLink } from './links.ts';
 import { placeSession, type FleetOptions, type FleetPlacement } from './fleet.ts';
 import {
   deleteProfile,
@@ -319,6 +320,20 @@ export class DeskbatchClient extends EventEmitter<DeskbatchClientEvents> {
     return type === 'text'
       ? readClipboard(url, this.options.token, 'text')
       : readClipboard(url, this.options.token, type);
+  }
+
+  /**
+   * A link to this session's live page (docs/VIEWER.md "Links"): read-only by default, `mode: 'control'` to let
+   * its holder take the desktop (only with --allow-takeover); it expires after `ttlMs` (default 15 minutes, at
+   * most a day), when revoked, or when the session ends. Rejects with LinkError.
+   */
+  createLink(options: { mode?: 'view' | 'control'; ttlMs?: number } = {}): Promise<ViewerLink> {
+    return createLink(this.url, this.options.token, this.sessionId, options);
+  }
+
+  /** Ends one of this session's links (its id, `ViewerLink.link_id`). Rejects with LinkError (`link_not_found`). */
+  revokeLink(linkId: string): Promise<void> {
+    return revokeLink(this.url, this.options.token, this.sessionId, linkId);
   }
 
   /**

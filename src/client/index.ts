@@ -29,6 +29,7 @@ export {
   type StagedDocumentList,
 } from './documents.ts';
 export { ClipboardError, type ClipboardContent } from './clipboard.ts';
+export { LinkError, type ViewerLink } from './links.ts';
 export { DownloadError, type DownloadInfo, type FetchedDownload } from './downloads.ts';
 export {
   ProfileRefusedError,

@@ -7,7 +7,7 @@ import type { Executor } from '../executor/executor.ts';
 import type { HttpRoute, ServerStatus } from '../server/server.ts';
 import { createReadiness, type Containment } from './health.ts';
 import type { Desktops } from '../desktop-pool/pool.ts';
-import { createMetrics, type Metrics } from './metrics.ts';
+import { createMetrics, type LiveCounts, type Metrics } from './metrics.ts';
 
 export interface OpsDeps {
   activity: ActivityHub;
@@ -22,6 +22,8 @@ export interface OpsDeps {
   recordings?: () => { recordings: number; live: number; bytes: number };
   /** The sessions' staged files held now. */
   files?: () => { bytes: number; files: number };
+  /** The live views and links (metrics.ts LiveCounts). */
+  live?: () => LiveCounts;
 }
 
 export interface Ops {
@@ -39,6 +41,7 @@ export function createOps(deps: OpsDeps): Ops {
     ...(deps.recordings ? { recordings: deps.recordings } : {}),
     sandbox: () => deps.containment().desktop_sandbox,
     ...(deps.files ? { files: deps.files } : {}),
+    ...(deps.live ? { live: deps.live } : {}),
   });
   const readiness = createReadiness({
     status: deps.status,

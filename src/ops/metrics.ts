@@ -68,6 +68,74 @@ export interface MetricsDeps {
   sandbox?: () => 'uid' | 'userns' | 'off';
   /** The sessions' staged files held now (src/server/session-files.ts), read at scrape time. */
   files?: () => { bytes: number; files: number };
+  /** The desktops' live views and the scoped links (docs/VIEWER.md "Links"), read at scrape time. */
+  live?: () => LiveCounts;
+}
+
+/** What liveMetrics reads: watchers and x11vnc's now, and the links' counts (src/server/links.ts LinkCounts). */
+export interface LiveCounts {
+  watchers: number;
+  vncServers: number;
+  linkSockets: number;
+  links: {
+    live: number;
+    created: { view: number; control: number };
+    ended: Record<string, number>;
+    refused: number;
+  };
+}
+
+/** Watchers, x11vnc's, links live, made, ended by reason, and credentials refused: all read at scrape time. */
+function liveMetrics(registers: Registers, read: () => LiveCounts): void {
+  const gauge = (name: string, help: string, value: (c: LiveCounts) => number): void =>
+    void new Gauge({
+      name,
+      help,
+      registers,
+      collect() {
+        this.set(value(read()));
+      },
+    });
+  gauge('deskbatch_live_watchers', 'Viewers watching a desktop live (read-only VNC) now.', (c) => c.watchers);
+  gauge(
+    'deskbatch_live_vnc_servers',
+    'Desktops whose x11vnc runs now (watched, or held by a person).',
+    (c) => c.vncServers,
+  );
+  gauge('deskbatch_links', 'Scoped viewer links honoured now.', (c) => c.links.live);
+  gauge('deskbatch_link_sockets', 'Viewer sockets open through a link now.', (c) => c.linkSockets);
+  new Counter({
+    name: 'deskbatch_link_refusals_total',
+    help: 'Presented credentials that were neither the token nor a live link (a wrong token counts too).',
+    registers,
+    collect() {
+      this.reset();
+      this.inc(read().links.refused);
+    },
+  });
+  new Counter({
+    name: 'deskbatch_links_created_total',
+    help: 'Scoped viewer links made, by mode (view, control).',
+    labelNames: ['mode'],
+    registers,
+    collect() {
+      const { created } = read().links;
+      this.reset();
+      this.inc({ mode: 'view' }, created.view);
+      this.inc({ mode: 'control' }, created.control);
+    },
+  });
+  new Counter({
+    name: 'deskbatch_links_ended_total',
+    help: 'Scoped viewer links ended, by reason (expired, revoked, session_ended, shutdown).',
+    labelNames: ['reason'],
+    registers,
+    collect() {
+      const { ended } = read().links;
+      this.reset();
+      for (const [reason, n] of Object.entries(ended)) this.inc({ reason }, n);
+    },
+  });
 }
 
 export interface Metrics {
@@ -544,6 +612,7 @@ export function createMetrics(deps: MetricsDeps): Metrics {
   const takeover = takeoverMetrics(registers);
   const recording = recordingMetrics(registers, deps.recordings);
   const fileEvent = fileMetrics(registers, deps.files);
+  if (deps.live) liveMetrics(registers, deps.live);
   const cdp = cdpMetrics(registers);
   const clipboardBytes = new Counter({
     name: 'deskbatch_clipboard_bytes_total',

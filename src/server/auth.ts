@@ -40,8 +40,47 @@ export function presentedToken(
 }
 
 export function isAuthorized(req: IncomingMessage, token: string, subprotocol?: string | null): boolean {
+  return authorize(req, token, undefined, subprotocol)?.kind === 'token';
+}
+
+/**
+ * What a scoped link grants (docs/SECURITY.md "Links"): one session's viewer, read-only or with the right
+ * to take control; `id` is the link's short id, the only part of it ever logged.
+ */
+export interface LinkGrant {
+  id: string;
+  session: string;
+  control: boolean;
+  expiresAt: number;
+}
+
+/** Checks a presented credential that is not the token: a link this daemon signed and still honours. */
+export interface LinkVerifier {
+  verify(presented: string): LinkGrant | undefined;
+}
+
+/** Who a request is: the token's holder (everything), or a link's (one session's viewer). */
+export type Grant = { kind: 'token' } | { kind: 'link'; link: LinkGrant };
+
+const TOKEN_GRANT: Grant = { kind: 'token' };
+
+/**
+ * The one credential check of every HTTP route and socket: the credential is presented in the same places
+ * (the Authorization header, or the `deskbatch.token.` subprotocol), and is the token, or else a link
+ * (`links`) this daemon signed. Which grants a route takes is the server's to decide (HttpRoute.auth,
+ * SocketRoute.links).
+ */
+export function authorize(
+  req: IncomingMessage,
+  token: string,
+  links: LinkVerifier | undefined,
+  subprotocol?: string | null,
+): Grant | undefined {
   const presented = presentedToken(req, subprotocol);
-  return presented !== undefined && tokensEqual(presented, token);
+  if (presented === undefined) return undefined;
+  if (tokensEqual(presented, token)) return TOKEN_GRANT;
+  const link = links?.verify(presented);
+  return link ? { kind: 'link', link } : undefined;
 }
 
 /** A handshake without Origin (a non-browser client) passes; one with an Origin must be allowlisted exactly. */

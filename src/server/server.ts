@@ -25,7 +25,8 @@ import {
   type ToolsetInfo,
   type Welcome,
 } from '../base/protocol.ts';
-import { isAuthorized, isHostAllowed, isOriginAllowed, isSameOrigin } from './auth.ts';
+import { authorize, isAuthorized, isHostAllowed, isOriginAllowed, isSameOrigin, type Grant } from './auth.ts';
+import type { LinkRegistry } from './links.ts';
 import { Connection, type OpenRequest, type SessionRefusal, type WelcomeOptions } from './connection.ts';
 import type { DesktopResources } from '../desktop-pool/desktop.ts';
 import { NoDesktopError, type DesktopLease, type Desktops } from '../desktop-pool/pool.ts';
@@ -74,6 +75,11 @@ export interface SocketRoute {
   /** The subprotocol the client must offer, and is selected; absent: none (header token only). */
   subprotocol?: string;
   sameOrigin?: boolean;
+  /**
+   * A scoped link (docs/SECURITY.md "Links") opens it too, not only the token: `check` and `handle` get the
+   * link's grant, and the server closes the socket when the link ends (expiry, revoke, its session's end).
+   */
+  links?: boolean;
   /** Largest frame a client may send, in bytes (default 64 KiB); a larger one closes the socket with 1009. */
   maxPayload?: number;
   /**
@@ -81,8 +87,12 @@ export interface SocketRoute {
    * body `{error, message}`) and the socket closed, so the client reads why instead of a dropped handshake.
    * `path` is the request's path without its query.
    */
-  check?: (req: IncomingMessage, path: string) => SocketRefusal | undefined | Promise<SocketRefusal | undefined>;
-  handle(ws: WebSocket, req: IncomingMessage): void;
+  check?: (
+    req: IncomingMessage,
+    path: string,
+    grant: Grant,
+  ) => SocketRefusal | undefined | Promise<SocketRefusal | undefined>;
+  handle(ws: WebSocket, req: IncomingMessage, grant: Grant): void;
 }
 
 /** Why a SocketRoute's check refused a handshake: an HTTP status, a stable code and a one-line message. */
@@ -128,6 +138,8 @@ export interface ServerDeps {
   files: FileStore;
   /** Named browser profiles, when the operator keeps them (`--profile-key`; src/profiles/). */
   profiles?: ProfilePort;
+  /** Scoped links to one session's viewer (links.ts); without it, only the token opens anything. */
+  links?: LinkRegistry;
 }
 
 type State = 'idle' | 'running' | 'closing' | 'closed';
@@ -313,11 +325,21 @@ export class DeskbatchServer {
       return this.reject(socket, 403, 'Forbidden');
     }
     // A route without a subprotocol takes the token from the header only (`null`: no subprotocol form).
-    if (!isAuthorized(req, config.token, extra ? (extra.route.subprotocol ?? null) : PROTOCOL_VERSION)) {
-      log.warn('refused handshake: missing or wrong token', { remote: req.socket.remoteAddress });
+    const grant = authorize(
+      req,
+      config.token,
+      this.deps.links,
+      extra ? (extra.route.subprotocol ?? null) : PROTOCOL_VERSION,
+    );
+    // A link opens only the sockets that say so (the viewer's), never /v1 or the harness's doors.
+    if (!grant || (grant.kind === 'link' && extra?.route.links !== true)) {
+      log.warn('refused handshake: missing or wrong token', {
+        remote: req.socket.remoteAddress,
+        ...(grant?.kind === 'link' ? { link: grant.link.id } : {}),
+      });
       return this.reject(socket, 401, 'Unauthorized', { 'www-authenticate': 'Bearer' });
     }
-    if (extra) return void this.upgradeRoute(extra, req, socket, head, path);
+    if (extra) return void this.upgradeRoute(extra, req, socket, head, path, grant);
     if (this.connections.size >= config.limits.maxSessions) {
       return this.reject(socket, 503, 'Service Unavailable');
     }
@@ -331,11 +353,12 @@ export class DeskbatchServer {
     socket: Duplex,
     head: Buffer,
     path: string,
+    grant: Grant,
   ): Promise<void> {
     const { route, wss } = extra;
     let refusal: SocketRefusal | undefined;
     try {
-      refusal = await route.check?.(req, path);
+      refusal = await route.check?.(req, path, grant);
     } catch (err) {
       this.deps.log.error('socket route check failed', { path, error: String(err) });
       refusal = { status: 500, error: 'internal_error', message: 'internal error' };
@@ -349,7 +372,11 @@ export class DeskbatchServer {
     }
     // The client may have gone while the check ran: ws then destroys the socket and never calls back.
     if (this.state !== 'running') return this.reject(socket, 503, 'Service Unavailable');
-    wss.handleUpgrade(req, socket, head, (ws) => route.handle(ws, req));
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      // A link's sockets end with it; one that ended while the check ran is closed at once.
+      if (grant.kind === 'link') this.deps.links?.hold(grant.link, ws);
+      route.handle(ws, req, grant);
+    });
   }
 
   private onConnection(ws: WebSocket, req: IncomingMessage): void {

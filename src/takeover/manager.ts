@@ -11,10 +11,13 @@
  *   finished, and from then on none of the desktop's batches runs until the
  *   person hands back, the lease expires, or the holder's viewer stays away
  *   longer than the grace period.
- * - **VNC only while held**: x11vnc runs on the desktop's display for the
- *   takeover alone, on a unix socket in a private folder; the viewer reaches
- *   it through the daemon's port with the token (and, to send input, the
- *   lease), never directly.
+ * - **VNC only while used**: x11vnc runs on the desktop's display while a
+ *   person holds it or someone watches it live (a share: started by the
+ *   first, stopped when the last leaves), on a unix socket in a private
+ *   folder; the viewer reaches it through the daemon's port with the token
+ *   or a link of the desktop's session (and, to send input, the lease),
+ *   never directly. A watcher's input is dropped; its pointer is drawn into
+ *   its picture (vnc-bridge.ts), as the agent's pointer has no cursor of its own.
  * - **Counts, never text**: the agent, the log and the recording learn that
  *   a person clicked N times and typed N characters; what was typed never
  *   leaves the VNC bridge (src/takeover/vnc-bridge.ts).
@@ -31,7 +34,8 @@ import type { DesktopResources } from '../desktop-pool/desktop.ts';
 import type { HoldTicket } from '../desktop-pool/hold.ts';
 import type { Logger } from '../base/log.ts';
 import { personText, type TakeoverMessage, type TakeoverOutcome } from '../base/protocol.ts';
-import type { SocketRoute } from '../server/server.ts';
+import type { Grant, LinkGrant } from '../server/auth.ts';
+import type { SocketRefusal, SocketRoute } from '../server/server.ts';
 import type { TakeoverPort } from '../server/takeover-port.ts';
 import { ownedTempFolder } from '../base/temp-folder.ts';
 import { bridgeVnc, type InputTally, type VncBridge } from './vnc-bridge.ts';
@@ -90,6 +94,18 @@ interface Controller {
   ws: WebSocket;
   remote: string;
   alive: boolean;
+  /** Opened with a link: it sees its session's desktop alone, and may take it only with a control link. */
+  scope: LinkGrant | undefined;
+}
+
+/** x11vnc on one desktop, while anyone uses it: the holder's takeover, and each watcher. */
+interface Share {
+  desktop: DesktopResources;
+  users: number;
+  vnc: VncServer | undefined;
+  dir: string | undefined;
+  starting: Promise<VncServer> | undefined;
+  watchers: Set<VncBridge>;
 }
 
 interface HelpRequest {
@@ -112,10 +128,11 @@ interface Takeover {
   expiresAt: number;
   ticket: HoldTicket;
   vnc: VncServer | undefined;
-  vncDir: string | undefined;
+  /** The desktop's share this takeover holds one use of, once its VNC server is up. */
+  share: Share | undefined;
   /** The desktop's keymap, for the holder's keys it lacks; undefined without RECORD or if it could not be read. */
   keymap: KeymapWatch | undefined;
-  /** Every VNC bridge of this takeover, the holder's first ones included after they closed (their counts). */
+  /** The holder's VNC bridges, the closed ones included (their counts). */
   bridges: Array<{ bridge: VncBridge; control: boolean; open: boolean }>;
   /** The sessions told `started`, each with the help request it answers. */
   told: Map<string, string | undefined>;
@@ -139,6 +156,8 @@ export class TakeoverManager implements TakeoverPort {
   /** Desktops with sessions now, by id, and their sessions. */
   private readonly desktops = new Map<string, { desktop: DesktopResources; sessions: Set<string> }>();
   private readonly takeovers = new Map<string, Takeover>();
+  /** x11vnc per desktop, while in use. */
+  private readonly shares = new Map<string, Share>();
   /** Open help requests, by session (one each: a new request replaces the last). */
   private readonly help = new Map<string, HelpRequest>();
   private helpCount = 0;
@@ -151,22 +170,41 @@ export class TakeoverManager implements TakeoverPort {
     this.unsubscribe = deps.activity.subscribe((a) => this.observe(a));
   }
 
-  /** The control socket and the VNC socket, for the server's `sockets`. */
+  /**
+   * The VNC socket (a live view of any desktop, and the holder's input), and with takeover on the control
+   * socket, for the server's `sockets`. Both open to a link of a session on the desktop too.
+   */
   sockets(): SocketRoute[] {
+    const vnc: SocketRoute = {
+      path: VNC_PATH,
+      subprotocol: VNC_SUBPROTOCOL,
+      sameOrigin: true,
+      links: true,
+      check: (req, _path, grant) => this.checkVnc(req, grant),
+      handle: (ws, req, grant) => this.attachVnc(ws, req, grant),
+    };
+    if (!this.deps.settings.enabled) return [vnc];
     return [
       {
         path: CONTROL_PATH,
         subprotocol: CONTROL_SUBPROTOCOL,
         sameOrigin: true,
-        handle: (ws, req) => this.attachController(ws, req),
+        links: true,
+        handle: (ws, req, grant) => this.attachController(ws, req, grant),
       },
-      {
-        path: VNC_PATH,
-        subprotocol: VNC_SUBPROTOCOL,
-        sameOrigin: true,
-        handle: (ws, req) => this.attachVnc(ws, req),
-      },
+      vnc,
     ];
+  }
+
+  /** Watchers connected now, over every desktop, and desktops whose x11vnc runs (for /metrics). */
+  get live(): { watchers: number; servers: number } {
+    let watchers = 0;
+    let servers = 0;
+    for (const s of this.shares.values()) {
+      watchers += s.watchers.size;
+      if (s.vnc) servers++;
+    }
+    return { watchers, servers };
   }
 
   // ---- TakeoverPort (the server asks)
@@ -208,6 +246,7 @@ export class TakeoverManager implements TakeoverPort {
         // A pooled desktop goes with its session: nobody is left to hand it back to.
         const t = this.takeovers.get(id);
         if (t) void this.end(t, 'desktop_gone', 'ended');
+        for (const w of this.shares.get(id)?.watchers ?? []) w.close();
       }
       this.broadcast();
     }
@@ -219,13 +258,19 @@ export class TakeoverManager implements TakeoverPort {
     else this.desktops.set(desktop.id, { desktop, sessions: new Set([sessionId]) });
   }
 
-  private attachController(ws: WebSocket, req: IncomingMessage): void {
+  private attachController(ws: WebSocket, req: IncomingMessage, grant: Grant): void {
     const remote = req.socket.remoteAddress ?? '';
     if (this.closed || this.controllers.size >= MAX_CONTROLLERS) {
       ws.close(CLOSE_TOO_MANY, 'too many viewers');
       return;
     }
-    const c: Controller = { id: `c${++this.controllerCount}`, ws, remote, alive: true };
+    const c: Controller = {
+      id: `c${++this.controllerCount}`,
+      ws,
+      remote,
+      alive: true,
+      scope: grant.kind === 'link' ? grant.link : undefined,
+    };
     this.controllers.add(c);
     this.deps.log.info('takeover control connected', { controller: c.id, remote });
     ws.on('pong', () => (c.alive = true));
@@ -292,7 +337,9 @@ export class TakeoverManager implements TakeoverPort {
         return void this.end(t, 'returned', m.outcome, m.note || undefined);
       }
       case 'resume': {
-        const t = [...this.takeovers.values()].find((x) => x.lease === m.lease && !x.ended);
+        const t = [...this.takeovers.values()].find(
+          (x) => x.lease === m.lease && !x.ended && this.inScope(c, x.desktop.id),
+        );
         if (!t) {
           return this.send(c, {
             type: 'ended',
@@ -319,8 +366,11 @@ export class TakeoverManager implements TakeoverPort {
 
   private async take(c: Controller, desktopId: string, operator: string, recordScreen: boolean): Promise<void> {
     const refuse = (reason: string): void => this.send(c, { type: 'refused', desktop: desktopId, reason });
-    const entry = this.desktops.get(desktopId);
+    const entry = this.inScope(c, desktopId) ? this.desktops.get(desktopId) : undefined;
     if (!entry) return refuse('no session uses that desktop now');
+    if (c.scope && !c.scope.control) return refuse('this link may watch, not take control');
+    // Who took it through a link is said so, by the link's short id (the name is the person's own word).
+    if (c.scope) operator = `${operator.slice(0, 40)} (link ${c.scope.id})`;
     const held = this.takeovers.get(desktopId);
     if (held) return refuse(`${held.operator} holds it`);
     const { desktop } = entry;
@@ -339,7 +389,7 @@ export class TakeoverManager implements TakeoverPort {
       expiresAt: Date.now() + this.deps.settings.leaseMs,
       ticket,
       vnc: undefined,
-      vncDir: undefined,
+      share: undefined,
       keymap: undefined,
       bridges: [],
       told: new Map(),
@@ -358,16 +408,10 @@ export class TakeoverManager implements TakeoverPort {
     if (t.ended) return;
     try {
       const screen = desktop.screen;
-      // A sandboxed desktop's VNC server runs in its sandbox, its socket in a folder of the sandbox's own.
-      t.vncDir = screen?.within ? await screen.within.privateFolder('vnc') : await ownedTempFolder('vnc');
       const log = this.deps.log.child({ component: 'vnc', desktop: desktopId });
-      t.vnc = await startVncServer({
-        display: screen.display,
-        ...(screen.xauthority ? { xauthority: screen.xauthority } : {}),
-        ...(screen.within ? { within: screen.within } : {}),
-        dir: t.vncDir,
-        log,
-      });
+      const share = this.shareOf(desktop);
+      t.share = share;
+      t.vnc = await this.acquire(share);
       t.keymap = await KeymapWatch.open(screen.display, screen.xauthority, log).catch((err: unknown) => {
         this.deps.log.warn("could not watch the desktop's keymap: a key it lacks may be lost on its first press", {
           desktop: desktopId,
@@ -512,50 +556,172 @@ export class TakeoverManager implements TakeoverPort {
 
   private async cleanup(t: Takeover): Promise<void> {
     for (const { bridge } of t.bridges) bridge.close();
-    await t.vnc?.stop().catch(() => undefined);
     t.vnc = undefined;
     t.keymap?.close();
     t.keymap = undefined;
-    if (t.vncDir) await rm(t.vncDir, { recursive: true, force: true }).catch(() => undefined);
-    t.vncDir = undefined;
+    const share = t.share;
+    t.share = undefined;
+    if (share) await this.release(share);
   }
 
-  private attachVnc(ws: WebSocket, req: IncomingMessage): void {
-    ws.on('error', () => undefined);
+  // ---- x11vnc shared by the holder and the watchers
+
+  private shareOf(desktop: DesktopResources): Share {
+    let share = this.shares.get(desktop.id);
+    if (!share || share.desktop !== desktop) {
+      share = { desktop, users: 0, vnc: undefined, dir: undefined, starting: undefined, watchers: new Set() };
+      this.shares.set(desktop.id, share);
+    }
+    return share;
+  }
+
+  /** One more use of the desktop's x11vnc: started by the first. Rejects (the use given back) if it cannot start. */
+  private async acquire(share: Share): Promise<VncServer> {
+    share.users++;
+    try {
+      if (share.vnc) return share.vnc;
+      share.starting ??= this.startShare(share).finally(() => (share.starting = undefined));
+      return await share.starting;
+    } catch (err) {
+      await this.release(share);
+      throw err;
+    }
+  }
+
+  private async startShare(share: Share): Promise<VncServer> {
+    const screen = share.desktop.screen!;
+    // A sandboxed desktop's VNC server runs in its sandbox, its socket in a folder of the sandbox's own.
+    const dir = screen.within ? await screen.within.privateFolder('vnc') : await ownedTempFolder('vnc');
+    share.dir = dir;
+    const vnc = await startVncServer({
+      display: screen.display,
+      ...(screen.xauthority ? { xauthority: screen.xauthority } : {}),
+      ...(screen.within ? { within: screen.within } : {}),
+      dir,
+      log: this.deps.log.child({ component: 'vnc', desktop: share.desktop.id }),
+    });
+    share.vnc = vnc;
+    // x11vnc going away: its watchers are closed (their pages reconnect), the next use starts another.
+    void vnc.exited.then(() => {
+      if (share.vnc !== vnc) return;
+      share.vnc = undefined;
+      for (const w of share.watchers) w.close();
+    });
+    return vnc;
+  }
+
+  /** One use less: the last stops x11vnc and removes its folder. */
+  private async release(share: Share): Promise<void> {
+    share.users--;
+    if (share.users > 0) return;
+    if (this.shares.get(share.desktop.id) === share) this.shares.delete(share.desktop.id);
+    await share.starting?.catch(() => undefined);
+    for (const w of share.watchers) w.close();
+    const { vnc, dir } = share;
+    share.vnc = undefined;
+    share.dir = undefined;
+    await vnc?.stop().catch(() => undefined);
+    if (dir) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  }
+
+  /** Whether a controller may see this desktop: any with the token, a link's only its session's. */
+  private inScope(c: Controller, desktopId: string): boolean {
+    return !c.scope || (this.desktops.get(desktopId)?.sessions.has(c.scope.session) ?? false);
+  }
+
+  /** The desktop a VNC socket names (`?desktop=` or `?session=`), within a link's session. */
+  private vncTarget(req: IncomingMessage, grant: Grant): DesktopResources | undefined {
     const url = new URL(req.url ?? '/', 'http://localhost');
-    const t = this.takeovers.get(url.searchParams.get('desktop') ?? '');
-    if (!t || t.ended || !t.vnc || t.state === 'waiting') {
-      ws.close(CLOSE_NOT_HELD, 'nobody holds that desktop');
+    const session = url.searchParams.get('session');
+    const desktop = session
+      ? this.deps.desktopOf(session)
+      : this.desktops.get(url.searchParams.get('desktop') ?? '')?.desktop;
+    if (!desktop || !desktop.screen) return undefined;
+    const entry = this.desktops.get(desktop.id);
+    if (!entry || entry.desktop !== desktop) return undefined;
+    if (grant.kind === 'link' && !entry.sessions.has(grant.link.session)) return undefined;
+    return desktop;
+  }
+
+  private checkVnc(req: IncomingMessage, grant: Grant): SocketRefusal | undefined {
+    if (this.closed) return { status: 503, error: 'shutting_down', message: 'the daemon is shutting down' };
+    if (!this.vncTarget(req, grant)) {
+      return { status: 404, error: 'desktop_not_found', message: 'no live desktop by that name for you to watch' };
+    }
+    return undefined;
+  }
+
+  private attachVnc(ws: WebSocket, req: IncomingMessage, grant: Grant): void {
+    ws.on('error', () => undefined);
+    const desktop = this.vncTarget(req, grant);
+    if (!desktop) {
+      ws.close(CLOSE_NOT_HELD, 'that desktop is gone');
       return;
     }
     const offered = String(req.headers['sec-websocket-protocol'] ?? '')
       .split(',')
       .map((p) => p.trim());
     const lease = offered.find((p) => p.startsWith(LEASE_SUBPROTOCOL_PREFIX))?.slice(LEASE_SUBPROTOCOL_PREFIX.length);
-    const control = lease !== undefined && lease === t.lease;
-    if (lease !== undefined && !control) {
-      ws.close(CLOSE_POLICY, 'that lease does not hold this desktop');
-      return;
-    }
-    if (!control && t.bridges.filter((b) => !b.control && b.open).length >= MAX_WATCHERS) {
+    if (lease !== undefined) return this.attachHolder(ws, req, desktop, lease, grant);
+    const share = this.shareOf(desktop);
+    if (share.watchers.size >= MAX_WATCHERS) {
       ws.close(CLOSE_TOO_MANY, 'too many watchers');
       return;
     }
-    const bridge = bridgeVnc(ws, t.vnc, {
-      control,
-      ...(control && t.keymap ? { keymap: t.keymap } : {}),
-      log: this.deps.log.child({ component: 'vnc', desktop: t.desktop.id }),
+    void this.attachWatcher(ws, req, share, grant);
+  }
+
+  private attachHolder(ws: WebSocket, req: IncomingMessage, desktop: DesktopResources, lease: string, grant: Grant) {
+    const t = this.takeovers.get(desktop.id);
+    const held = t && !t.ended && t.vnc && t.state !== 'waiting' ? t : undefined;
+    if (!held || lease !== held.lease || (grant.kind === 'link' && !grant.link.control)) {
+      ws.close(CLOSE_POLICY, 'that lease does not hold this desktop');
+      return;
+    }
+    const bridge = bridgeVnc(ws, held.vnc!, {
+      control: true,
+      ...(held.keymap ? { keymap: held.keymap } : {}),
+      log: this.deps.log.child({ component: 'vnc', desktop: desktop.id }),
     });
-    const entry = { bridge, control, open: true };
-    t.bridges.push(entry);
-    void bridge.closed.then(() => {
-      entry.open = false;
-      // A watcher's bridge counts nothing: forget it, so watchers that come and go do not pile up.
-      if (!control) t.bridges.splice(t.bridges.indexOf(entry), 1);
-    });
-    this.deps.log.info(control ? 'the holder connected to the desktop' : 'a viewer watches a takeover', {
-      desktop: t.desktop.id,
+    const entry = { bridge, control: true, open: true };
+    held.bridges.push(entry);
+    void bridge.closed.then(() => (entry.open = false));
+    this.deps.log.info('the holder connected to the desktop', {
+      desktop: desktop.id,
       remote: req.socket.remoteAddress,
+    });
+  }
+
+  private async attachWatcher(ws: WebSocket, req: IncomingMessage, share: Share, grant: Grant): Promise<void> {
+    let vnc: VncServer;
+    try {
+      vnc = await this.acquire(share);
+    } catch (err) {
+      this.deps.log.warn('could not start the VNC server for a live view', {
+        desktop: share.desktop.id,
+        error: String(err),
+      });
+      ws.close(CLOSE_TOO_MANY, 'the live view could not start');
+      return;
+    }
+    if (ws.readyState !== ws.OPEN || this.closed) {
+      ws.close(1001, 'gone');
+      return void (await this.release(share));
+    }
+    const bridge = bridgeVnc(ws, vnc, {
+      control: false,
+      log: this.deps.log.child({ component: 'vnc', desktop: share.desktop.id }),
+    });
+    share.watchers.add(bridge);
+    void bridge.closed.then(() => {
+      share.watchers.delete(bridge);
+      void this.release(share);
+    });
+    this.deps.log.info('a viewer watches a desktop live', {
+      desktop: share.desktop.id,
+      remote: req.socket.remoteAddress,
+      watchers: share.watchers.size,
+      ...(grant.kind === 'link' ? { link: grant.link.id } : {}),
     });
   }
 
@@ -588,7 +754,23 @@ export class TakeoverManager implements TakeoverPort {
   }
 
   private sendState(c: Controller, picture = this.picture()): void {
-    this.send(c, { ...picture, you: c.id });
+    const scope = c.scope;
+    // A link's page sees its session's desktop alone, and of its sessions and help requests only its own.
+    const desktops = scope
+      ? (picture.desktops as Array<{ id: string; sessions: string[]; help: HelpRequest[] }>)
+          .filter((d) => d.sessions.includes(scope.session))
+          .map((d) => ({
+            ...d,
+            sessions: [scope.session],
+            help: d.help.filter((h) => h.session === scope.session),
+          }))
+      : picture.desktops;
+    this.send(c, {
+      ...picture,
+      desktops,
+      you: c.id,
+      ...(scope ? { link: { control: scope.control, expires_at: scope.expiresAt } } : {}),
+    });
   }
 
   private broadcast(): void {
@@ -619,6 +801,16 @@ export class TakeoverManager implements TakeoverPort {
     this.unsubscribe?.();
     clearInterval(this.pingTimer);
     await Promise.all([...this.takeovers.values()].map((t) => this.end(t, 'shutdown', 'ended')));
+    // The live views: each bridge's close gives its use back, the last one stops x11vnc.
+    await Promise.all(
+      [...this.shares.values()].map(async (s) => {
+        const closed = [...s.watchers].map(async (w) => {
+          w.close();
+          await w.closed;
+        });
+        await Promise.all(closed);
+      }),
+    );
     for (const c of this.controllers) c.ws.close(1001, 'the daemon is shutting down');
   }
 }

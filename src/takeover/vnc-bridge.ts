@@ -192,6 +192,29 @@ const ACTS_ON_DESKTOP = new Set<RfbClientMessage['type']>([
   'xvp',
 ]);
 
+/**
+ * The pseudo-encodings by which a viewer draws the pointer itself, at its own mouse: Cursor (-239),
+ * XCursor (-240), PointerPos (-232) and VMware's cursor (0x574d5664). A watcher's SetEncodings goes to
+ * x11vnc without them, so x11vnc draws the desktop's pointer into that watcher's picture, where the agent
+ * moves it (a watcher's own mouse acts on nothing).
+ */
+const CURSOR_ENCODINGS = new Set([-239, -240, -232, 0x574d5664]);
+
+/** A SetEncodings message without CURSOR_ENCODINGS. */
+export function withoutCursorEncodings(bytes: Buffer): Buffer {
+  const count = bytes.readUInt16BE(2);
+  const kept: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const encoding = bytes.readInt32BE(4 + 4 * i);
+    if (!CURSOR_ENCODINGS.has(encoding)) kept.push(encoding);
+  }
+  const out = Buffer.alloc(4 + 4 * kept.length);
+  out[0] = 2;
+  out.writeUInt16BE(kept.length, 2);
+  kept.forEach((e, i) => out.writeInt32BE(e, 4 + 4 * i));
+  return out;
+}
+
 function asBuffer(data: RawData): Buffer {
   if (Buffer.isBuffer(data)) return data;
   if (Array.isArray(data)) return Buffer.concat(data);
@@ -350,6 +373,10 @@ export function bridgeVnc(ws: WebSocket, server: VncServer, o: BridgeOptions): V
       for (const { bytes, message } of segments) {
         if (message.type === 'client-init') handshakeDone = true;
         if (!o.control && ACTS_ON_DESKTOP.has(message.type)) continue;
+        if (!o.control && message.type === 'set-encodings') {
+          out.push(withoutCursorEncodings(bytes));
+          continue;
+        }
         switch (message.type) {
           case 'key':
           case 'qemu-key':

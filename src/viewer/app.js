@@ -9,7 +9,7 @@
  * to the server) and then removed from the address bar, or typed into the
  * form; kept in sessionStorage only (gone when the tab closes).
  */
-/* global location, history, sessionStorage, WebSocket, requestAnimationFrame */
+/* global location, history, sessionStorage, WebSocket, requestAnimationFrame, window */
 import { badge, byId, el, onJsonMessage, onLogin, renderError, showLoginForm, TOKEN_KEY } from './common.js';
 import { decorateSessions, setTakeover, stopTakeover } from './takeover.js';
 
@@ -281,6 +281,54 @@ function groups() {
   return [...sessions.values()].reverse().sort((a, b) => (b.session.opened_at || 0) - (a.session.opened_at || 0));
 }
 
+// ---- a session's live view and its links (docs/VIEWER.md "Links")
+
+/** @type {Map<string, { url: string, expires: number } | { error: string }>} the link made here per session */
+const madeLinks = new Map();
+
+/**
+ * Watch live (this session's page, /viewer/live, in a new tab of this origin: it reads the token from this
+ * tab's sessionStorage, which a tab it opens starts with) and Share link (POST /v1/sessions/<id>/links with
+ * the token: a read-only link, shown to copy).
+ * @param {string} id
+ */
+function shareTools(id) {
+  const node = el('div', 'session-share');
+  const watch = el('button', 'watch-live', 'Watch live');
+  watch.type = 'button';
+  watch.addEventListener('click', () => window.open(`/viewer/live?session=${encodeURIComponent(id)}`, '_blank'));
+  const share = el('button', 'share-link', 'Share link (view only)');
+  share.type = 'button';
+  share.addEventListener('click', () => void makeLink(id));
+  node.append(watch, share);
+  const made = madeLinks.get(id);
+  if (made && 'url' in made) {
+    const field = el('input', 'link-url');
+    field.readOnly = true;
+    field.value = made.url;
+    node.append(field, el('span', 'meta', `until ${time(made.expires)}`));
+  } else if (made) node.append(el('span', 'meta', made.error));
+  return node;
+}
+
+/** @param {string} id */
+async function makeLink(id) {
+  const token = sessionStorage.getItem(TOKEN_KEY) || '';
+  try {
+    const res = await fetch(`/v1/sessions/${encodeURIComponent(id)}/links`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ mode: 'view' }),
+    });
+    const body = await res.json();
+    if (!res.ok || typeof body.path !== 'string') throw new Error(String(body.message || res.status));
+    madeLinks.set(id, { url: `${location.origin}${body.path}`, expires: Number(body.expires_at) });
+  } catch (/** @type {any} */ err) {
+    madeLinks.set(id, { error: `no link: ${String(err && err.message)}` });
+  }
+  scheduleRender();
+}
+
 function renderSessions() {
   const list = groups();
   if (list.length === 0) {
@@ -302,6 +350,7 @@ function renderSession(group) {
   if (session.opened_at) header.append(el('time', null, `opened ${time(session.opened_at)}`));
   if (session.closed_at) header.append(el('time', null, `closed ${time(session.closed_at)} (${session.close_reason})`));
   node.append(header);
+  if (!session.closed_at) node.append(shareTools(session.id));
   // The files its harness staged (names are the harness's: shown as text, never markup).
   const documents = Array.isArray(session.documents) ? session.documents : [];
   if (documents.length) {

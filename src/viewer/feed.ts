@@ -165,10 +165,28 @@ export type FeedMessage =
       limits: { entries: number; image_bytes: number; input_chars: number };
       /** Human takeover is on: the page opens the control socket (docs/VIEWER.md "Takeover"). */
       takeover: boolean;
+      /** Opened with a link: the one session this feed shows (docs/VIEWER.md "Links"). */
+      scope?: string;
     }
   | { type: 'session'; session: SessionView }
   | { type: 'entries'; entries: TimelineEntry[] }
   | { type: 'image'; image: ImageView };
+
+/** What of a feed message concerns `session`: the message, its entries of that session, or undefined. */
+function scopedMessage(message: FeedMessage, session: string): FeedMessage | undefined {
+  switch (message.type) {
+    case 'session':
+      return message.session.id === session ? message : undefined;
+    case 'image':
+      return message.image.session === session ? message : undefined;
+    case 'entries': {
+      const entries = message.entries.filter((e) => e.session === session);
+      return entries.length ? { type: 'entries', entries } : undefined;
+    }
+    case 'snapshot':
+      return undefined;
+  }
+}
 
 /** Cuts a string to `max` UTF-16 code units (never inside a surrogate pair) and says how much is missing. */
 export function truncate(text: string, max: number): string {
@@ -220,6 +238,10 @@ interface Viewer {
   /** Missed at least one update; gets a snapshot once its buffer is below the bound. */
   stale: boolean;
   dropped: number;
+  /** Opened with a link (docs/VIEWER.md "Links"): this session's sessions, entries and image alone. */
+  scope: string | undefined;
+  /** The link may take control (its snapshot's `takeover`). */
+  control: boolean;
 }
 
 interface RunningBatch {
@@ -276,15 +298,26 @@ export class ViewerFeed {
     this.stopTimers();
   }
 
-  /** A viewer socket that passed the handshake checks (rate limit, Origin, token). */
-  attach(ws: WebSocket, req: IncomingMessage): void {
+  /**
+   * A viewer socket that passed the handshake checks (rate limit, Origin, token or link). `scope`: a link's
+   * session, the only one this viewer is shown anything of; `control`: that link may take control.
+   */
+  attach(ws: WebSocket, req: IncomingMessage, scope?: { session: string; control: boolean }): void {
     const remote = req.socket.remoteAddress ?? '';
     if (this.viewers.size >= this.limits.maxViewers) {
       this.deps.log.warn('viewer refused: too many viewers', { remote, max: this.limits.maxViewers });
       ws.close(CLOSE_TOO_MANY_VIEWERS, 'too many viewers');
       return;
     }
-    const viewer: Viewer = { ws, remote, alive: true, stale: false, dropped: 0 };
+    const viewer: Viewer = {
+      ws,
+      remote,
+      alive: true,
+      stale: false,
+      dropped: 0,
+      scope: scope?.session,
+      control: scope?.control ?? false,
+    };
     this.viewers.add(viewer);
     this.deps.log.info('viewer connected', { remote, viewers: this.viewers.size });
     ws.on('message', () => {
@@ -328,34 +361,51 @@ export class ViewerFeed {
   }
 
   /** The picture a viewer starts from (also sent again to a viewer that missed updates). */
-  snapshot(dropped = 0): Extract<FeedMessage, { type: 'snapshot' }> {
+  snapshot(dropped = 0, scope?: string, control = false): Extract<FeedMessage, { type: 'snapshot' }> {
+    const mine = (session: string): boolean => scope === undefined || session === scope;
     return {
       type: 'snapshot',
       protocol: VIEWER_SUBPROTOCOL,
       now: Date.now(),
-      sessions: [...this.sessions.values()],
-      entries: [...this.entries],
-      image: this.image,
+      sessions: [...this.sessions.values()].filter((s) => mine(s.id)),
+      entries: this.entries.filter((e) => mine(e.session)),
+      image: this.image && mine(this.image.session) ? this.image : null,
       dropped,
       limits: {
         entries: this.limits.maxEntries,
         image_bytes: this.limits.maxImageBytes,
         input_chars: this.limits.maxInputChars,
       },
-      takeover: this.deps.takeover === true,
+      // A link's page may take control only with a control link (and the daemon's takeover on).
+      takeover: this.deps.takeover === true && (scope === undefined || control),
+      ...(scope !== undefined ? { scope } : {}),
     };
   }
 
   private sendSnapshot(viewer: Viewer): void {
     viewer.stale = false;
-    viewer.ws.send(JSON.stringify(this.snapshot(viewer.dropped)));
+    viewer.ws.send(JSON.stringify(this.snapshot(viewer.dropped, viewer.scope, viewer.control)));
   }
 
   private broadcast(message: FeedMessage): void {
     if (this.viewers.size === 0) return;
     const json = JSON.stringify(message);
+    let scoped: Map<string, string> | undefined;
     for (const v of this.viewers) {
       if (v.ws.readyState !== OPEN) continue;
+      let text = json;
+      if (v.scope !== undefined) {
+        // A link's viewer: the part of the message about its session, or nothing.
+        scoped ??= new Map();
+        let own = scoped.get(v.scope);
+        if (own === undefined) {
+          const part = scopedMessage(message, v.scope);
+          own = part ? JSON.stringify(part) : '';
+          scoped.set(v.scope, own);
+        }
+        if (!own) continue;
+        text = own;
+      }
       if (v.ws.bufferedAmount > this.limits.maxBufferedBytes) {
         v.dropped++;
         v.stale = true;
@@ -364,7 +414,7 @@ export class ViewerFeed {
         // The picture already holds this update; the snapshot replaces what was missed.
         this.sendSnapshot(v);
       } else {
-        v.ws.send(json);
+        v.ws.send(text);
       }
     }
   }

@@ -15,10 +15,13 @@
  * - `/viewer/feed`: the WebSocket the page reads (feed.ts), behind the usual
  *   handshake checks plus a same-origin exception for the page itself; the
  *   token travels as the `deskbatch.token.<token>` subprotocol.
- * - `GET /viewer/novnc/core/…`, `/viewer/novnc/vendor/…`: with takeover on
- *   (`ViewerDeps.takeover`), noVNC's modules for the page's live desktop view
- *   (novnc.ts), static, no token, under the same policy; 404 when noVNC is
- *   not installed, and no such route when takeover is off.
+ * - `GET /viewer/novnc/core/…`, `/viewer/novnc/vendor/…`: noVNC's modules
+ *   for the pages' live desktop view (novnc.ts), static, no token, under the
+ *   same policy; 404 when noVNC is not installed.
+ * - `GET /viewer/live`, `/viewer/live.js`: one session's page (docs/VIEWER.md
+ *   "Links"): its live desktop and its calls, opened with a link (or the
+ *   token and `?session=`); the one page that may be framed, and only by the
+ *   origins the operator lists (`--embed-origin`: CSP frame-ancestors).
  */
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -33,6 +36,7 @@ export type { FeedMessage, ImageView, SessionView, TimelineEntry, ViewerLimits }
 
 export const VIEWER_PATH = '/viewer';
 export const REPLAY_PATH = '/viewer/replay';
+export const LIVE_PATH = '/viewer/live';
 /** noVNC's modules (`core/…`, `vendor/…`) are served under this path when takeover is on. */
 export const NOVNC_PATH = '/viewer/novnc';
 export { DEFAULT_NOVNC_DIR } from './novnc.ts';
@@ -45,7 +49,7 @@ const PLAIN_HOST = /^(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5}
  * explicit ws:/wss: source for the request's own host is for browsers that predate that rule (and is
  * narrower than a bare `ws:`, which would allow any host).
  */
-export function contentSecurityPolicy(host: string | undefined): string {
+export function contentSecurityPolicy(host: string | undefined, frameAncestors: readonly string[] = []): string {
   const socket = host && PLAIN_HOST.test(host) ? ` ws://${host.toLowerCase()} wss://${host.toLowerCase()}` : '';
   return [
     "default-src 'none'",
@@ -57,15 +61,23 @@ export function contentSecurityPolicy(host: string | undefined): string {
     `connect-src 'self'${socket}`,
     "base-uri 'none'",
     "form-action 'none'",
-    "frame-ancestors 'none'",
+    `frame-ancestors ${frameAncestors.length ? frameAncestors.join(' ') : "'none'"}`,
   ].join('; ');
 }
 
-function securityHeaders(req: IncomingMessage, contentType: string): Record<string, string> {
+/** An origin the operator lets frame the live page: `scheme://host[:port]`, nothing else (no wildcard). */
+export const EMBED_ORIGIN = /^https?:\/\/(?:[a-z0-9.-]{1,253}|\[[0-9a-f:.]{2,45}\])(?::\d{1,5})?$/;
+
+function securityHeaders(
+  req: IncomingMessage,
+  contentType: string,
+  frameAncestors: readonly string[] = [],
+): Record<string, string> {
   return {
     'content-type': contentType,
-    'content-security-policy': contentSecurityPolicy(req.headers.host),
-    'x-frame-options': 'DENY',
+    'content-security-policy': contentSecurityPolicy(req.headers.host, frameAncestors),
+    // X-Frame-Options has no list of origins: left out where frame-ancestors names some.
+    ...(frameAncestors.length ? {} : { 'x-frame-options': 'DENY' }),
     'referrer-policy': 'no-referrer',
     'cache-control': 'no-store',
     'x-content-type-options': 'nosniff',
@@ -78,11 +90,12 @@ export interface ViewerDeps {
   activity: ActivityHub;
   log: Logger;
   limits?: Partial<ViewerLimits>;
-  /**
-   * Human takeover is on (docs/VIEWER.md "Takeover"): the feed's snapshot says so, and noVNC's modules
-   * are served from `novncDir` (default DEFAULT_NOVNC_DIR, Debian's package `novnc`). Absent: off.
-   */
-  takeover?: { novncDir?: string };
+  /** Human takeover is on (docs/VIEWER.md "Takeover"): the feed's snapshot says so. Absent: off. */
+  takeover?: object;
+  /** Where noVNC's modules are read from, for the live view (default DEFAULT_NOVNC_DIR, Debian's `novnc`). */
+  novncDir?: string;
+  /** Origins that may frame the live page `/viewer/live` (`--embed-origin`); none by default. */
+  embedOrigins?: readonly string[];
 }
 
 export interface Viewer {
@@ -91,8 +104,8 @@ export interface Viewer {
   routes: HttpRoute[];
   /** Push onto the daemon's `sockets`. */
   socket: SocketRoute;
-  /** With takeover on: what was read of noVNC (or why it could not be). */
-  novnc?: NovncFiles;
+  /** What was read of noVNC (or why it could not be). */
+  novnc: NovncFiles;
   close(): void;
 }
 
@@ -107,6 +120,8 @@ const ASSETS = [
   { path: `${VIEWER_PATH}/replay-player.js`, file: 'replay-player.js', type: 'text/javascript; charset=utf-8' },
   { path: `${VIEWER_PATH}/replay-model.js`, file: 'replay-model.js', type: 'text/javascript; charset=utf-8' },
   { path: `${VIEWER_PATH}/replay.css`, file: 'replay.css', type: 'text/css; charset=utf-8' },
+  { path: LIVE_PATH, file: 'live.html', type: 'text/html; charset=utf-8' },
+  { path: `${VIEWER_PATH}/live.js`, file: 'live.js', type: 'text/javascript; charset=utf-8' },
 ] as const;
 
 /** Reads the page's files (once, here) and starts observing the activity hub. */
@@ -117,30 +132,36 @@ export function createViewer(deps: ViewerDeps): Viewer {
     ...(deps.limits ? { limits: deps.limits } : {}),
     takeover: deps.takeover !== undefined,
   });
+  const embed = deps.embedOrigins ?? [];
   const routes = ASSETS.map(({ path, file, type }): HttpRoute => {
     const body = readFileSync(new URL(file, import.meta.url));
+    // Only the live page may be framed (and only by the listed origins); every other page and script never.
+    const ancestors = path === LIVE_PATH ? embed : [];
     return {
       method: 'GET',
       path,
       auth: 'none',
       handle: (req: IncomingMessage, res: ServerResponse) =>
-        void res.writeHead(200, securityHeaders(req, type)).end(body),
+        void res.writeHead(200, securityHeaders(req, type, ancestors)).end(body),
     };
   });
-  let novnc: NovncFiles | undefined;
-  if (deps.takeover) {
-    novnc = loadNovnc(deps.takeover.novncDir ?? DEFAULT_NOVNC_DIR);
-    if (novnc.ok) deps.log.info('viewer: noVNC served for takeover', { dir: novnc.dir, files: novnc.files.size });
-    else deps.log.warn('viewer: noVNC not usable; takeover has no live view', { dir: novnc.dir, reason: novnc.reason });
-    routes.push(novncRoute(novnc));
-  }
+  const novnc = loadNovnc(deps.novncDir ?? DEFAULT_NOVNC_DIR);
+  if (novnc.ok) deps.log.info('viewer: noVNC served for the live view', { dir: novnc.dir, files: novnc.files.size });
+  else deps.log.warn('viewer: noVNC not usable; no live view of desktops', { dir: novnc.dir, reason: novnc.reason });
+  routes.push(novncRoute(novnc));
   const socket: SocketRoute = {
     path: VIEWER_FEED_PATH,
     subprotocol: VIEWER_SUBPROTOCOL,
     sameOrigin: true,
-    handle: (ws, req) => feed.attach(ws, req),
+    links: true,
+    handle: (ws, req, grant) =>
+      feed.attach(
+        ws,
+        req,
+        grant.kind === 'link' ? { session: grant.link.session, control: grant.link.control } : undefined,
+      ),
   };
-  return { feed, routes, socket, ...(novnc ? { novnc } : {}), close: () => feed.close() };
+  return { feed, routes, socket, novnc, close: () => feed.close() };
 }
 
 /** `/viewer/novnc/<key>`: a file of the map by its exact key (no decoding, no normalising), else 404. */

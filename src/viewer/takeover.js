@@ -502,10 +502,10 @@ function startRfb(view, RFB) {
     view.connected = false;
     if (view.closed || t.view !== view) return;
     if (view.mode === 'watch') {
-      // The daemon refuses or closes a watcher's view when nobody holds the desktop.
+      // The daemon closes a watcher's view when the desktop is gone (or it fell behind).
       closeView();
       setVncStatus('');
-      showMessage(`The live view of desktop ${view.desktop} closed (nobody holds it now, or it is gone).`);
+      showMessage(`The live view of desktop ${view.desktop} closed (it is gone, or this page fell behind).`);
       render();
       return;
     }
@@ -573,16 +573,9 @@ function setTakeButton(/** @type {HTMLButtonElement} */ button, /** @type {Recei
   }
 }
 
+/** Any desktop can be watched live, held or not (its x11vnc runs while someone watches). */
 function canWatch(/** @type {Received} */ desktop) {
-  const holder = desktop.holder;
-  return (
-    Boolean(holder) &&
-    (holder.state === 'active' || holder.state === 'grace') &&
-    !heldHere(desktop) &&
-    !t.hold &&
-    t.novnc !== false &&
-    !(t.view && t.view.desktop === desktop.id)
-  );
+  return !heldHere(desktop) && !t.hold && t.novnc !== false && !(t.view && t.view.desktop === desktop.id);
 }
 
 function desktopNode(/** @type {Received} */ desktop) {
@@ -635,7 +628,7 @@ function renderDesktops() {
     setTakeButton(/** @type {HTMLButtonElement} */ (part(node, '.take-button')), desktop);
     const watchButton = /** @type {HTMLButtonElement} */ (part(node, '.watch-button'));
     watchButton.disabled = !canWatch(desktop);
-    watchButton.hidden = !desktop.holder || heldHere(desktop);
+    watchButton.hidden = heldHere(desktop);
     return node;
   });
   for (const id of [...t.desktopNodes.keys()]) if (!seen.has(id)) t.desktopNodes.delete(id);
