@@ -18,7 +18,7 @@ import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/mess
 import { runAgent } from '../examples/agent.ts';
 import { DeskbatchClient } from '../src/client/index.ts';
 import { BROWSER_MEMBER_NAMES, BROWSER_OPTIONAL_MEMBERS } from '../toolsets/browser/index.ts';
-import { checkExampleConversation } from '../testkit/example-conversation.ts';
+import { checkExampleConversation, checkExampleOutput } from '../testkit/example-conversation.ts';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
 import { EXAMPLE_PAGE, EXAMPLE_TASK, loadTurns, startMessagesApi, type MessagesApi } from '../testkit/messages-api.ts';
@@ -414,18 +414,7 @@ describe('examples/agent.ts drives a real daemon through the Messages API loop',
       });
       assert.equal(code, 0, `exit ${code}\nstdout:\n${stdout}\nstderr:\n${stderr}`);
       checkExampleConversation(api, turns);
-      const lines = stdout.trimEnd().split('\n');
-      assert.equal(lines.length, 4, stdout);
-      assert.match(
-        lines[0]!,
-        /^deskbatch ws:\/\/127\.0\.0\.1:\d+\/v1: session s_\S+, offering computer \(17 members\), browser \(27 members\); model claude-opus-5-5$/,
-      );
-      assert.match(lines[1]!, /^turn 1: 2 calls \(browser 2\), 0 failed, \d+ ms$/);
-      assert.match(
-        lines[2]!,
-        /^turn 2: 3 calls \(computer 3\), 1 failed \(mouse_move: ToolInputError\), 1 not run, \d+ ms$/,
-      );
-      assert.equal(lines[3], `final (end_turn after 3 turns): ${finalText()}`);
+      checkExampleOutput(stdout, turns, stdout);
       assert.doesNotMatch(stdout, /[A-Za-z0-9+/]{100,}/, 'no image data on stdout');
       const token = TEST_TOKEN;
       assert.ok(!stdout.includes(token) && !stderr.includes(token), 'the token is never printed');

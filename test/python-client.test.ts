@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test';
 import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { TEST_TOKEN, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
 import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
-import { checkExampleConversation } from '../testkit/example-conversation.ts';
+import { checkExampleConversation, checkExampleOutput } from '../testkit/example-conversation.ts';
 import { EXAMPLE_PAGE, EXAMPLE_TASK, loadTurns, startMessagesApi } from '../testkit/messages-api.ts';
 import { PYTHON, runPython } from '../testkit/python.ts';
 import { startWebServer, type WebServer } from '../testkit/web.ts';
@@ -74,19 +74,7 @@ describe('the Python client against real daemons', () => {
       const report = `exit ${run.code ?? run.signal}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
       assert.equal(run.code, 0, report);
       checkExampleConversation(api, turns);
-      const lines = run.stdout.trimEnd().split('\n');
-      assert.equal(lines.length, 4, report);
-      assert.match(
-        lines[0]!,
-        /^deskbatch ws:\/\/127\.0\.0\.1:\d+\/v1: session s_\S+, offering computer \(17 members\), browser \(27 members\); model claude-opus-5-5$/,
-      );
-      assert.match(lines[1]!, /^turn 1: 2 calls \(browser 2\), 0 failed, \d+ ms$/);
-      assert.match(
-        lines[2]!,
-        /^turn 2: 3 calls \(computer 3\), 1 failed \(mouse_move: ToolInputError\), 1 not run, \d+ ms$/,
-      );
-      const finalText = turns[2]!.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('\n');
-      assert.equal(lines[3], `final (end_turn after 3 turns): ${finalText}`);
+      checkExampleOutput(run.stdout, turns, report);
       assert.match(run.stderr, /^Messages API through (plain HTTP|anthropic \S+)/m);
       assert.ok(!run.stdout.includes(TEST_TOKEN) && !run.stderr.includes(TEST_TOKEN), 'the token is never printed');
     } finally {

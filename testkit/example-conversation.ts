@@ -65,3 +65,23 @@ export function checkExampleConversation(api: MessagesApi, turns: readonly BetaM
   assert.equal(computer.get(cursorId!)?.is_error, true);
   assert.equal(textOf(computer.get(cursorId!)), COMPUTER_NOT_EXECUTED);
 }
+
+/**
+ * Checks what an example agent printed on stdout for the recorded `turns`, whichever language it is written in:
+ * the session line, one line per tool turn, and the final text, four lines in all (`report` is the failure's message).
+ */
+export function checkExampleOutput(stdout: string, turns: readonly BetaMessage[], report: string): void {
+  const lines = stdout.trimEnd().split('\n');
+  assert.equal(lines.length, 4, report);
+  assert.match(
+    lines[0]!,
+    /^deskbatch ws:\/\/127\.0\.0\.1:\d+\/v1: session s_\S+, offering computer \(17 members\), browser \(27 members\); model claude-opus-5-5$/,
+  );
+  assert.match(lines[1]!, /^turn 1: 2 calls \(browser 2\), 0 failed, \d+ ms$/);
+  assert.match(
+    lines[2]!,
+    /^turn 2: 3 calls \(computer 3\), 1 failed \(mouse_move: ToolInputError\), 1 not run, \d+ ms$/,
+  );
+  const finalText = turns[2]!.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('\n');
+  assert.equal(lines[3], `final (end_turn after 3 turns): ${finalText}`);
+}
