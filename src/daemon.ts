@@ -567,6 +567,9 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     mcp,
     close() {
       closing ??= (async () => {
+        // Before any session ends: a desktop it gives back is not replaced by a new warm one, which the
+        // pool would start during the shutdown.
+        desktops.beginClose();
         // First: the agents' waiting batches are let go, and told the person's control ended.
         links.close();
         await vnc.close();

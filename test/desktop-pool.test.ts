@@ -22,7 +22,7 @@ import { ConnectError, DeskbatchClient } from '../src/client/index.ts';
 import { computerUse, startTestDaemon, TEST_TOKEN, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
 import { inNamespacesOf } from '../testkit/sandbox-probes.ts';
 import { startTestDisplay, type VirtualDisplay } from '../testkit/display.ts';
-import { processesMentioning } from '../testkit/recording.ts';
+import { isRunning, processesMentioning } from '../testkit/recording.ts';
 import { until, within } from '../testkit/wait.ts';
 import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 
@@ -504,6 +504,52 @@ describe('closing while a desktop starts', () => {
       if (before === undefined) delete process.env.TMPDIR;
       else process.env.TMPDIR = before;
       await rm(tmp, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('closing while a session ends', () => {
+  test('from beginClose() on no desktop is started in place of one given back; close() leaves no Xvfb running', async () => {
+    const d = await startTestDaemon({
+      browser: 'off',
+      desktops: { mode: 'pool', max: 2, warm: 2, sizes: [SIZE] },
+      sessionGraceMs: 100, // the closed session ends soon after
+    });
+    try {
+      const warm = await until(
+        'both warm desktops to start',
+        () => {
+          const list = d.daemon.desktops.list();
+          return list.length === 2 && list.every((x) => x.state === 'warm') && list;
+        },
+        { timeoutMs: START_MS },
+      );
+      const xvfbs = warm.map((x) => x.processes.xvfb!);
+      const client = await d.connect();
+      const welcome = await client.hello(undefined, { desktop: {} });
+      const leased = welcome.desktop!.id;
+      // What the daemon's close() does first, before its sessions end: the session's desktop, given back
+      // now, would otherwise be replaced by a new warm one (there is room for it, and one warm is missing).
+      d.daemon.desktops.beginClose();
+      client.close();
+      await until('the session to give its desktop back and it to be torn down', () =>
+        d.daemon.desktops.list().every((x) => x.id !== leased),
+      );
+      // The recycle refills the warm set in the same turn as it removes the desktop: a start would show now.
+      assert.deepEqual(
+        d.daemon.desktops.list().map((x) => x.id),
+        warm.map((x) => x.id).filter((id) => id !== leased),
+        'no desktop was started in its place',
+      );
+      await d.daemon.close();
+      // A sandboxed Xvfb is SIGKILLed with its pid namespace, and may take a while to end: close() waits for it.
+      assert.deepEqual(
+        xvfbs.filter((pid) => isRunning(pid)),
+        [],
+        'every Xvfb of the pool ended before close() resolved',
+      );
+    } finally {
+      await d.close();
     }
   });
 });

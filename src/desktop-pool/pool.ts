@@ -100,6 +100,11 @@ export interface Desktops {
   lease(request: LeaseRequest): Promise<DesktopLease>;
   capacity(): Capacity;
   list(): DesktopInfo[];
+  /**
+   * The daemon begins shutting down: no desktop is started or rebuilt from now on (not even in place of
+   * one whose session ends meanwhile), no session gets one. Idempotent; close() does it first.
+   */
+  beginClose(): void;
   close(): Promise<void>;
 }
 
@@ -318,16 +323,25 @@ export class DesktopPool implements Desktops {
     }));
   }
 
-  async close(): Promise<void> {
+  beginClose(): void {
+    if (this.closed) return;
     this.closed = true;
     this.closing.abort();
     for (const w of this.waiters.splice(0)) {
       w.cleanup();
       w.reject(new NoDesktopError('the daemon is shutting down', 0));
     }
-    // A desktop still starting is torn down as its start ends (startDesktop), before close() resolves: a
+  }
+
+  async close(): Promise<void> {
+    this.beginClose();
+    // A desktop still starting is torn down as its start ends (startDesktop), a recycling one by its
+    // recycle (not twice: its uid would go back to the allocator twice), both before close() resolves: a
     // daemon that exits right after it leaves no processes, HOME or downloads folder behind.
-    await Promise.all([...[...this.desktops].map((d) => destroyParts(d.parts ?? {})), ...this.underWay]);
+    const destroys = [...this.desktops].filter((d) => d.state !== 'recycling').map((d) => destroyParts(d.parts ?? {}));
+    await Promise.all(destroys);
+    // Work that began meanwhile (a session released its desktop during the destroys) is waited for too.
+    while (this.underWay.size) await Promise.all(this.underWay);
     this.desktops.clear();
   }
 
@@ -566,6 +580,8 @@ export class SharedDesktop implements Desktops {
       },
     ];
   }
+
+  beginClose(): void {}
 
   close(): Promise<void> {
     return this.closeAll();

@@ -37,7 +37,10 @@ import type { Server, Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import {
+  exited,
+  KILL_DEADLINE_MS,
   OutputLines,
+  raceDeadline,
   startChild,
   StartError,
   stopChild,
@@ -353,6 +356,26 @@ export class DesktopSandbox implements Confinement {
     return path;
   }
 
+  /** The host pids of the processes in the sandbox's pid namespace now. */
+  private processes(): number[] {
+    let ns: string;
+    try {
+      ns = readlinkSync(`/proc/${this.holderPid}/ns/pid`);
+    } catch {
+      return [];
+    }
+    const pids: number[] = [];
+    for (const name of readdirSync('/proc')) {
+      if (!/^\d+$/.test(name)) continue;
+      try {
+        if (readlinkSync(`/proc/${name}/ns/pid`) === ns) pids.push(Number(name));
+      } catch {
+        // gone meanwhile
+      }
+    }
+    return pids;
+  }
+
   /** The host's pid of the process the sandbox knows as `innerPid` (CDP reports pids as its pid namespace sees them). */
   hostPid(innerPid: number): number | undefined {
     let ns: string;
@@ -455,20 +478,43 @@ export class DesktopSandbox implements Confinement {
   /** Ends every process in the sandbox and removes its folders. Idempotent. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
-      // The init first (the kernel then kills every process of its pid namespace), so that bubblewrap
-      // outside reaps it and exits; then bubblewrap, if it has not.
+      // The init first: the kernel then kills every process of its pid namespace, and the init ends only
+      // once all of them are gone; bubblewrap outside reaps it and exits. Only that exit says the sandbox is
+      // empty: a SIGKILLed process may take a while to end (an Xvfb unmapping its framebuffer), and
+      // SIGKILLing bubblewrap at once resolved stop() while an Xvfb of the sandbox still ran.
+      const inside = this.processes();
       try {
         process.kill(this.initPid, 'SIGKILL');
       } catch {
         // already gone
       }
+      await raceDeadline(exited(this.holder), KILL_DEADLINE_MS);
+      // Bubblewrap, if it has not ended (killed, it leaves the init's exit to the kernel: waited for next).
       await stopChild(this.holder, { signal: 'SIGKILL' });
+      await allGone(inside, KILL_DEADLINE_MS);
       for (const dir of [...this.removeOnStop, ...(this.launcherDir ? [this.launcherDir] : [])]) {
         await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       }
     })();
     return this.stopping;
   }
+}
+
+/** A process that has ended: gone, or a zombie (its parent has not reaped it yet). */
+function ended(pid: number): boolean {
+  try {
+    // The state follows the command name in parentheses, which may itself hold spaces or parentheses.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return /^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2));
+  } catch {
+    return true;
+  }
+}
+
+/** Resolves once every one of `pids` has ended, or after `ms`. */
+async function allGone(pids: readonly number[], ms: number): Promise<void> {
+  const until = performance.now() + ms;
+  while (pids.some((pid) => !ended(pid)) && performance.now() < until) await new Promise((r) => setTimeout(r, 10));
 }
 
 /** The holder's bubblewrap command line. */
