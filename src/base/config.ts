@@ -380,7 +380,7 @@ export const DEFAULT_CONFIG: Omit<DaemonConfig, 'token' | 'tokenConfigured' | 'd
     // 2000 px per side keeps a request with more than 20 images valid; 4784 is the visual-token limit.
     limits: { maxSidePx: 2000, maxVisualTokens: 4784 },
     maxBase64Bytes: API_IMAGE_MAX_BYTES,
-    settle: { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, drawnMs: 16, intervalMs: 50, maxMs: 1_000 },
+    settle: { afterInputMs: 1_000, quietMs: 32, reactionMs: 50, drawnMs: 32, intervalMs: 50, maxMs: 1_000 },
   },
   retention: { maxFiles: 2_000, maxBytes: 1024 * 1024 * 1024 },
   recording: {

@@ -19,7 +19,8 @@ export type ImageFormat = 'png' | 'jpeg' | 'webp';
  * (`DrawnAfter`), and the reaction window ends `drawnMs` after that word
  * instead (or twice as long as the word took, or twice the lag from a word to
  * its pixels seen lately, when longer: a busy machine is slow to show too),
- * time for its pixels to reach the X server.
+ * time for its pixels to reach the X server, even when that is later than
+ * `reactionMs` after the input.
  * Elsewhere frames are grabbed `intervalMs` apart until two in a row are
  * identical. On a screen that saw no input for `afterInputMs`, one grab is
  * all.
@@ -60,7 +61,8 @@ export interface CapturedImage {
    * the X server's reports, `changes` of them during the wait; `frames`:
    * `frames` grabs compared), whether the screen was quiet (false: the cap ended it), and
    * whether the app's word that it drew ended the reaction window (`drawn`), and how long after the
-   * input that word came (`wordMs`, when one came).
+   * input that word came (`wordMs`, when one came), and how long after the word the first change
+   * reached the X server (`lagMs`, when one did).
    */
   settled?: {
     ms: number;
@@ -70,5 +72,6 @@ export interface CapturedImage {
     stable: boolean;
     drawn?: boolean;
     wordMs?: number;
+    lagMs?: number;
   };
 }

@@ -144,7 +144,8 @@ function noteLag(changes: ScreenChanges, lagMs: number): void {
  * when the app said it drew its answer at `drawnAt`, until its pixels can
  * have reached the X server: `drawnMs` after that word, or twice as long as
  * the word took, or twice the longest lag from a word to its pixels seen
- * lately, whichever is longest, if that is sooner); at most `maxMs`.
+ * lately, whichever is longest, sooner or later than `reactionMs`); at most
+ * `maxMs`.
  * Each check first makes a round trip to the X server, so every change it
  * made before is counted.
  */
@@ -160,23 +161,19 @@ async function waitUntilQuiet(
   const reacted = lastInputAt + settle.reactionMs;
   // Time for the app's pixels to reach the X server after its word: at least drawnMs, or twice the time
   // the word took, or twice the lag seen lately, on a machine so busy that the app was slow to answer or
-  // its compositor slow to draw (docs/PERFORMANCE.md, "The settle step").
+  // its compositor slow to draw (docs/PERFORMANCE.md, "The settle step"). A late word can end the wait
+  // after the reaction window: the app has said it drew, and its pixels are still on their way.
   const reactionEnd =
     drawnAt === undefined
       ? reacted
-      : Math.min(reacted, drawnAt + Math.max(settle.drawnMs, 2 * (drawnAt - lastInputAt), 2 * recentLag(changes)));
+      : drawnAt + Math.max(settle.drawnMs, 2 * (drawnAt - lastInputAt), 2 * recentLag(changes));
   let stable = false;
   let changed = false;
-  let lagNoted = false;
   for (;;) {
     await changes.current();
     throwIfCancelled(ctx);
     const now = performance.now();
     changed = changes.lastChangeAt > lastInputAt;
-    if (drawnAt !== undefined && !lagNoted && changes.lastChangeAt > drawnAt) {
-      noteLag(changes, changes.lastChangeAt - drawnAt);
-      lagNoted = true;
-    }
     const left = changed ? changes.lastChangeAt + settle.quietMs - now : reactionEnd - now;
     if (left <= 0) {
       stable = true;
@@ -186,6 +183,9 @@ async function waitUntilQuiet(
     if (wait <= 0) break;
     await sleep(wait, ctx);
   }
+  const firstAfterWord = drawnAt === undefined ? undefined : changes.firstChangeAfter(drawnAt);
+  const lag = drawnAt === undefined || firstAfterWord === undefined ? undefined : firstAfterWord - drawnAt;
+  if (lag !== undefined) noteLag(changes, lag);
   return {
     ms: Math.round(performance.now() - t0),
     method: 'damage',
@@ -194,5 +194,6 @@ async function waitUntilQuiet(
     stable,
     ...(reactionEnd < reacted && !changed ? { drawn: true } : {}),
     ...(drawnAt !== undefined ? { wordMs: Math.round((drawnAt - lastInputAt) * 10) / 10 } : {}),
+    ...(lag !== undefined ? { lagMs: Math.round(lag * 10) / 10 } : {}),
   };
 }

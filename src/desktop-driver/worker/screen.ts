@@ -27,6 +27,8 @@ export class ScreenChanges {
   lastChangeAt = -Infinity;
   /** DamageNotify events received so far. */
   count = 0;
+  /** performance.now() of the last RECENT_CHANGES DamageNotify events, oldest first. */
+  private readonly recent: number[] = [];
 
   private constructor(private readonly conn: XConnection) {}
 
@@ -43,6 +45,8 @@ export class ScreenChanges {
       if ((event[0]! & 0x7f) !== notify) return;
       watch.lastChangeAt = performance.now();
       watch.count++;
+      watch.recent.push(watch.lastChangeAt);
+      if (watch.recent.length > RECENT_CHANGES) watch.recent.shift();
       // Empty the region, so the next drawing sends the next event (ReportNonEmpty reports once per non-empty).
       conn.damageSubtract(ext.major, damage);
     };
@@ -58,7 +62,20 @@ export class ScreenChanges {
   current(): Promise<void> {
     return this.conn.sync();
   }
+
+  /**
+   * When the first change after `t` was reported, if one was and it is still among the recent ones
+   * (an animation reports a change every frame: its last change says nothing of how soon the first came).
+   */
+  firstChangeAfter(t: number): number | undefined {
+    const i = this.recent.findIndex((at) => at > t);
+    if (i < 0 || (i === 0 && this.recent.length === RECENT_CHANGES)) return undefined;
+    return this.recent[i];
+  }
 }
+
+/** How many change times ScreenChanges keeps: a few frames of an animation, or of changes since one input. */
+const RECENT_CHANGES = 64;
 
 /** Pixels as libnut gives them too: B,G,R,X, rows `byteWidth` apart. */
 export interface BgrxImage {
