@@ -8,7 +8,7 @@
  * every frame of it slow to raster, so its pixels reach the X server well
  * after the page's word that it committed the frame, as on a busy machine: a
  * margin after the word too short for that (a fixed 5 ms, none, or 16 ms)
- * fails the "every time" test under load. What the settle step decided is
+ * fails the "shows in the screenshot" test under load. What the settle step decided is
  * read from the daemon's log ("screen settled", the worker's `settled`),
  * never from timing.
  */
@@ -16,6 +16,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import sharp from 'sharp';
+import { DEFAULT_CONFIG } from '../src/base/config.ts';
 import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
@@ -69,6 +70,7 @@ interface Settled {
   drawn?: boolean;
   wordMs?: number;
   lagMs?: number;
+  lateMs?: number;
 }
 
 /** The "screen settled" records the daemon logged, in order. */
@@ -191,20 +193,47 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
     }
   });
 
-  test('a click drawn by the page shows in the screenshot of the same batch, every time', async () => {
-    for (let i = 0; i < 8; i++) {
+  test('a click drawn by the page shows in the screenshot of the same batch, unless its pixels came after the reaction window', async () => {
+    // The page draws its answer in the click's own task: the wait after its word must cover its pixels. A busy
+    // machine can hold them back past any wait; a miss is excused only when they reached the X server later than
+    // the reaction window after the click (the wait with no word, docs/PERFORMANCE.md "The settle step"), which a
+    // later screenshot of the same click tells (`lateMs`). The word must never end the wait before pixels that
+    // came within the window.
+    const { reactionMs, afterInputMs } = DEFAULT_CONFIG.screenshot.settle;
+    const missed: string[] = [];
+    let shown = 0;
+    for (let i = 0; shown < 8; i++) {
+      assert.ok(i < 16, `8 of 16 clicks shown at once: ${shown}; missed: ${missed.join('; ')}`);
+      const colour = COLOURS[i % COLOURS.length]!.join();
       const result = await run(client, `draw-${i}`, [
         computerUse('left_click', { coordinate: [left.x + i, left.y] }),
         computerUse('screenshot'),
       ]);
-      const seen = pixel(await lastImage(result), left.x, left.y);
-      const settled = (await settledLines(d)).at(-1);
-      assert.deepEqual(
-        seen,
-        [...COLOURS[i % COLOURS.length]!],
-        `click ${i}: the screenshot shows its colour (settle step: ${JSON.stringify(settled)})`,
+      const clickedAt = Date.now();
+      if (pixel(await lastImage(result), left.x, left.y).join() === colour) {
+        shown++;
+        continue;
+      }
+      const first = (await settledLines(d)).at(-1)!;
+      // Screenshots of the same click until its colour shows: within afterInputMs of it each settles again.
+      const later = await until(
+        `click ${i}'s colour in a later screenshot (the first missed it: ${JSON.stringify(first)})`,
+        async () => {
+          const img = await lastImage(await run(client, `draw-${i}-again-${Date.now()}`, [computerUse('screenshot')]));
+          return pixel(img, left.x, left.y).join() === colour && (await settledLines(d)).at(-1)!;
+        },
+        { timeoutMs: afterInputMs / 2, intervalMs: 0 },
       );
+      assert.ok(Date.now() - clickedAt < afterInputMs, 'the later screenshots settled after the same click');
+      const why = `click ${i}: first ${JSON.stringify(first)}, later ${JSON.stringify(later)}`;
+      // No word: the settle step waited out the reaction window, and the pixels came after it.
+      if (first.wordMs !== undefined) {
+        assert.ok(later.lateMs !== undefined, `the later screenshot saw the missed pixels come: ${why}`);
+        assert.ok(later.lateMs > reactionMs, `the word ended the wait before pixels within the window: ${why}`);
+      }
+      missed.push(why);
     }
+    if (missed.length > 0) console.log(`# pixels later than the reaction window, excused: ${missed.join('; ')}`);
   });
 
   test('input the page never sees (the pointer over the tab strip) waits out the reaction window', async () => {
