@@ -2,13 +2,14 @@
  * The settle step with the daemon's own headful Chromium under the pointer
  * (src/browser/input-frames.ts, SettleOptions.drawnMs): a real daemon, a pool
  * desktop with its own Xvfb, the browser on it, a page from the test web
- * server. The left half of the page changes colour on every mousedown; the
- * right half never changes, but for a bar at its top that slides for a while
- * after a mousedown on its track. A blurred stripe under the left half makes
- * every frame of it slow to raster, so its pixels reach the X server well
- * after the page's word that it committed the frame, as on a busy machine: a
- * margin after the word too short for that (a fixed 5 ms, none, or 16 ms)
- * fails the "shows in the screenshot" test under load. What the settle step decided is
+ * server. The left half of the page changes colour on every mousedown (a
+ * change to the document: the page's script gives no word for it); the right
+ * half never changes, but for a bar at its top that slides for a while when
+ * the pointer comes over its track (a CSS animation: the word comes). A
+ * blurred stripe under the left half makes every frame of it slow to raster,
+ * so its pixels reach the X server late, as on a busy machine: while the word
+ * still came for the recolouring click, every margin after it tried (5, 16,
+ * 32 ms) failed the recolour test under load. What the settle step decided is
  * read from the daemon's log ("screen settled", the worker's `settled`),
  * never from timing.
  */
@@ -16,7 +17,6 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import sharp from 'sharp';
-import { DEFAULT_CONFIG } from '../src/base/config.ts';
 import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
@@ -41,25 +41,17 @@ const PAGE = `<!doctype html><html><head><title>settle-page</title><style>
   #box { position: fixed; left: 0; top: 0; width: 50vw; height: 100vh; background: #888; }
   /* Slow to raster (a large blur): its frames reach the X server late. */
   #slow { position: fixed; left: 0; top: 80vh; width: 50vw; height: 20vh; filter: blur(30px) saturate(1.2); background: repeating-linear-gradient(45deg, #111 0 3px, #eee 3px 7px); }
-  /* A mousedown here starts a bar sliding for ANIMATION_MS. */
+  /* The pointer over the track slides the bar for ANIMATION_MS: a CSS animation, no change to the document. */
   #track { position: fixed; left: 50vw; top: 0; width: 50vw; height: 30vh; background: #fff; }
   #bar { position: absolute; left: 0; top: 0; width: 20px; height: 100%; background: #333; }
+  #track:hover #bar { animation: slide ${ANIMATION_MS}ms linear forwards; }
+  @keyframes slide { to { left: calc(100% - 20px); } }
 </style></head><body><div id="box"><div id="slow"></div></div><div id="track"><div id="bar"></div></div><script>
   const colours = ${JSON.stringify(COLOURS.map(hex))};
   let n = 0;
   // Drawn in the same task as the mousedown: the screenshot after the click must show it.
   document.getElementById('box').addEventListener('mousedown', (e) => {
     e.currentTarget.style.background = colours[n++ % colours.length];
-  });
-  const bar = document.getElementById('bar');
-  document.getElementById('track').addEventListener('mousedown', () => {
-    const t0 = performance.now();
-    const step = () => {
-      const f = Math.min(1, (performance.now() - t0) / ${ANIMATION_MS});
-      bar.style.left = Math.round((innerWidth / 2 - 20) * f) + 'px';
-      if (f < 1) requestAnimationFrame(step);
-    };
-    step();
   });
 </script></body></html>`;
 
@@ -70,7 +62,6 @@ interface Settled {
   drawn?: boolean;
   wordMs?: number;
   lagMs?: number;
-  lateMs?: number;
 }
 
 /** The "screen settled" records the daemon logged, in order. */
@@ -111,7 +102,7 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
   /** Points in the page's left half (changes on mousedown) and right half (never changes), in screenshot pixels. */
   const left = { x: Math.round(SIZE.width * 0.25), y: Math.round(SIZE.height * 0.6) };
   const right = { x: Math.round(SIZE.width * 0.75), y: Math.round(SIZE.height * 0.6) };
-  /** On the bar's track (top right): a mousedown starts its slide. */
+  /** On the bar's track (top right): the pointer over it starts its slide. */
   const track = { x: Math.round(SIZE.width * 0.9), y: Math.round(SIZE.height * 0.22) };
 
   before(async () => {
@@ -158,7 +149,7 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
     assert.equal(drawn, 1, `the page's word ended the settle step (words came after ${words.join(', ')} ms)`);
   });
 
-  test("after a click that starts an animation, the word ends a still click's settle step again", async () => {
+  test("after a move that starts an animation, the word ends a still click's settle step again", async () => {
     // The lag the settle step learns is from the word to the first change after it. Were it to the last change
     // seen (the animation's end), the next 16 captures would wait twice that: none ended by the word. An
     // attempt whose animation itself began late (a lag longer than half the margin, a busy machine) proves
@@ -167,7 +158,7 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
     const ATTEMPTS = 4;
     for (let attempt = 1; ; attempt++) {
       await run(client, `slide-${attempt}`, [
-        computerUse('left_click', { coordinate: [track.x, track.y] }),
+        computerUse('mouse_move', { coordinate: [track.x + attempt, track.y] }),
         computerUse('screenshot'),
       ]);
       const slide = (await settledLines(d)).at(-1)!;
@@ -193,13 +184,12 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
     }
   });
 
-  test('a click drawn by the page shows in the screenshot of the same batch, unless its pixels came after the reaction window', async () => {
-    // The page draws its answer in the click's own task: the wait after its word must cover its pixels. A busy
-    // machine can hold them back past any wait; a miss is excused only when they reached the X server later than
-    // the reaction window after the click (the wait with no word, docs/PERFORMANCE.md "The settle step"), which a
-    // later screenshot of the same click tells (`lateMs`). The word must never end the wait before pixels that
-    // came within the window.
-    const { reactionMs, afterInputMs } = DEFAULT_CONFIG.screenshot.settle;
+  test('a click that changes the page gives no word: its screenshot shows the change, unless its pixels came after the reaction window', async () => {
+    // The page recolours the box in the click's own task, a change to its document: the page's script gives no
+    // word for it (pixels are on their way), so the settle step waits for them as with no word at all. A busy
+    // machine can hold them back past that window too, the wait the reaction window has always had (docs/
+    // PERFORMANCE.md "The settle step"): such a miss is excused, once later screenshots of the same click show
+    // the colour. Before 2026-12-04 the word ended these waits, and CI runs handed the model the old frame.
     const missed: string[] = [];
     let shown = 0;
     for (let i = 0; shown < 8; i++) {
@@ -209,29 +199,21 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
         computerUse('left_click', { coordinate: [left.x + i, left.y] }),
         computerUse('screenshot'),
       ]);
-      const clickedAt = Date.now();
+      const first = (await settledLines(d)).at(-1)!;
+      assert.equal(first.wordMs, undefined, `click ${i} changed the document: no word (${JSON.stringify(first)})`);
       if (pixel(await lastImage(result), left.x, left.y).join() === colour) {
         shown++;
         continue;
       }
-      const first = (await settledLines(d)).at(-1)!;
-      // Screenshots of the same click until its colour shows: within afterInputMs of it each settles again.
-      const later = await until(
+      await until(
         `click ${i}'s colour in a later screenshot (the first missed it: ${JSON.stringify(first)})`,
         async () => {
           const img = await lastImage(await run(client, `draw-${i}-again-${Date.now()}`, [computerUse('screenshot')]));
-          return pixel(img, left.x, left.y).join() === colour && (await settledLines(d)).at(-1)!;
+          return pixel(img, left.x, left.y).join() === colour;
         },
-        { timeoutMs: afterInputMs / 2, intervalMs: 0 },
+        { timeoutMs: 10_000, intervalMs: 0 },
       );
-      assert.ok(Date.now() - clickedAt < afterInputMs, 'the later screenshots settled after the same click');
-      const why = `click ${i}: first ${JSON.stringify(first)}, later ${JSON.stringify(later)}`;
-      // No word: the settle step waited out the reaction window, and the pixels came after it.
-      if (first.wordMs !== undefined) {
-        assert.ok(later.lateMs !== undefined, `the later screenshot saw the missed pixels come: ${why}`);
-        assert.ok(later.lateMs > reactionMs, `the word ended the wait before pixels within the window: ${why}`);
-      }
-      missed.push(why);
+      missed.push(`click ${i}: ${JSON.stringify(first)}`);
     }
     if (missed.length > 0) console.log(`# pixels later than the reaction window, excused: ${missed.join('; ')}`);
   });

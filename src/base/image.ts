@@ -62,9 +62,7 @@ export interface CapturedImage {
    * `frames` grabs compared), whether the screen was quiet (false: the cap ended it), and
    * whether the app's word that it drew ended the reaction window (`drawn`), and how long after the
    * input that word came (`wordMs`, when one came), and how long after the word the first change
-   * reached the X server (`lagMs`, when one did); and, when an earlier capture after the same input
-   * ended on the word with nothing drawn and pixels came after it, how long after the input they came
-   * (`lateMs`: that capture missed them).
+   * reached the X server (`lagMs`, when one did).
    */
   settled?: {
     ms: number;
@@ -75,6 +73,5 @@ export interface CapturedImage {
     drawn?: boolean;
     wordMs?: number;
     lagMs?: number;
-    lateMs?: number;
   };
 }

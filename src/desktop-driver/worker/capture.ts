@@ -131,13 +131,6 @@ function recentLag(changes: ScreenChanges): number {
   return Math.max(0, ...(wordLags.get(changes) ?? []));
 }
 
-/**
- * The last settle step per display that the app's word ended with nothing drawn (`drawnAt`, `endedAt`:
- * performance.now() times): the app's pixels may still come after it. A later capture after the same input
- * (none came since `endedAt`) that sees them says so (`settled.lateMs`) and learns the lag.
- */
-const unseen = new WeakMap<ScreenChanges, { drawnAt: number; endedAt: number }>();
-
 function noteLag(changes: ScreenChanges, lagMs: number): void {
   const lags = wordLags.get(changes) ?? [];
   lags.push(lagMs);
@@ -193,14 +186,6 @@ async function waitUntilQuiet(
   const firstAfterWord = drawnAt === undefined ? undefined : changes.firstChangeAfter(drawnAt);
   const lag = drawnAt === undefined || firstAfterWord === undefined ? undefined : firstAfterWord - drawnAt;
   if (lag !== undefined) noteLag(changes, lag);
-  // Pixels that came after an earlier capture of the same input had ended on the word with nothing drawn:
-  // that capture missed them. Learnt as a lag (at most the reaction window, so an unrelated change such as a
-  // caret's blink cannot stretch every wait to maxMs), so the next waits are longer.
-  const missed = unseen.get(changes);
-  const missedFirst = missed && lastInputAt < missed.endedAt ? changes.firstChangeAfter(missed.endedAt) : undefined;
-  if (missed && missedFirst !== undefined) noteLag(changes, Math.min(missedFirst - missed.drawnAt, settle.reactionMs));
-  if (drawnAt !== undefined && !changed) unseen.set(changes, { drawnAt, endedAt: performance.now() });
-  else if (!(missed && lastInputAt < missed.endedAt && !changed)) unseen.delete(changes); // else: still unseen
   return {
     ms: Math.round(performance.now() - t0),
     method: 'damage',
@@ -210,6 +195,5 @@ async function waitUntilQuiet(
     ...(reactionEnd < reacted && !changed ? { drawn: true } : {}),
     ...(drawnAt !== undefined ? { wordMs: Math.round((drawnAt - lastInputAt) * 10) / 10 } : {}),
     ...(lag !== undefined ? { lagMs: Math.round(lag * 10) / 10 } : {}),
-    ...(missedFirst !== undefined ? { lateMs: Math.round((missedFirst - lastInputAt) * 10) / 10 } : {}),
   };
 }
