@@ -15,8 +15,8 @@ export type ImageFormat = 'png' | 'jpeg' | 'webp';
  * quiet means: no change for `quietMs` since the last one, or, if nothing
  * changed since the input, for `reactionMs` since the input (an app takes a
  * while to draw its answer to a click). When the app under the pointer is
- * the daemon's own Chromium, the tab says when it drew its answer
- * (`DrawnAfter`), and the reaction window ends `drawnMs` after that word
+ * the daemon's own Chromium, the tab says when it drew its answer and changed
+ * nothing of its document (`DrawnAfter`), and the reaction window ends `drawnMs` after that word
  * instead (or twice as long as the word took, or twice the lag from a word to
  * its pixels seen lately, when longer: a busy machine is slow to show too),
  * time for its pixels to reach the X server, even when that is later than

@@ -6,7 +6,9 @@
  * app is this daemon's own headful Chromium, each tab tells instead: the
  * in-page script (page-script/input-frames.js), installed in an isolated world
  * of every frame before the page's scripts, reports each trusted pointermove
- * and mouseup event once the animation frame after it has been committed,
+ * and mouseup event once the animation frame after it has been committed, if
+ * the page changed nothing of its document for it (when it did, its pixels are
+ * on their way: no report, and the reaction window is waited for them),
  * through a CDP binding only that world sees. `drawnAfter` answers whether, and
  * when, a report for a given input came.
  *
