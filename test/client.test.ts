@@ -31,14 +31,13 @@ import {
   mergeToolResults,
   splitToolUses,
   type ConnectOptions,
-  type DeskbatchClientEvents,
   type ToolEvent,
 } from '../src/client/index.ts';
 import type { ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { TEST_TOKEN, computerUse, startTestDaemon, type TestDaemon } from '../testkit/daemon.ts';
 import { startTestDisplay } from '../testkit/display.ts';
-import { within } from '../testkit/wait.ts';
+import { nextEvent, within } from '../testkit/wait.ts';
 import { browserUse, startWebServer, type WebServer } from '../testkit/web.ts';
 import { failsWith } from '../testkit/errors.ts';
 import { startProxy, type Proxy } from '../testkit/tcp-proxy.ts';
@@ -56,16 +55,6 @@ async function until(cond: () => boolean, what: string, timeoutMs = 60_000): Pro
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await delay(20);
   }
-}
-
-function nextEvent<K extends keyof DeskbatchClientEvents>(
-  client: DeskbatchClient,
-  event: K,
-): Promise<DeskbatchClientEvents[K]> {
-  return new Promise((resolve) => {
-    const on = client.once as (e: K, l: (...args: DeskbatchClientEvents[K]) => void) => DeskbatchClient;
-    on.call(client, event, (...args) => resolve(args));
-  });
 }
 
 /** `started` events per tool_use id, from the client's own hook. */

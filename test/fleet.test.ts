@@ -28,7 +28,6 @@ import {
   DeskbatchClient,
   HandshakeRefusedError,
   SessionLostError,
-  type DeskbatchClientEvents,
   type FleetOptions,
   type ToolEvent,
 } from '../src/client/index.ts';
@@ -38,7 +37,7 @@ import { computerUse, startTestDaemon, type TestDaemon } from '../testkit/daemon
 import { startDnsServer, type DnsRecords, type TestDnsServer } from '../testkit/dns-server.ts';
 import { PYTHON, runPython } from '../testkit/python.ts';
 import { startProxy, type Proxy } from '../testkit/tcp-proxy.ts';
-import { until, within } from '../testkit/wait.ts';
+import { nextEvent, until, within } from '../testkit/wait.ts';
 
 const DOMAIN = 'deskbatch.svc.cluster.local';
 const SIZE = { width: 1024, height: 768 };
@@ -114,16 +113,6 @@ async function warm(pod: Pod): Promise<void> {
 
 const desktopsOf = async (pod: Pod): Promise<Record<string, number>> =>
   (await readyz(pod)).body.desktops as Record<string, number>;
-
-function nextEvent<K extends keyof DeskbatchClientEvents>(
-  client: DeskbatchClient,
-  event: K,
-): Promise<DeskbatchClientEvents[K]> {
-  return new Promise((resolve) => {
-    const on = client.once as (e: K, l: (...args: DeskbatchClientEvents[K]) => void) => DeskbatchClient;
-    on.call(client, event, (...args) => resolve(args));
-  });
-}
 
 /** The placement table the closing note quotes: session → pod, how, and the pods passed on the way. */
 function printTable(scenario: string, rows: { session: string; client?: DeskbatchClient; outcome?: string }[]): void {

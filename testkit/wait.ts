@@ -4,6 +4,8 @@
  * with a message that names what did not happen (and, if given, what was
  * seen instead). Use it where no event can be awaited directly.
  */
+import type { DeskbatchClient, DeskbatchClientEvents } from '../src/client/index.ts';
+
 export interface UntilOptions {
   /** Default 10 000 ms: generous, because these machines are shared and slow at times. */
   timeoutMs?: number;
@@ -45,4 +47,15 @@ export function within<T>(promise: Promise<T>, what: string, timeoutMs = 10_000)
     timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)), timeoutMs);
   });
   return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+/** The arguments of the client library's next `event` (wrap it in `within` for a deadline). */
+export function nextEvent<K extends keyof DeskbatchClientEvents>(
+  client: DeskbatchClient,
+  event: K,
+): Promise<DeskbatchClientEvents[K]> {
+  return new Promise((resolve) => {
+    const on = client.once as (e: K, l: (...args: DeskbatchClientEvents[K]) => void) => DeskbatchClient;
+    on.call(client, event, (...args) => resolve(args));
+  });
 }
