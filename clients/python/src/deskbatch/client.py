@@ -148,13 +148,7 @@ class _Connecting:
         self._client: DeskbatchClient | None = None
 
     async def _connect(self) -> DeskbatchClient:
-        client = DeskbatchClient(self._url, self._options)
-        try:
-            await client._link.connect()
-        except BaseException:
-            await client.close()
-            raise
-        return client
+        return await DeskbatchClient(self._url, self._options)._open()
 
     def __await__(self) -> Generator[Any, None, DeskbatchClient]:
         return self._connect().__await__()
@@ -195,6 +189,15 @@ class DeskbatchClient:
         self._resend: asyncio.TimerHandle | None = None
         self._closing: asyncio.Task[None] | None = None
         self._link = ClientLink(url, options, _Hooks(self), target)
+
+    async def _open(self) -> DeskbatchClient:
+        """Makes the first connection (hello, welcome); closes this client if it fails."""
+        try:
+            await self._link.connect()
+        except BaseException:
+            await self.close()
+            raise
+        return self
 
     @staticmethod
     def connect(

@@ -152,12 +152,7 @@ async def connect_fleet(
         )._options
         client = DeskbatchClient(url, options, _PinnedTarget(dns, pod))
         client.placement = placement
-        try:
-            await client._link.connect()
-        except BaseException:
-            await client.close()
-            raise
-        return client
+        return await client._open()
 
     look = 0
     while True:
