@@ -16,7 +16,7 @@
  * (measured). Processes come from the X-Resource extension; without it the
  * window's own connection must read.
  */
-import { RECORD_CLIENT_DIED, RECORD_CLIENT_STARTED, RECORD_FROM_CLIENT, XConnection } from './x11.ts';
+import { POINTER_ROOT, RECORD_CLIENT_DIED, RECORD_CLIENT_STARTED, RECORD_FROM_CLIENT, XConnection } from './x11.ts';
 
 const X_CHANGE_KEYBOARD_MAPPING = 100;
 const X_GET_KEYBOARD_MAPPING = 101;
@@ -29,8 +29,6 @@ const RECORD_START_TIMEOUT_MS = 5_000;
  * (src/desktop-driver/keymap-watch.ts) both press the key after this regardless.
  */
 export const REREAD_CAP_MS = 1_000;
-/** GetInputFocus's answer when focus follows the pointer (0 is None). */
-const POINTER_ROOT = 1;
 
 /**
  * The window whose client gets the keyboard's keys: the focused window, or,

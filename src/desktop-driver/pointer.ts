@@ -15,12 +15,13 @@
  *   around that replay. So our openbox config (xvfb.ts) binds nothing on
  *   client windows, and `press` below gives click-to-focus itself: before a
  *   press it asks the window manager (EWMH `_NET_ACTIVE_WINDOW`) to activate
- *   the window under the pointer and waits until it has, so the click, and
- *   any typing after it, reaches that window, as with a person's click.
+ *   the window under the pointer and waits until it has (and the focus is in
+ *   it), so the click, and any typing after it, reaches that window, as with
+ *   a person's click.
  */
 import type { MouseButton } from './driver.ts';
 import type { Point } from '../base/geometry.ts';
-import { BUTTON_PRESS, BUTTON_RELEASE, type XConnection } from './x11.ts';
+import { BUTTON_PRESS, BUTTON_RELEASE, POINTER_ROOT, type XConnection } from './x11.ts';
 
 const MOTION_BUTTONS: Record<MouseButton, number> = { left: 1, middle: 2, right: 3 };
 /** X wheel buttons: 4 up, 5 down, 6 left, 7 right. */
@@ -148,19 +149,20 @@ export class XPointer {
     // top-level window is under the pointer, which window is active, and whether the client
     // window found under that top-level last time is still a client.
     const last = this.last;
-    const [{ child }, activeNow, lastStill] = await Promise.all([
+    const [{ child }, activeNow, focusNow, lastStill] = await Promise.all([
       this.conn.queryPointer(),
       this.conn.getRootWindow(active),
+      this.conn.inputFocus(),
       last ? this.conn.hasProperty(last.client, wmState).catch(() => false) : false,
     ]);
     if (child === 0) return;
     const client = last && lastStill && last.frame === child ? last.client : await this.clientOf(child);
     if (client === 0) return;
     this.last = { frame: child, client };
-    if (activeNow === client) return;
+    if (await this.isActive(client, activeNow, focusNow)) return;
     this.conn.sendToWindowManager(client, active, [SOURCE_PAGER, 0, 0]);
     const deadline = performance.now() + ACTIVATE_WAIT_MS;
-    while ((await this.conn.getRootWindow(active)) !== client) {
+    while (!(await this.isActive(client))) {
       if (performance.now() > deadline) {
         // No window manager, or one that refused: click anyway, as the press would without one.
         this.log('window manager did not activate the window under the pointer', { window: client });
@@ -168,6 +170,28 @@ export class XPointer {
       }
       await new Promise((resolve) => setTimeout(resolve, ACTIVATE_POLL_MS));
     }
+  }
+
+  /**
+   * Whether `client` is active: the window manager says so and the keyboard
+   * focus is in it. The window manager's word alone can be stale: openbox
+   * moves the focus to a new window first and updates `_NET_ACTIVE_WINDOW`
+   * only when its FocusIn event comes back, and a click in that gap, on the
+   * window active before, went unactivated and its typing went to the new one.
+   */
+  private async isActive(client: number, activeNow?: number, focusNow?: number): Promise<boolean> {
+    [activeNow, focusNow] = await Promise.all([
+      activeNow ?? this.conn.getRootWindow(this.atoms!.active),
+      focusNow ?? this.conn.inputFocus(),
+    ]);
+    if (activeNow !== client) return false;
+    // The focus is on the client window itself (the usual case), or on one of its descendants.
+    for (let w = focusNow, depth = 0; w > POINTER_ROOT && depth < 8; depth++) {
+      if (w === client) return true;
+      if (w === this.conn.root) return false;
+      w = await this.conn.parentOf(w);
+    }
+    return false;
   }
 
   private async internAtoms(): Promise<{ active: number; wmState: number }> {

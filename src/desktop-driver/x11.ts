@@ -57,6 +57,8 @@ export const BUTTON_PRESS = 4;
 export const BUTTON_RELEASE = 5;
 const MOTION_NOTIFY = 6;
 export const LOCK_MASK = 0x02;
+/** GetInputFocus's answer when focus follows the pointer (0 is None). */
+export const POINTER_ROOT = 1;
 const XA_INTEGER = 19;
 const XA_WINDOW = 33;
 const ANY_PROPERTY_TYPE = 0;
@@ -544,6 +546,13 @@ export class XConnection {
     const reply = await this.request(req);
     const n = reply.readUInt16LE(16);
     return Array.from({ length: n }, (_, i) => reply.readUInt32LE(32 + 4 * i));
+  }
+
+  /** The parent of `window` (0 for the root). */
+  async parentOf(window: number): Promise<number> {
+    const req = newRequest(X_QUERY_TREE, 8);
+    req.writeUInt32LE(window, 4);
+    return (await this.request(req)).readUInt32LE(12);
   }
 
   /** Whether `window` has property `atom` (of any type). */
