@@ -23,14 +23,17 @@ import type { Rect, Size } from '../../base/geometry.ts';
 import { DAMAGE_REPORT_NON_EMPTY, type XConnection } from '../x11.ts';
 
 export class ScreenChanges {
-  /** performance.now() of the last DamageNotify received (-Infinity: none yet). */
-  lastChangeAt = -Infinity;
   /** DamageNotify events received so far. */
   count = 0;
   /** performance.now() of the last RECENT_CHANGES DamageNotify events, oldest first. */
   private readonly recent: number[] = [];
 
   private constructor(private readonly conn: XConnection) {}
+
+  /** performance.now() of the last DamageNotify received (-Infinity: none yet). */
+  get lastChangeAt(): number {
+    return this.recent.at(-1) ?? -Infinity;
+  }
 
   /** Undefined if the server has no DAMAGE 1.1. */
   static async open(conn: XConnection): Promise<ScreenChanges | undefined> {
@@ -43,9 +46,8 @@ export class ScreenChanges {
     const notify = ext.firstEvent; // DamageNotify is the extension's event 0
     conn.onEvent = (event) => {
       if ((event[0]! & 0x7f) !== notify) return;
-      watch.lastChangeAt = performance.now();
       watch.count++;
-      watch.recent.push(watch.lastChangeAt);
+      watch.recent.push(performance.now());
       if (watch.recent.length > RECENT_CHANGES) watch.recent.shift();
       // Empty the region, so the next drawing sends the next event (ReportNonEmpty reports once per non-empty).
       conn.damageSubtract(ext.major, damage);
