@@ -33,6 +33,9 @@ const SHIFT_L = 0xffe1;
 const CONTROL_L = 0xffe3;
 const X_SHIFT_MASK = 0x01;
 const X_BUTTON1_MASK = 0x100;
+/** The event a selection's owner answers a read with, and the predefined atom STRING. */
+const X_SELECTION_NOTIFY = 31;
+const XA_STRING = 31;
 
 // ---------------------------------------------------------------------------------------------
 
@@ -303,6 +306,51 @@ describe('x11vnc on a display, and the bridge', () => {
     await w.c.update({ incremental: true });
     assert.equal(await selectionText(display, 'clipboard'), text, "the watcher's text did not reach X");
     assert.equal(w.b.bridge.tally.pasted, 0);
+  });
+
+  test('a client that asks for the pasted text and is gone before the answer: x11vnc ignores it and serves on', async () => {
+    const { c } = await open(true);
+    const text = 'owned by x11vnc';
+    c.cutText(text);
+    await until('CLIPBOARD to hold the pasted text', async () => {
+      const read = await xclip(display, 'clipboard');
+      return 'text' in read && read.text === text;
+    });
+    // x11vnc makes sure a reader's window still exists at most every 0.2 s: after 0.3 s without a read
+    // it does for the next one, not for one it answers right after. So two reads in one go: one whose
+    // window stays, one whose window is destroyed before x11vnc can answer. The error of answering
+    // the second came back after x11vnc stopped ignoring errors: fatal before X11VNC_SENDEVENT_SYNC,
+    // and x11vnc hung. (The clock is the condition here: x11vnc's own 0.2 s.)
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const reader = await XConnection.open(display.display, display.xauthority);
+    try {
+      let answered = false;
+      reader.onEvent = (event) => {
+        if ((event[0]! & 0x7f) === X_SELECTION_NOTIFY) answered = true;
+      };
+      const [clipboard, property] = await Promise.all([
+        reader.internAtom('CLIPBOARD'),
+        reader.internAtom('DESKBATCH_TEST_READ'),
+      ]);
+      const [stays, goes] = [reader.newId(), reader.newId()];
+      reader.createInputOnlyWindow(stays);
+      reader.createInputOnlyWindow(goes);
+      reader.convertSelection(stays, clipboard, XA_STRING, property);
+      reader.convertSelection(goes, clipboard, XA_STRING, property);
+      reader.destroyWindow(goes);
+      await reader.sync();
+      await until('x11vnc to answer the read whose window stayed', () => answered);
+      // A busy X server answers late: held for x11vnc's next turn (it answers the second read then),
+      // so the error of that answer comes back only after x11vnc has put its usual handler back.
+      await reader.whileServerGrabbed(() => {
+        for (const end = performance.now() + 300; performance.now() < end;);
+      });
+    } finally {
+      reader.close();
+    }
+    await open(true); // greeted (ServerInit), so x11vnc serves on
+    assert.equal(await selectionText(display, 'clipboard'), text);
+    assert.equal(isRunning(server.pid), true);
   });
 
   test('a key the desktop lacks: x11vnc binds it on a release sent first; its press and the keys after it wait for the binding to be read', async () => {

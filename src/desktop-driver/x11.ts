@@ -13,6 +13,9 @@ import { hostname, homedir } from 'node:os';
 import { join } from 'node:path';
 import { displayNumber, displaySocketPath } from './display.ts';
 
+const X_CREATE_WINDOW = 1;
+const X_DESTROY_WINDOW = 4;
+const X_CONVERT_SELECTION = 24;
 const X_SEND_EVENT = 25;
 const X_QUERY_TREE = 15;
 const X_INTERN_ATOM = 16;
@@ -553,6 +556,33 @@ export class XConnection {
     const req = newRequest(X_QUERY_TREE, 8);
     req.writeUInt32LE(window, 4);
     return (await this.request(req)).readUInt32LE(12);
+  }
+
+  /** CreateWindow: a 1x1 InputOnly child of the root, never mapped (a selection requestor, say). */
+  createInputOnlyWindow(window: number): void {
+    const req = newRequest(X_CREATE_WINDOW, 32, 0); // depth 0: CopyFromParent, as InputOnly needs
+    req.writeUInt32LE(window, 4);
+    req.writeUInt32LE(this.root, 8);
+    req.writeUInt16LE(1, 16); // width
+    req.writeUInt16LE(1, 18); // height
+    req.writeUInt16LE(2, 22); // class InputOnly; visual 0 (CopyFromParent) and no values follow
+    this.send(req);
+  }
+
+  destroyWindow(window: number): void {
+    const req = newRequest(X_DESTROY_WINDOW, 8);
+    req.writeUInt32LE(window, 4);
+    this.send(req);
+  }
+
+  /** ConvertSelection at CurrentTime: the owner is asked to put `selection` as `target` in `property` of `requestor`. */
+  convertSelection(requestor: number, selection: number, target: number, property: number): void {
+    const req = newRequest(X_CONVERT_SELECTION, 24);
+    req.writeUInt32LE(requestor, 4);
+    req.writeUInt32LE(selection, 8);
+    req.writeUInt32LE(target, 12);
+    req.writeUInt32LE(property, 16);
+    this.send(req);
   }
 
   /** Whether `window` has property `atom` (of any type). */

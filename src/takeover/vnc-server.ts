@@ -357,6 +357,15 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
           HOME: o.dir,
           LANG: 'C.UTF-8',
           X11VNC_AVOID_WINDOWS: 'never',
+          // x11vnc owns the selections after a person's paste and answers other clients' reads of
+          // them. It ignores the X error of answering a client that already left only if the error
+          // arrives before it puts its usual error handler back, and by default it waits for the
+          // error only now and then (at most every 0.2 s). An error that came later was fatal, and
+          // x11vnc's exit path (it releases keys with -clear_keys) then made X calls from inside the
+          // error handler and deadlocked: x11vnc hung, answered no viewer and ignored SIGTERM (seen
+          // in CI: xclip read the clipboard and was killed by its time-out before the answer). With
+          // this set, every answer waits for its errors while they are still ignored.
+          X11VNC_SENDEVENT_SYNC: '1',
           ...(o.xauthority ? { XAUTHORITY: o.xauthority } : {}),
         },
       },
