@@ -363,8 +363,8 @@ export async function startVncServer(o: VncServerOptions): Promise<VncServer> {
           // error only now and then (at most every 0.2 s). An error that came later was fatal, and
           // x11vnc's exit path (it releases keys with -clear_keys) then made X calls from inside the
           // error handler and deadlocked: x11vnc hung, answered no viewer and ignored SIGTERM (seen
-          // in CI: xclip read the clipboard and was killed by its time-out before the answer). With
-          // this set, every answer waits for its errors while they are still ignored.
+          // in CI: BadWindow on the window of a reader, xclip, gone before the answer). With this
+          // set, every answer waits for its errors while they are still ignored.
           X11VNC_SENDEVENT_SYNC: '1',
           ...(o.xauthority ? { XAUTHORITY: o.xauthority } : {}),
         },
