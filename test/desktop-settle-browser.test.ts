@@ -5,7 +5,8 @@
  * server. The left half of the page changes colour on every mousedown (a
  * change to the document: the page's script gives no word for it); the right
  * half never changes, but for a bar at its top that slides for a while when
- * the pointer comes over its track (a CSS animation: the word comes). A
+ * the pointer comes over its track (a CSS animation: the word comes, and says
+ * an animation runs), and one under it that slides only a while after. A
  * blurred stripe under the left half makes every frame of it slow to raster,
  * so its pixels reach the X server late, as on a busy machine: while the word
  * still came for the recolouring click, every margin after it tried (5, 16,
@@ -34,6 +35,8 @@ const COLOURS = [
 ] as const;
 /** How long the bar in the page's top right slides after a mousedown on its track. */
 const ANIMATION_MS = 600;
+/** How long after the pointer comes over its track the second bar starts to slide. */
+const LATE_DELAY_MS = 150;
 const hex = (c: readonly number[]): string => `#${c.map((v) => v.toString(16).padStart(2, '0')).join('')}`;
 
 const PAGE = `<!doctype html><html><head><title>settle-page</title><style>
@@ -46,7 +49,12 @@ const PAGE = `<!doctype html><html><head><title>settle-page</title><style>
   #bar { position: absolute; left: 0; top: 0; width: 20px; height: 100%; background: #333; }
   #track:hover #bar { animation: slide ${ANIMATION_MS}ms linear forwards; }
   @keyframes slide { to { left: calc(100% - 20px); } }
-</style></head><body><div id="box"><div id="slow"></div></div><div id="track"><div id="bar"></div></div><script>
+  /* Under it, a bar that slides only ${LATE_DELAY_MS} ms after the pointer came over its track. In pixels:
+     the browser's viewport (1280x800) is larger than this display, and the track must show on it. */
+  #late { position: fixed; left: 660px; top: 240px; width: 300px; height: 100px; background: #fff; }
+  #lbar { position: absolute; left: 0; top: 0; width: 20px; height: 100%; background: #333; }
+  #late:hover #lbar { animation: slide 200ms linear ${LATE_DELAY_MS}ms forwards; }
+</style></head><body><div id="box"><div id="slow"></div></div><div id="track"><div id="bar"></div></div><div id="late"><div id="lbar"></div></div><script>
   const colours = ${JSON.stringify(COLOURS.map(hex))};
   let n = 0;
   // Drawn in the same task as the mousedown: the screenshot after the click must show it.
@@ -59,9 +67,12 @@ interface Settled {
   ms: number;
   method: string;
   changes: number;
+  /** False when the cap (maxMs) ended the wait. */
+  stable: boolean;
   drawn?: boolean;
   wordMs?: number;
   lagMs?: number;
+  movingInMs?: number;
 }
 
 /** The "screen settled" records the daemon logged, in order. */
@@ -104,6 +115,12 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
   const right = { x: Math.round(SIZE.width * 0.75), y: Math.round(SIZE.height * 0.6) };
   /** On the bar's track (top right): the pointer over it starts its slide. */
   const track = { x: Math.round(SIZE.width * 0.9), y: Math.round(SIZE.height * 0.22) };
+  /**
+   * On the late bar's track (under the first), and a point its bar covers once it has slid to the end
+   * (the viewport starts about 4 px right of the screen's left edge and 87 px below its top).
+   */
+  const late = { x: 700, y: 377 };
+  const lateEnd = { x: 954, y: late.y };
 
   before(async () => {
     web = await startWebServer();
@@ -144,6 +161,7 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
       const lines = await settledLines(d);
       assert.equal(lines.length, before + i + 1, 'one settle step per screenshot after input');
       if (lines.at(-1)!.drawn === true) drawn++;
+      assert.equal(lines.at(-1)!.stable, true, `the wait ended before the cap: ${JSON.stringify(lines.at(-1))}`);
       if (lines.at(-1)!.wordMs !== undefined) words.push(lines.at(-1)!.wordMs!);
     }
     assert.equal(drawn, 1, `the page's word ended the settle step (words came after ${words.join(', ')} ms)`);
@@ -162,6 +180,7 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
         computerUse('screenshot'),
       ]);
       const slide = (await settledLines(d)).at(-1)!;
+      assert.equal(slide.movingInMs, 0, `the word said the bar slides: ${JSON.stringify(slide)}`);
       if (slide.changes < 10 && attempt < ATTEMPTS) continue;
       assert.ok(slide.changes >= 10, `the capture saw the bar slide: ${JSON.stringify(slide)}`);
       let drawn = false;
@@ -182,6 +201,26 @@ describe("the settle step with the daemon's own Chromium under the pointer", () 
           `still ${JSON.stringify(still.map((l) => [l.wordMs, l.lagMs, l.ms]))}`,
       );
     }
+  });
+
+  test('a move that starts an animation after a pause: the word says it is moving, and the screenshot shows it done', async () => {
+    // The word comes well before the animation's first pixels. Ended a margin after the word, as for a
+    // still page, the settle step took the screenshot before the bar moved (as it did, under load, for
+    // animations that start at once); a word that says an animation runs makes it wait for the pixels.
+    const result = await run(client, 'late', [
+      computerUse('mouse_move', { coordinate: [late.x, late.y] }),
+      computerUse('screenshot'),
+    ]);
+    const line = (await settledLines(d)).at(-1)!;
+    assert.ok(
+      line.movingInMs !== undefined && line.movingInMs > 0 && line.movingInMs <= LATE_DELAY_MS,
+      `the word said an animation starts soon: ${JSON.stringify(line)}`,
+    );
+    assert.deepEqual(
+      pixel(await lastImage(result), lateEnd.x, lateEnd.y),
+      [51, 51, 51],
+      `the bar had slid to its end in the screenshot: ${JSON.stringify(line)}`,
+    );
   });
 
   test('a click that changes the page gives no word: its screenshot shows the change, unless its pixels came after the reaction window', async () => {

@@ -44,11 +44,16 @@ export interface InputMark {
   sentAt: number;
 }
 
-/**
- * When the app under the pointer said it drew its answer to `mark`
- * (performance.now()), or undefined if it said nothing within `timeoutMs`.
- */
-export type DrawnAfter = (mark: InputMark, timeoutMs: number) => Promise<number | undefined>;
+/** The word of the app under the pointer that it drew its answer to some input. */
+export interface Drawn {
+  /** performance.now() when the word came. */
+  at: number;
+  /** An animation is running where it shows, and starts to change its pixels this many ms after the word. */
+  movingInMs?: number;
+}
+
+/** The app under the pointer's word that it drew its answer to `mark`, or undefined if none came within `timeoutMs`. */
+export type DrawnAfter = (mark: InputMark, timeoutMs: number) => Promise<Drawn | undefined>;
 
 export interface CapturedImage {
   /** Encoded image bytes (not base64). */
@@ -62,7 +67,8 @@ export interface CapturedImage {
    * `frames` grabs compared), whether the screen was quiet (false: the cap ended it), and
    * whether the app's word that it drew ended the reaction window (`drawn`), and how long after the
    * input that word came (`wordMs`, when one came), and how long after the word the first change
-   * reached the X server (`lagMs`, when one did).
+   * reached the X server (`lagMs`, when one did); `movingInMs` when the word said an animation was
+   * running (starting to change that long after it), whose first pixels the settle step waited for.
    */
   settled?: {
     ms: number;
@@ -73,5 +79,6 @@ export interface CapturedImage {
     drawn?: boolean;
     wordMs?: number;
     lagMs?: number;
+    movingInMs?: number;
   };
 }

@@ -8,9 +8,10 @@
  * of every frame before the page's scripts, reports each trusted pointermove
  * and mouseup event once the animation frame after it has been committed, if
  * the page changed nothing of its document for it (when it did, its pixels are
- * on their way: no report, and the reaction window is waited for them),
- * through a CDP binding only that world sees. `drawnAfter` answers whether, and
- * when, a report for a given input came.
+ * on their way: no report, and the reaction window is waited for them), and
+ * whether an animation is running where it shows (its pixels are still to
+ * come), through a CDP binding only that world sees. `drawnAfter` answers
+ * whether, and when, a report for a given input came, and what it said.
  *
  * Why a page event, not the CDP pipe: the input reaches Chromium through the X
  * server, a channel of its own, so no CDP command can be ordered after it; a
@@ -22,25 +23,25 @@
  */
 import { readFileSync } from 'node:fs';
 import type { CDPSession } from 'playwright';
-import type { InputMark } from '../base/image.ts';
+import type { Drawn, InputMark } from '../base/image.ts';
 
 /** The isolated world the watcher runs in, and the binding it reports through (seen in that world only). */
 const WORLD = 'deskbatch-input-frames';
 const BINDING = 'deskbatchInputFrame';
 const SOURCE = `(${readFileSync(new URL('./page-script/input-frames.js', import.meta.url), 'utf8').trim()})(globalThis.${BINDING})`;
-/** A report: `type detail eventTime`, as page-script/input-frames.js sends it. */
-const REPORT = /^(pointermove|mouseup) (\d{1,3}) (\d{1,16})$/;
+/** A report: `type detail eventTime moving`, as page-script/input-frames.js sends it (moving -1: none). */
+const REPORT = /^(pointermove|mouseup) (\d{1,3}) (\d{1,16}) (-1|\d{1,4})$/;
 
 interface Heard {
   detail: number;
   eventAt: number;
-  /** performance.now() when the report arrived. */
-  heardAt: number;
+  /** When the report arrived (performance.now()), and whether an animation was running. */
+  drawn: Drawn;
 }
 
 interface Waiter {
   mark: InputMark;
-  done: (at: number | undefined) => void;
+  done: (drawn: Drawn | undefined) => void;
 }
 
 const matches = (mark: InputMark, heard: Heard | undefined): heard is Heard =>
@@ -66,20 +67,20 @@ export class InputFrames {
   }
 
   /**
-   * performance.now() of the report of `mark`'s event: at once if it came
-   * already, else when it comes, or undefined after `timeoutMs`.
+   * The report of `mark`'s event: at once if it came already, else when it
+   * comes, or undefined after `timeoutMs`.
    */
-  drawnAfter(mark: InputMark, timeoutMs: number): Promise<number | undefined> {
+  drawnAfter(mark: InputMark, timeoutMs: number): Promise<Drawn | undefined> {
     const heard = this.last.get(mark.event);
-    if (matches(mark, heard)) return Promise.resolve(heard.heardAt);
+    if (matches(mark, heard)) return Promise.resolve(heard.drawn);
     if (timeoutMs <= 0) return Promise.resolve(undefined);
     return new Promise((resolve) => {
       const waiter: Waiter = {
         mark,
-        done: (at) => {
+        done: (drawn) => {
           clearTimeout(timer);
           this.waiters.delete(waiter);
-          resolve(at);
+          resolve(drawn);
         },
       };
       const timer = setTimeout(() => waiter.done(undefined), timeoutMs);
@@ -91,8 +92,9 @@ export class InputFrames {
     const m = REPORT.exec(payload);
     if (!m) return;
     const event = m[1] as InputMark['event'];
-    const heard: Heard = { detail: Number(m[2]), eventAt: Number(m[3]), heardAt: performance.now() };
+    const drawn: Drawn = { at: performance.now(), ...(m[4] !== '-1' ? { movingInMs: Number(m[4]) } : {}) };
+    const heard: Heard = { detail: Number(m[2]), eventAt: Number(m[3]), drawn };
     this.last.set(event, heard);
-    for (const w of this.waiters) if (w.mark.event === event && matches(w.mark, heard)) w.done(heard.heardAt);
+    for (const w of this.waiters) if (w.mark.event === event && matches(w.mark, heard)) w.done(drawn);
   }
 }

@@ -16,7 +16,7 @@ import { removeDownloadFolder, removeStaleDownloads, type DownloadSettings } fro
 import { BrowserCrashedError, BrowserUnavailableError } from './failures.ts';
 import type { SettleCounts } from './call-watch.ts';
 import { InputFrames } from './input-frames.ts';
-import type { InputMark } from '../base/image.ts';
+import type { Drawn, InputMark } from '../base/image.ts';
 import { BrowserSession, type SessionHost } from './session.ts';
 import { openDevtools, type DevtoolsOptions, type DevtoolsSandbox } from './cdp-door.ts';
 import type { WebSocket } from 'ws';
@@ -181,11 +181,11 @@ export class BrowserManager implements SessionHost {
   }
 
   /**
-   * When the tab under the pointer said it drew its answer to `mark`
-   * (performance.now()), or undefined: the browser does not run on the
-   * display, or no tab said so within `timeoutMs` (the input reached none).
+   * The word of the tab under the pointer that it drew its answer to `mark`,
+   * or undefined: the browser does not run on the display, or no tab said so
+   * within `timeoutMs` (the input reached none).
    */
-  drawnAfter(mark: InputMark, timeoutMs: number): Promise<number | undefined> {
+  drawnAfter(mark: InputMark, timeoutMs: number): Promise<Drawn | undefined> {
     if (!this.inputFrames || !this.browser?.isConnected()) return Promise.resolve(undefined);
     return this.inputFrames.drawnAfter(mark, timeoutMs);
   }

@@ -51,7 +51,7 @@ import {
   type ScrollDirection,
 } from './driver.ts';
 import type { Point, Size } from '../base/geometry.ts';
-import type { CapturedImage, DrawnAfter, InputMark } from '../base/image.ts';
+import type { CapturedImage, Drawn, DrawnAfter, InputMark } from '../base/image.ts';
 import type { ChildMessage, LogLevel, OpArgs, OpName, OpResult, ParentMessage, WireError } from './worker-protocol.ts';
 
 export type DriverLog = (level: LogLevel, msg: string, fields?: object) => void;
@@ -294,12 +294,15 @@ export class WorkerDesktopDriver implements DesktopDriver {
 
   async capture(options: CaptureOptions, signal?: AbortSignal): Promise<CapturedImage> {
     const mark = this.lastMark;
-    const drawnAt = await this.drawnSince(options, mark);
+    const word = await this.drawnSince(options, mark);
     // How long ago our own input was is reckoned when the capture is sent, behind the input queued before it.
     const args = (): OpArgs<'capture'> => {
       if (!Number.isFinite(this.lastInputAt)) return { options };
       const now = performance.now();
-      const drawn = drawnAt !== undefined && this.lastMark === mark ? { drawnAgoMs: now - drawnAt } : {};
+      const drawn =
+        word !== undefined && this.lastMark === mark
+          ? { drawnAgoMs: now - word.at, ...(word.movingInMs !== undefined ? { movingInMs: word.movingInMs } : {}) }
+          : {};
       return { options, inputAgoMs: now - this.lastInputAt, ...drawn };
     };
     const img = await this.call('capture', args, signal, options.settle?.maxMs ?? 0);
@@ -352,7 +355,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
    * capture's settle step would otherwise wait out (SettleOptions). Asked only
    * when that input is the desktop's last and nothing is queued after it.
    */
-  private async drawnSince(options: CaptureOptions, mark: InputMark | undefined): Promise<number | undefined> {
+  private async drawnSince(options: CaptureOptions, mark: InputMark | undefined): Promise<Drawn | undefined> {
     const settle = options.settle;
     if (!mark || !this.drawnAfter || !settle || this.busy > 0) return undefined;
     const left = this.lastInputAt + settle.reactionMs - performance.now();

@@ -49,9 +49,13 @@ export interface WorkerOps {
    * `inputAgoMs`: how long before the op was sent the daemon's own pointer input
    * ended (worker-driver.ts), for the settle step, beside the worker's own input;
    * `drawnAgoMs`: how long before it the app under the pointer said it drew its
-   * answer to that input (SettleOptions.drawnMs).
+   * answer to that input (SettleOptions.drawnMs); `movingInMs`: it said an
+   * animation was running, starting to change that long after its word.
    */
-  capture: { args: { options: CaptureOptions; inputAgoMs?: number; drawnAgoMs?: number }; result: WireImage };
+  capture: {
+    args: { options: CaptureOptions; inputAgoMs?: number; drawnAgoMs?: number; movingInMs?: number };
+    result: WireImage;
+  };
   releaseAll: { args: Record<string, never>; result: void };
 }
 

@@ -18,6 +18,12 @@
  * input's first event (a move's `pointermove`, a click's `pointerdown`) and the
  * report, no word is given, since the page's pixels are on their way, and the
  * daemon waits for them as it does with no word (docs/PERFORMANCE.md, "The settle step").
+ * The word also says whether an animation is running on the page, on an element
+ * that is shown and in the viewport (a CSS animation or transition a `:hover`
+ * started, say, which changes no document): its pixels are still to come, and
+ * the daemon waits for them. `type detail eventTime moving`: moving is -1 when
+ * none runs, else in how many ms the soonest one starts to change (0: it does
+ * already; later than MOVING_SOON_MS: not counted).
  *
  * `report` is handed over as this function's argument; the file must hold this
  * one function and nothing after it (see page-script.js).
@@ -31,6 +37,23 @@ function inputFrames(report) {
   observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
   /** Every change so far, those not yet handed to the callback too. */
   const changed = () => (changes += observer.takeRecords().length);
+  const MOVING_SOON_MS = 500;
+  /** In how many ms the soonest animation on a shown element in the viewport starts to change (-1: none). */
+  const moving = () => {
+    let soonest = -1;
+    for (const animation of document.getAnimations()) {
+      const effect = animation.effect;
+      if (animation.playState !== 'running' || !(effect instanceof window.KeyframeEffect)) continue;
+      const target = effect.target;
+      if (!target || !target.checkVisibility({ visibilityProperty: true })) continue;
+      const box = target.getBoundingClientRect();
+      if (box.right <= 0 || box.bottom <= 0 || box.left >= window.innerWidth || box.top >= window.innerHeight) continue;
+      const timing = effect.getComputedTiming();
+      const delay = Math.max(0, Number(timing.delay ?? 0) - Number(timing.localTime ?? 0));
+      if (delay <= MOVING_SOON_MS && (soonest < 0 || delay < soonest)) soonest = Math.ceil(delay);
+    }
+    return soonest;
+  };
   let pressedAt = -1;
   window.addEventListener(
     'pointerdown',
@@ -50,7 +73,7 @@ function inputFrames(report) {
         window.requestAnimationFrame(() => {
           const channel = new window.MessageChannel();
           channel.port1.onmessage = () => {
-            if (changed() === from) report(line);
+            if (changed() === from) report(`${line} ${moving()}`);
           };
           channel.port2.postMessage(0);
         });

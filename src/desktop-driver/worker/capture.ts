@@ -5,7 +5,7 @@
  */
 import type { CaptureOptions } from '../driver.ts';
 import type { Rect } from '../../base/geometry.ts';
-import type { CapturedImage, SettleOptions } from '../../base/image.ts';
+import type { CapturedImage, Drawn, SettleOptions } from '../../base/image.ts';
 import { WorkerInputError, sleep, throwIfCancelled, type OpContext } from './context.ts';
 import { displaySize, type Devices } from './devices.ts';
 import { bgrxToRgb, type BgrxImage, type ScreenChanges } from './screen.ts';
@@ -17,7 +17,7 @@ let sharpModule: Sharp | undefined;
 /**
  * Grabs the display (or `options.region`), waits for it to settle if input came
  * less than `settle.afterInputMs` ago (`lastInputAt`, a performance.now() time;
- * `drawnAt`: when the app under the pointer said it drew its answer to it),
+ * `drawn`: the word of the app under the pointer that it drew its answer to it),
  * and encodes it at the output size.
  */
 export async function capture(
@@ -25,7 +25,7 @@ export async function capture(
   options: CaptureOptions,
   lastInputAt: number,
   ctx: OpContext,
-  drawnAt?: number,
+  drawn?: Drawn,
 ): Promise<CapturedImage> {
   const out = options.output;
   const screenSize = await displaySize(d);
@@ -65,7 +65,7 @@ export async function capture(
   const recentInput = settle !== undefined && performance.now() - lastInputAt < settle.afterInputMs;
   let img: BgrxImage;
   if (recentInput && d.changes) {
-    settled = await waitUntilQuiet(d.changes, settle, lastInputAt, drawnAt, ctx);
+    settled = await waitUntilQuiet(d.changes, settle, lastInputAt, drawn, ctx);
     img = await grab(false);
   } else if (recentInput) {
     // No DAMAGE: grab until two frames in a row match (the app finished drawing), or the cap.
@@ -120,6 +120,15 @@ export async function capture(
 }
 
 /**
+ * How long, from when an animation the app said was running starts to change,
+ * the settle step waits for its first pixels (a `:hover` that starts a
+ * transition: no word ends that wait, its pixels are known to be coming; on a
+ * busy machine they came later than any margin after the word). An animation
+ * the app thought shown but that changes no pixel costs this much per capture.
+ */
+const MOVING_FIRST_CHANGE_MS = 500;
+
+/**
  * How long, lately, the app's pixels took to reach the X server after its word that it drew: per
  * display (a worker serves one), the last LAG_SAMPLES times from a word to the first change seen after
  * it. A busy machine is slow to show what the app committed; this is how slow, measured, not guessed.
@@ -141,11 +150,12 @@ function noteLag(changes: ScreenChanges, lagMs: number): void {
 /**
  * Waits until the screen is quiet (SettleOptions): no change for `quietMs`
  * since the last one, or none at all for `reactionMs` since the input (or,
- * when the app said it drew its answer at `drawnAt`, until its pixels can
- * have reached the X server: `drawnMs` after that word, or twice as long as
- * the word took, or twice the longest lag from a word to its pixels seen
- * lately, whichever is longest, sooner or later than `reactionMs`); at most
- * `maxMs`.
+ * when the app said it drew its answer, until its pixels can have reached the
+ * X server: `drawnMs` after that word, or twice as long as the word took, or
+ * twice the longest lag from a word to its pixels seen lately, whichever is
+ * longest, sooner or later than `reactionMs`; or, when the word said an
+ * animation was running, until a change after it starts to change, for up to
+ * MOVING_FIRST_CHANGE_MS after that); at most `maxMs`.
  * Each check first makes a round trip to the X server, so every change it
  * made before is counted.
  */
@@ -153,11 +163,12 @@ async function waitUntilQuiet(
   changes: ScreenChanges,
   settle: SettleOptions,
   lastInputAt: number,
-  drawnAt: number | undefined,
+  drawn: Drawn | undefined,
   ctx: OpContext,
 ): Promise<NonNullable<CapturedImage['settled']>> {
   const t0 = performance.now();
   const before = changes.count;
+  const drawnAt = drawn?.at;
   const reacted = lastInputAt + settle.reactionMs;
   // Time for the app's pixels to reach the X server after its word: at least drawnMs, or twice the time
   // the word took, or twice the lag seen lately, on a machine so busy that the app was slow to answer or
@@ -167,6 +178,11 @@ async function waitUntilQuiet(
     drawnAt === undefined
       ? reacted
       : drawnAt + Math.max(settle.drawnMs, 2 * (drawnAt - lastInputAt), 2 * recentLag(changes));
+  // An animation the word said was running: nothing ends the wait before a change from when it starts to
+  // change (a delayed one's too: another repaint after the word is not its pixels), for up to
+  // MOVING_FIRST_CHANGE_MS after that.
+  const movingFrom = drawnAt !== undefined && drawn?.movingInMs !== undefined ? drawnAt + drawn.movingInMs : undefined;
+  const movingUntil = movingFrom === undefined ? -Infinity : movingFrom + MOVING_FIRST_CHANGE_MS;
   let stable = false;
   let changed = false;
   for (;;) {
@@ -174,7 +190,12 @@ async function waitUntilQuiet(
     throwIfCancelled(ctx);
     const now = performance.now();
     changed = changes.lastChangeAt > lastInputAt;
-    const left = changed ? changes.lastChangeAt + settle.quietMs - now : reactionEnd - now;
+    const awaitingMove = now < movingUntil && !(changes.lastChangeAt > movingFrom!);
+    const left = awaitingMove
+      ? Math.min(movingUntil - now, settle.quietMs)
+      : changed
+        ? changes.lastChangeAt + settle.quietMs - now
+        : reactionEnd - now;
     if (left <= 0) {
       stable = true;
       break;
@@ -192,8 +213,9 @@ async function waitUntilQuiet(
     frames: 1,
     changes: changes.count - before,
     stable,
-    ...(reactionEnd < reacted && !changed ? { drawn: true } : {}),
+    ...(reactionEnd < reacted && !changed && drawn?.movingInMs === undefined ? { drawn: true } : {}),
     ...(drawnAt !== undefined ? { wordMs: Math.round((drawnAt - lastInputAt) * 10) / 10 } : {}),
+    ...(drawn?.movingInMs !== undefined ? { movingInMs: drawn.movingInMs } : {}),
     ...(lag !== undefined ? { lagMs: Math.round(lag * 10) / 10 } : {}),
   };
 }

@@ -131,14 +131,18 @@ const OPERATIONS: Operations = {
       options: captureOptions(a.options),
       ...(a.inputAgoMs !== undefined ? { inputAgoMs: numberIn('inputAgoMs', a.inputAgoMs, 0, Number.MAX_VALUE) } : {}),
       ...(a.drawnAgoMs !== undefined ? { drawnAgoMs: numberIn('drawnAgoMs', a.drawnAgoMs, 0, Number.MAX_VALUE) } : {}),
+      ...(a.movingInMs !== undefined ? { movingInMs: numberIn('movingInMs', a.movingInMs, 0, 10_000) } : {}),
     }),
     // The later of our own last input and the daemon's (its pointer input: worker-driver.ts); the app's
     // word that it drew counts only for the daemon's input, and only when ours was not later.
     run: (d, a, ctx) => {
       const now = performance.now();
       const theirs = a.inputAgoMs === undefined ? -Infinity : now - a.inputAgoMs;
-      const drawnAt = a.drawnAgoMs !== undefined && theirs >= lastInputAt ? now - a.drawnAgoMs : undefined;
-      return capture(d, a.options, Math.max(lastInputAt, theirs), ctx, drawnAt);
+      const drawn =
+        a.drawnAgoMs !== undefined && theirs >= lastInputAt
+          ? { at: now - a.drawnAgoMs, ...(a.movingInMs !== undefined ? { movingInMs: a.movingInMs } : {}) }
+          : undefined;
+      return capture(d, a.options, Math.max(lastInputAt, theirs), ctx, drawn);
     },
   },
   releaseAll: {
