@@ -1,5 +1,5 @@
 /**
- * A real DNS server for tests, on 127.0.0.1 and a free high port: Debian's
+ * A real DNS server for tests, on 127.0.0.1 and a free port (freeLocalPort): Debian's
  * dnsmasq (scripts/test-packages.txt) in the foreground, with no system
  * configuration (no resolv.conf, no /etc/hosts, no upstream server), answering
  * only the records a test gives it, authoritatively for `domain` (a name it
@@ -11,9 +11,10 @@
  * a query, and ended by its PID (stopChild). `set` changes the records by
  * restarting it on the same port.
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { Resolver } from 'node:dns/promises';
 import { createSocket } from 'node:dgram';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -44,7 +45,7 @@ export interface TestDnsServer {
 export async function startDnsServer(domain: string, records: DnsRecords): Promise<TestDnsServer> {
   const dir = await mkdtemp(join(tmpdir(), 'deskbatch-dns-'));
   const conf = join(dir, 'dnsmasq.conf');
-  const port = await freeUdpPort();
+  const port = await freeLocalPort();
   let child: ChildProcess | undefined;
 
   const start = async (r: DnsRecords): Promise<void> => {
@@ -123,11 +124,38 @@ async function answering(server: string, domain: string, signal: AbortSignal): P
   }
 }
 
-/** A UDP port free now on 127.0.0.1 (dnsmasq also binds TCP on it; a clash fails its start loudly). */
-async function freeUdpPort(): Promise<number> {
+/**
+ * A port free now on 127.0.0.1 for UDP and TCP both (dnsmasq binds the two), below the kernel's
+ * ephemeral range: the ports that connections and port-0 listeners get come from that range, and
+ * one of the many a test run opens took the TCP side of a port picked from it (a fresh-clone CI
+ * run: "failed to create listening socket … Address already in use"), at a start or at a restart
+ * by `set` on the same port. Below it only a program asking for that very port can take it.
+ */
+async function freeLocalPort(): Promise<number> {
+  const ephemeralFrom = Number(
+    (await readFile('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').catch(() => '32768')).trim().split(/\s+/)[0],
+  );
+  const low = 20_000;
+  const high = Math.max(low + 1_000, ephemeralFrom) - 1;
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = low + Math.floor(Math.random() * (high - low + 1));
+    if ((await bindsUdp(port)) && (await bindsTcp(port))) return port;
+  }
+  throw new Error(`no free port for dnsmasq between ${low} and ${high} on 127.0.0.1`);
+}
+
+function bindsUdp(port: number): Promise<boolean> {
   const socket = createSocket('udp4');
-  await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
-  const { port } = socket.address();
-  await new Promise<void>((resolve) => socket.close(() => resolve()));
-  return port;
+  return new Promise((resolve) => {
+    socket.once('error', () => resolve(false));
+    socket.bind(port, '127.0.0.1', () => socket.close(() => resolve(true)));
+  });
+}
+
+function bindsTcp(port: number): Promise<boolean> {
+  const server = createServer();
+  return new Promise((resolve) => {
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
 }
