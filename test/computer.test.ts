@@ -167,10 +167,11 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
       const asks = () => root.out.match(/message_type \S+ \(_NET_ACTIVE_WINDOW\)/g)?.length ?? 0;
       const asked = asks();
       const windowB = /Outer window is (0x[0-9a-f]+)/.exec(b.out)![1]!;
+      let batch: ReturnType<typeof run> | undefined;
       process.kill(wm, 'SIGSTOP');
       try {
         await promisify(execFile)('xdotool', ['windowfocus', '--sync', windowB], { env: d.display.env });
-        const batch = run(d, [use('left_click', { coordinate: [850, 180] }), use('type', { text: 'm' })]);
+        batch = run(d, [use('left_click', { coordinate: [850, 180] }), use('type', { text: 'm' })]);
         let done = false;
         void batch.finally(() => (done = true)).catch(() => {});
         await until('the click to ask for A, or the batch to end', () => asks() > asked || done, {
@@ -184,6 +185,7 @@ describe('computer toolset on 1280x800 (screenshot = display)', () => {
         () => a.out.split('KeyPress event').length >= 3 || b.out.includes('KeyPress event'),
         { seen: () => a.out },
       );
+      assert.deepEqual(texts((await batch).result), ['Clicked.', 'Typed.']);
       assert.ok(!b.out.includes('KeyPress event'), 'xev B got no key: the click activated A though the root named it');
       // Back to the page, outside both windows.
       await d.reset();
