@@ -48,8 +48,11 @@ export interface InputMark {
 export interface Drawn {
   /** performance.now() when the word came. */
   at: number;
-  /** An animation is running where it shows, and starts to change its pixels this many ms after the word. */
-  movingInMs?: number;
+  /**
+   * Animations run where they show: the soonest starts to change its pixels `startsInMs` after the
+   * word, and the last of those with an end ends `endsInMs` after it (undefined: none ends soon).
+   */
+  moving?: { startsInMs: number; endsInMs?: number };
 }
 
 /** The app under the pointer's word that it drew its answer to `mark`, or undefined if none came within `timeoutMs`. */
@@ -67,8 +70,8 @@ export interface CapturedImage {
    * `frames` grabs compared), whether the screen was quiet (false: the cap ended it), and
    * whether the app's word that it drew ended the reaction window (`drawn`), and how long after the
    * input that word came (`wordMs`, when one came), and how long after the word the first change
-   * reached the X server (`lagMs`, when one did); `movingInMs` when the word said an animation was
-   * running (starting to change that long after it), whose first pixels the settle step waited for.
+   * reached the X server (`lagMs`, when one did); `moving` when the word said animations were
+   * running (Drawn), whose first and last pixels the settle step waited for.
    */
   settled?: {
     ms: number;
@@ -79,6 +82,6 @@ export interface CapturedImage {
     drawn?: boolean;
     wordMs?: number;
     lagMs?: number;
-    movingInMs?: number;
+    moving?: { startsInMs: number; endsInMs?: number };
   };
 }

@@ -29,8 +29,8 @@ import type { Drawn, InputMark } from '../base/image.ts';
 const WORLD = 'deskbatch-input-frames';
 const BINDING = 'deskbatchInputFrame';
 const SOURCE = `(${readFileSync(new URL('./page-script/input-frames.js', import.meta.url), 'utf8').trim()})(globalThis.${BINDING})`;
-/** A report: `type detail eventTime moving`, as page-script/input-frames.js sends it (moving -1: none). */
-const REPORT = /^(pointermove|mouseup) (\d{1,3}) (\d{1,16}) (-1|\d{1,4})$/;
+/** A report: `type detail eventTime startsIn endsIn`, as page-script/input-frames.js sends it (-1: none). */
+const REPORT = /^(pointermove|mouseup) (\d{1,3}) (\d{1,16}) (-1|\d{1,4}) (-1|\d{1,4})$/;
 
 interface Heard {
   detail: number;
@@ -92,7 +92,9 @@ export class InputFrames {
     const m = REPORT.exec(payload);
     if (!m) return;
     const event = m[1] as InputMark['event'];
-    const drawn: Drawn = { at: performance.now(), ...(m[4] !== '-1' ? { movingInMs: Number(m[4]) } : {}) };
+    const [startsIn, endsIn] = [m[4]!, m[5]!];
+    const moving = { startsInMs: Number(startsIn), ...(endsIn !== '-1' ? { endsInMs: Number(endsIn) } : {}) };
+    const drawn: Drawn = { at: performance.now(), ...(startsIn !== '-1' ? { moving } : {}) };
     const heard: Heard = { detail: Number(m[2]), eventAt: Number(m[3]), drawn };
     this.last.set(event, heard);
     for (const w of this.waiters) if (w.mark.event === event && matches(w.mark, heard)) w.done(drawn);

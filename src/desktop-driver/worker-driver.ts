@@ -301,7 +301,7 @@ export class WorkerDesktopDriver implements DesktopDriver {
       const now = performance.now();
       const drawn =
         word !== undefined && this.lastMark === mark
-          ? { drawnAgoMs: now - word.at, ...(word.movingInMs !== undefined ? { movingInMs: word.movingInMs } : {}) }
+          ? { drawnAgoMs: now - word.at, ...(word.moving ? { moving: word.moving } : {}) }
           : {};
       return { options, inputAgoMs: now - this.lastInputAt, ...drawn };
     };

@@ -19,7 +19,7 @@
  */
 import type { CaptureOptions, DriverKey, MouseButton, ScrollDirection } from './driver.ts';
 import type { Point, Size } from '../base/geometry.ts';
-import type { CapturedImage } from '../base/image.ts';
+import type { CapturedImage, Drawn } from '../base/image.ts';
 
 /**
  * The worker's environment variable naming the file an Xvfb started with
@@ -49,11 +49,11 @@ export interface WorkerOps {
    * `inputAgoMs`: how long before the op was sent the daemon's own pointer input
    * ended (worker-driver.ts), for the settle step, beside the worker's own input;
    * `drawnAgoMs`: how long before it the app under the pointer said it drew its
-   * answer to that input (SettleOptions.drawnMs); `movingInMs`: it said an
-   * animation was running, starting to change that long after its word.
+   * answer to that input (SettleOptions.drawnMs); `moving`: it said animations
+   * were running, and when, after its word, they start and end (Drawn).
    */
   capture: {
-    args: { options: CaptureOptions; inputAgoMs?: number; drawnAgoMs?: number; movingInMs?: number };
+    args: { options: CaptureOptions; inputAgoMs?: number; drawnAgoMs?: number; moving?: Drawn['moving'] };
     result: WireImage;
   };
   releaseAll: { args: Record<string, never>; result: void };

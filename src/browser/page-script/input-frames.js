@@ -21,9 +21,10 @@
  * The word also says whether an animation is running on the page, on an element
  * that is shown and in the viewport (a CSS animation or transition a `:hover`
  * started, say, which changes no document): its pixels are still to come, and
- * the daemon waits for them. `type detail eventTime moving`: moving is -1 when
- * none runs, else in how many ms the soonest one starts to change (0: it does
- * already; later than MOVING_SOON_MS: not counted).
+ * the daemon waits for them. `type detail eventTime startsIn endsIn`: -1 -1
+ * when none runs; else in how many ms the soonest one starts to change (0: it
+ * does already; one later than MOVING_SOON_MS is not counted), and in how many
+ * the last of them with an end ends (-1: none has one within MOVING_END_MS).
  *
  * `report` is handed over as this function's argument; the file must hold this
  * one function and nothing after it (see page-script.js).
@@ -38,9 +39,11 @@ function inputFrames(report) {
   /** Every change so far, those not yet handed to the callback too. */
   const changed = () => (changes += observer.takeRecords().length);
   const MOVING_SOON_MS = 500;
-  /** In how many ms the soonest animation on a shown element in the viewport starts to change (-1: none). */
+  const MOVING_END_MS = 2000;
+  /** `startsIn endsIn` of the animations on shown elements in the viewport (see above). */
   const moving = () => {
     let soonest = -1;
+    let last = -1;
     for (const animation of document.getAnimations()) {
       const effect = animation.effect;
       if (animation.playState !== 'running' || !(effect instanceof window.KeyframeEffect)) continue;
@@ -49,10 +52,14 @@ function inputFrames(report) {
       const box = target.getBoundingClientRect();
       if (box.right <= 0 || box.bottom <= 0 || box.left >= window.innerWidth || box.top >= window.innerHeight) continue;
       const timing = effect.getComputedTiming();
-      const delay = Math.max(0, Number(timing.delay ?? 0) - Number(timing.localTime ?? 0));
-      if (delay <= MOVING_SOON_MS && (soonest < 0 || delay < soonest)) soonest = Math.ceil(delay);
+      const now = Number(timing.localTime ?? 0);
+      const delay = Math.max(0, Number(timing.delay ?? 0) - now);
+      if (delay > MOVING_SOON_MS) continue;
+      if (soonest < 0 || delay < soonest) soonest = Math.ceil(delay);
+      const end = Number(timing.endTime ?? Infinity) - now;
+      if (end <= MOVING_END_MS && end > last) last = Math.ceil(end);
     }
-    return soonest;
+    return `${soonest} ${soonest < 0 ? -1 : last}`;
   };
   let pressedAt = -1;
   window.addEventListener(

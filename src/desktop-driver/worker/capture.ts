@@ -120,13 +120,15 @@ export async function capture(
 }
 
 /**
- * How long, from when an animation the app said was running starts to change,
- * the settle step waits for its first pixels (a `:hover` that starts a
- * transition: no word ends that wait, its pixels are known to be coming; on a
- * busy machine they came later than any margin after the word). An animation
- * the app thought shown but that changes no pixel costs this much per capture.
+ * How long, from when animations the app said were running start to change,
+ * and from when the last of them ends, the settle step waits for a change (a
+ * `:hover` that starts a transition: no word ends that wait, its pixels are
+ * known to be coming; on a busy machine they came later than any margin after
+ * the word, and its compositor stalled mid-animation for longer than
+ * `quietMs`). An animation the app thought shown but that changes no pixel
+ * costs up to this much twice per capture.
  */
-const MOVING_FIRST_CHANGE_MS = 500;
+const MOVING_CHANGE_MS = 500;
 
 /**
  * How long, lately, the app's pixels took to reach the X server after its word that it drew: per
@@ -153,9 +155,10 @@ function noteLag(changes: ScreenChanges, lagMs: number): void {
  * when the app said it drew its answer, until its pixels can have reached the
  * X server: `drawnMs` after that word, or twice as long as the word took, or
  * twice the longest lag from a word to its pixels seen lately, whichever is
- * longest, sooner or later than `reactionMs`; or, when the word said an
- * animation was running, until a change after it starts to change, for up to
- * MOVING_FIRST_CHANGE_MS after that); at most `maxMs`.
+ * longest, sooner or later than `reactionMs`; or, when the word said
+ * animations were running, until there were changes after they start and
+ * after the last of them ends, each waited for up to MOVING_CHANGE_MS); at most
+ * `maxMs`.
  * Each check first makes a round trip to the X server, so every change it
  * made before is counted.
  */
@@ -178,11 +181,14 @@ async function waitUntilQuiet(
     drawnAt === undefined
       ? reacted
       : drawnAt + Math.max(settle.drawnMs, 2 * (drawnAt - lastInputAt), 2 * recentLag(changes));
-  // An animation the word said was running: nothing ends the wait before a change from when it starts to
-  // change (a delayed one's too: another repaint after the word is not its pixels), for up to
-  // MOVING_FIRST_CHANGE_MS after that.
-  const movingFrom = drawnAt !== undefined && drawn?.movingInMs !== undefined ? drawnAt + drawn.movingInMs : undefined;
-  const movingUntil = movingFrom === undefined ? -Infinity : movingFrom + MOVING_FIRST_CHANGE_MS;
+  // Animations the word said were running: nothing ends the wait before a change from when they start to
+  // change (a delayed one's too: another repaint after the word is not its pixels), nor before one from
+  // when the last of them ends (its last frame: a compositor that stalls mid-animation for longer than
+  // quietMs does not end it), each for up to MOVING_CHANGE_MS after that time.
+  const moving = drawnAt !== undefined ? drawn?.moving : undefined;
+  const movingTimes = moving
+    ? [drawnAt! + moving.startsInMs, ...(moving.endsInMs !== undefined ? [drawnAt! + moving.endsInMs] : [])]
+    : [];
   let stable = false;
   let changed = false;
   for (;;) {
@@ -190,9 +196,10 @@ async function waitUntilQuiet(
     throwIfCancelled(ctx);
     const now = performance.now();
     changed = changes.lastChangeAt > lastInputAt;
-    const awaitingMove = now < movingUntil && !(changes.lastChangeAt > movingFrom!);
+    const awaited = movingTimes.find((t) => now < t + MOVING_CHANGE_MS && !(changes.lastChangeAt > t));
+    const awaitingMove = awaited !== undefined;
     const left = awaitingMove
-      ? Math.min(movingUntil - now, settle.quietMs)
+      ? Math.min(awaited + MOVING_CHANGE_MS - now, settle.quietMs)
       : changed
         ? changes.lastChangeAt + settle.quietMs - now
         : reactionEnd - now;
@@ -213,9 +220,9 @@ async function waitUntilQuiet(
     frames: 1,
     changes: changes.count - before,
     stable,
-    ...(reactionEnd < reacted && !changed && drawn?.movingInMs === undefined ? { drawn: true } : {}),
+    ...(reactionEnd < reacted && !changed && !moving ? { drawn: true } : {}),
     ...(drawnAt !== undefined ? { wordMs: Math.round((drawnAt - lastInputAt) * 10) / 10 } : {}),
-    ...(drawn?.movingInMs !== undefined ? { movingInMs: drawn.movingInMs } : {}),
+    ...(moving ? { moving } : {}),
     ...(lag !== undefined ? { lagMs: Math.round(lag * 10) / 10 } : {}),
   };
 }

@@ -22,7 +22,7 @@ import {
   type ScrollDirection,
 } from '../driver.ts';
 import type { Point, Rect } from '../../base/geometry.ts';
-import type { ImageFormat, SettleOptions } from '../../base/image.ts';
+import type { Drawn, ImageFormat, SettleOptions } from '../../base/image.ts';
 import { WHEEL_BUTTONS } from '../pointer.ts';
 import type { OpArgs, OpName, OpResult, WorkerOps } from '../worker-protocol.ts';
 import { capture } from './capture.ts';
@@ -131,7 +131,7 @@ const OPERATIONS: Operations = {
       options: captureOptions(a.options),
       ...(a.inputAgoMs !== undefined ? { inputAgoMs: numberIn('inputAgoMs', a.inputAgoMs, 0, Number.MAX_VALUE) } : {}),
       ...(a.drawnAgoMs !== undefined ? { drawnAgoMs: numberIn('drawnAgoMs', a.drawnAgoMs, 0, Number.MAX_VALUE) } : {}),
-      ...(a.movingInMs !== undefined ? { movingInMs: numberIn('movingInMs', a.movingInMs, 0, 10_000) } : {}),
+      ...(a.moving !== undefined ? { moving: movingIn(a.moving) } : {}),
     }),
     // The later of our own last input and the daemon's (its pointer input: worker-driver.ts); the app's
     // word that it drew counts only for the daemon's input, and only when ours was not later.
@@ -140,7 +140,7 @@ const OPERATIONS: Operations = {
       const theirs = a.inputAgoMs === undefined ? -Infinity : now - a.inputAgoMs;
       const drawn =
         a.drawnAgoMs !== undefined && theirs >= lastInputAt
-          ? { at: now - a.drawnAgoMs, ...(a.movingInMs !== undefined ? { movingInMs: a.movingInMs } : {}) }
+          ? { at: now - a.drawnAgoMs, ...(a.moving ? { moving: a.moving } : {}) }
           : undefined;
       return capture(d, a.options, Math.max(lastInputAt, theirs), ctx, drawn);
     },
@@ -269,6 +269,15 @@ function captureOptions(v: unknown): CaptureOptions {
   if (v.region !== undefined && v.region !== null) options.region = rect(v.region);
   if (v.settle !== undefined && v.settle !== null) options.settle = settleOptions(v.settle);
   return options;
+}
+
+/** When the animations the app's word told of start and end, after the word (Drawn). */
+function movingIn(v: unknown): NonNullable<Drawn['moving']> {
+  const { startsInMs, endsInMs } = isRecord(v) ? v : {};
+  return {
+    startsInMs: numberIn('moving.startsInMs', startsInMs, 0, 10_000),
+    ...(endsInMs !== undefined ? { endsInMs: numberIn('moving.endsInMs', endsInMs, 0, 10_000) } : {}),
+  };
 }
 
 /** Numbers; whether they are whole and on the display is checked when capturing. */
