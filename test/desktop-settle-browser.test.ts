@@ -18,6 +18,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import sharp from 'sharp';
+import type { Moving } from '../src/base/image.ts';
 import type { BatchResult, ToolUse } from '../src/base/protocol.ts';
 import { assertApiValid } from '../testkit/api-rules.ts';
 import { computerUse, startTestDaemon, type TestClient, type TestDaemon } from '../testkit/daemon.ts';
@@ -74,7 +75,7 @@ interface Settled {
   drawn?: boolean;
   wordMs?: number;
   lagMs?: number;
-  moving?: { startsInMs: number; endsInMs?: number };
+  moving?: Moving;
 }
 
 /** The "screen settled" records the daemon logged, in order. */

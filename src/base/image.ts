@@ -16,11 +16,12 @@ export type ImageFormat = 'png' | 'jpeg' | 'webp';
  * changed since the input, for `reactionMs` since the input (an app takes a
  * while to draw its answer to a click). When the app under the pointer is
  * the daemon's own Chromium, the tab says when it drew its answer and changed
- * nothing of its document (`DrawnAfter`), and the reaction window ends `drawnMs` after that word
- * instead (or twice as long as the word took, or twice the lag from a word to
- * its pixels seen lately, when longer: a busy machine is slow to show too),
- * time for its pixels to reach the X server, even when that is later than
- * `reactionMs` after the input.
+ * nothing of its document (`DrawnAfter`), and the reaction window ends
+ * `drawnMs` after that word instead (or twice as long as the word took, or
+ * twice the lag from a word to its pixels seen lately, when longer: a busy
+ * machine is slow to show too), time for its pixels to reach the X server,
+ * even when that is later than `reactionMs` after the input; and when it
+ * says animations run (`Moving`), their first and last pixels are waited for.
  * Elsewhere frames are grabbed `intervalMs` apart until two in a row are
  * identical. On a screen that saw no input for `afterInputMs`, one grab is
  * all.
@@ -44,15 +45,21 @@ export interface InputMark {
   sentAt: number;
 }
 
+/**
+ * Animations that run where they show, as the app's word told of them: the soonest starts to change
+ * its pixels `startsInMs` after the word, and the last of those with an end ends `endsInMs` after it
+ * (undefined: none ends soon).
+ */
+export interface Moving {
+  startsInMs: number;
+  endsInMs?: number;
+}
+
 /** The word of the app under the pointer that it drew its answer to some input. */
 export interface Drawn {
   /** performance.now() when the word came. */
   at: number;
-  /**
-   * Animations run where they show: the soonest starts to change its pixels `startsInMs` after the
-   * word, and the last of those with an end ends `endsInMs` after it (undefined: none ends soon).
-   */
-  moving?: { startsInMs: number; endsInMs?: number };
+  moving?: Moving;
 }
 
 /** The app under the pointer's word that it drew its answer to `mark`, or undefined if none came within `timeoutMs`. */
@@ -82,6 +89,6 @@ export interface CapturedImage {
     drawn?: boolean;
     wordMs?: number;
     lagMs?: number;
-    moving?: { startsInMs: number; endsInMs?: number };
+    moving?: Moving;
   };
 }

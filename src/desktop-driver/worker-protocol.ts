@@ -19,7 +19,7 @@
  */
 import type { CaptureOptions, DriverKey, MouseButton, ScrollDirection } from './driver.ts';
 import type { Point, Size } from '../base/geometry.ts';
-import type { CapturedImage, Drawn } from '../base/image.ts';
+import type { CapturedImage, Moving } from '../base/image.ts';
 
 /**
  * The worker's environment variable naming the file an Xvfb started with
@@ -53,7 +53,7 @@ export interface WorkerOps {
    * were running, and when, after its word, they start and end (Drawn).
    */
   capture: {
-    args: { options: CaptureOptions; inputAgoMs?: number; drawnAgoMs?: number; moving?: Drawn['moving'] };
+    args: { options: CaptureOptions; inputAgoMs?: number; drawnAgoMs?: number; moving?: Moving };
     result: WireImage;
   };
   releaseAll: { args: Record<string, never>; result: void };

@@ -185,10 +185,11 @@ async function waitUntilQuiet(
   // change (a delayed one's too: another repaint after the word is not its pixels), nor before one from
   // when the last of them ends (its last frame: a compositor that stalls mid-animation for longer than
   // quietMs does not end it), each for up to MOVING_CHANGE_MS after that time.
-  const moving = drawnAt !== undefined ? drawn?.moving : undefined;
-  const movingTimes = moving
-    ? [drawnAt! + moving.startsInMs, ...(moving.endsInMs !== undefined ? [drawnAt! + moving.endsInMs] : [])]
-    : [];
+  const moving = drawn?.moving;
+  const movingTimes =
+    drawn && moving
+      ? [drawn.at + moving.startsInMs, ...(moving.endsInMs !== undefined ? [drawn.at + moving.endsInMs] : [])]
+      : [];
   let stable = false;
   let changed = false;
   for (;;) {
@@ -197,12 +198,12 @@ async function waitUntilQuiet(
     const now = performance.now();
     changed = changes.lastChangeAt > lastInputAt;
     const awaited = movingTimes.find((t) => now < t + MOVING_CHANGE_MS && !(changes.lastChangeAt > t));
-    const awaitingMove = awaited !== undefined;
-    const left = awaitingMove
-      ? Math.min(awaited + MOVING_CHANGE_MS - now, settle.quietMs)
-      : changed
-        ? changes.lastChangeAt + settle.quietMs - now
-        : reactionEnd - now;
+    const left =
+      awaited !== undefined
+        ? Math.min(awaited + MOVING_CHANGE_MS - now, settle.quietMs)
+        : changed
+          ? changes.lastChangeAt + settle.quietMs - now
+          : reactionEnd - now;
     if (left <= 0) {
       stable = true;
       break;

@@ -22,7 +22,7 @@ import {
   type ScrollDirection,
 } from '../driver.ts';
 import type { Point, Rect } from '../../base/geometry.ts';
-import type { Drawn, ImageFormat, SettleOptions } from '../../base/image.ts';
+import type { ImageFormat, Moving, SettleOptions } from '../../base/image.ts';
 import { WHEEL_BUTTONS } from '../pointer.ts';
 import type { OpArgs, OpName, OpResult, WorkerOps } from '../worker-protocol.ts';
 import { capture } from './capture.ts';
@@ -272,7 +272,7 @@ function captureOptions(v: unknown): CaptureOptions {
 }
 
 /** When the animations the app's word told of start and end, after the word (Drawn). */
-function movingIn(v: unknown): NonNullable<Drawn['moving']> {
+function movingIn(v: unknown): Moving {
   const { startsInMs, endsInMs } = isRecord(v) ? v : {};
   return {
     startsInMs: numberIn('moving.startsInMs', startsInMs, 0, 10_000),
