@@ -23,6 +23,24 @@ type Block = { type: string; text?: string; tabs?: { tab_id: string; url: string
 type Result = BatchResult['tool_results'][number];
 
 let n = 0;
+const managerOf = (fx: BrowserFixture): BrowserManager => {
+  const desktops = fx.daemon.daemon.desktops;
+  assert.ok(desktops instanceof SharedDesktop && desktops.desktop.browser, 'one shared desktop with a browser');
+  return desktops.desktop.browser;
+};
+
+/**
+ * Kills the fixture's browser and waits until the daemon has seen it go: "between calls". Its CDP pipe
+ * closing reached Playwright before the next batch did most of the time, not always (a fresh-clone CI
+ * run: the next call began on the dead browser, and so learnt of its death during the call).
+ */
+async function killBetweenCalls(fx: BrowserFixture, pid: number): Promise<void> {
+  const manager = managerOf(fx);
+  const deaths = manager.deaths;
+  await killAndReap(pid, 'the killed browser');
+  await until('the daemon to see its browser go', () => manager.deaths > deaths);
+}
+
 async function run(client: TestClient, toolUses: ToolUse[]): Promise<BatchResult> {
   const { result } = await client.batch(`l${n++}`, toolUses);
   return assertApiValid(toolUses, result);
@@ -113,10 +131,9 @@ describe('browser lifecycle', () => {
 
   test('a browser that died between batches is relaunched by the next call', async () => {
     const [pid] = await ourBrowserPids();
-    // "Between batches": the daemon has seen the browser go before the next call. Its CDP pipe closes
-    // when the browser and (in a sandbox) its nsenter are reaped; the close reaches Playwright in this
-    // same process before the batch sent next can.
-    await killAndReap(pid!, 'the killed browser');
+    // "Between batches": the daemon has seen the browser go before the next call (its CDP pipe closes
+    // when the browser and, in a sandbox, its nsenter are reaped).
+    await killBetweenCalls(f, pid!);
     const r = await run(f.client, [use('navigate', { url: `${f.web.origin}/a` })]);
     assert.ok(!r.tool_results[0]!.is_error, textOf(r.tool_results[0]!));
   });
@@ -125,7 +142,7 @@ describe('browser lifecycle', () => {
     let r = await run(f.client, [use('navigate', { url: `${f.web.origin}/a` }), use('get_page_text')]);
     assert.deepEqual(r.failures, []);
     const [pid] = await ourBrowserPids();
-    await killAndReap(pid!, 'the killed browser');
+    await killBetweenCalls(f, pid!);
     // The model's page went with the browser: the call fails (it used to read a new blank tab,
     // "The page has no visible text.", as if it were the page the model had opened).
     r = await run(f.client, [use('get_page_text'), use('list_tabs')]);
@@ -201,12 +218,6 @@ describe('browser lifecycle', () => {
 });
 
 describe('warm start: the shared desktop launches its browser when the daemon starts', () => {
-  const managerOf = (fx: BrowserFixture): BrowserManager => {
-    const desktops = fx.daemon.daemon.desktops;
-    assert.ok(desktops instanceof SharedDesktop && desktops.desktop.browser, 'one shared desktop with a browser');
-    return desktops.desktop.browser;
-  };
-
   test('with no call, the browser starts; the first call uses that browser, no second launch', async () => {
     const fx = await startBrowserFixture({ browserSettings: { launchAtStart: true } });
     try {
